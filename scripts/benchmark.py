@@ -1,0 +1,32 @@
+#!/usr/bin/env python
+"""Time default / best-logged configs against cuDNN: python scripts/benchmark.py --workload tutorial ..."""
+
+import argparse
+import json
+import logging
+import sys
+
+DEFAULT_WORKLOADS = ["tutorial", "rfc-3x3-b1", "rfc-3x3-b32", "rfc-3x3-b256", "rfc-1x1-b32", "rfc-1x1-b256"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", action="append", help="preset or spec (repeatable)")
+    parser.add_argument("--log", action="append", help="tuning log(s) whose best records to time")
+    parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--repeat", type=int, default=50)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from tc_autotune import benchmark
+
+    rows = benchmark.benchmark(args.workload or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat)
+    table = benchmark.markdown_table(rows)
+    print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.as_dict() for r in rows], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""cuDNN through PyTorch (channels-last fp16), the figure every tuned kernel is judged by.
+
+PyTorch is optional: ``available()`` says whether it can run here.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from .workloads import Conv2dWorkload
+
+
+def available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray):
+    """(run, output) for the workload on cuDNN: ``run()`` launches once; inputs are fp16 NHWC."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    wl = workload
+    dev = torch.device("cuda")
+    x = torch.from_numpy(data.astype(np.float16)).to(dev).permute(0, 3, 1, 2)  # NCHW view of NHWC
+    x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.from_numpy(weight.astype(np.float16)).to(dev).permute(3, 2, 0, 1)  # OIHW
+    w = w.contiguous(memory_format=torch.channels_last)
+    top, left, bottom, right = wl.padding
+    if (top, left) != (bottom, right):
+        x = F.pad(x, (left, right, top, bottom))
+        padding = 0
+    else:
+        padding = (top, left)
+
+    def run():
+        return F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation)
+
+    out = run()
+    torch.cuda.synchronize()
+    return run, out.permute(0, 2, 3, 1).float().cpu().numpy()
+
+
+def time_cudnn(workload: Conv2dWorkload, data, weight, number: int = 20, repeat: int = 30,
+               warmup: int = 10) -> list[float]:
+    """Seconds per launch, one entry per repeat (each the mean of ``number`` launches)."""
+    import torch
+
+    run, _ = cudnn_conv2d(workload, data, weight)
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / number)
+    return times
+
+
+def median(values) -> float:
+    return statistics.median(values)

@@ -1,0 +1,110 @@
+"""Side-by-side timings: default config, best logged config and cuDNN, in one process.
+
+Every kernel that is timed is first checked against the fp32 reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import baseline
+from .kernel import build_conv2d
+from .measure import time_kernel
+from .space import conv2d_space
+from .reference import conv2d_reference, random_inputs, relative_l2_error
+from .workloads import get
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchRow:
+    """One workload's medians (seconds) and correctness errors; None where not measured."""
+
+    workload: str
+    flops: int
+    default_s: float | None = None
+    default_err: float | None = None
+    tuned_s: float | None = None
+    tuned_err: float | None = None
+    tuned_config: dict | None = None
+    cudnn_s: float | None = None
+    cudnn_err: float | None = None
+
+    def tflops(self, seconds: float | None) -> float | None:
+        return self.flops / seconds / 1e12 if seconds else None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _checked_time(kernel, workload, data, weight, reference, number, repeat):
+    import tvm
+
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
+    d, w = tvm.runtime.tensor(data, device=dev), tvm.runtime.tensor(weight, device=dev)
+    kernel(d, w, out)
+    err = relative_l2_error(out.numpy(), reference)
+    if not err < 1e-2:
+        log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
+        return None, err
+    return float(np.median(time_kernel(kernel, d, w, out, number=number, repeat=repeat))), err
+
+
+def benchmark(names, logs=None, number: int = 20, repeat: int = 50) -> list[BenchRow]:
+    """Time default (and, with ``logs``, best logged) configs and cuDNN for each workload."""
+    from .apply import apply_history_best
+
+    rows = []
+    for name in names:
+        wl = get(name)
+        row = BenchRow(workload=name, flops=wl.flops)
+        data, weight = random_inputs(wl, seed=0)
+        t0 = time.time()
+        reference = conv2d_reference(wl, data, weight)
+        log.info("%s: reference in %.1f s", name, time.time() - t0)
+        default = build_conv2d(wl, conv2d_space(wl).default_config())
+        row.default_s, row.default_err = _checked_time(default, wl, data, weight, reference, number, repeat)
+        if logs:
+            with apply_history_best(logs):
+                tuned = build_conv2d(wl)
+            row.tuned_config = tuned.config.as_dict()
+            row.tuned_s, row.tuned_err = _checked_time(tuned, wl, data, weight, reference, number, repeat)
+        if baseline.available():
+            _, cudnn_out = baseline.cudnn_conv2d(wl, data, weight)
+            row.cudnn_err = relative_l2_error(cudnn_out, reference)
+            row.cudnn_s = baseline.median(baseline.time_cudnn(wl, data, weight, number=number, repeat=repeat))
+        log.info("%s: %s", name, row)
+        rows.append(row)
+    return rows
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.4f}" if seconds else "-"
+
+
+def _tf(row, seconds):
+    value = row.tflops(seconds)
+    return f"{value:.1f}" if value else "-"
+
+
+def markdown_table(rows: list[BenchRow]) -> str:
+    tuned = any(r.tuned_s for r in rows)
+    head = "| workload | default ms | default TFLOP/s |"
+    head += " tuned ms | tuned TFLOP/s |" if tuned else ""
+    head += " cuDNN ms | cuDNN TFLOP/s | cuDNN / " + ("tuned" if tuned else "default") + " |"
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for r in rows:
+        ours = r.tuned_s if tuned else r.default_s
+        ratio = f"{r.cudnn_s / ours:.2f}" if (r.cudnn_s and ours) else "-"
+        line = f"| {r.workload} | {_ms(r.default_s)} | {_tf(r, r.default_s)} |"
+        if tuned:
+            line += f" {_ms(r.tuned_s)} | {_tf(r, r.tuned_s)} |"
+        line += f" {_ms(r.cudnn_s)} | {_tf(r, r.cudnn_s)} | {ratio} |"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""``build_conv2d``: the template applied to one workload and config, ready to run."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+
+from . import cuda
+from .gpu import GpuInfo, default_gpu, gpu_for_arch
+from .space import Conv2dConfig, conv2d_space
+from .template import lower_conv2d
+from .workloads import Conv2dWorkload, get
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Conv2dKernel:
+    """A built conv2d: call it with NHWC data and HWIO weights (TVM tensors or numpy)."""
+
+    workload: Conv2dWorkload
+    config: Conv2dConfig
+    target: tvm.target.Target
+    executable: object  # tvm.runtime.Executable
+    cubin: bytes
+
+    @property
+    def cuda_source(self) -> str:
+        return self.executable.mod.imports[0].inspect_source()
+
+    @property
+    def arch(self) -> str:
+        return str(self.target.attrs["arch"])
+
+    def _function(self):
+        cuda.install_compile_callback()  # loading compiles: serve our cached cubin
+        return self.executable.mod["main"]
+
+    def _as_tensor(self, value, shape, dtype, name, dev):
+        if isinstance(value, np.ndarray):
+            value = tvm.runtime.tensor(value, device=dev)
+        if tuple(value.shape) != tuple(shape) or str(value.dtype) != dtype:
+            raise ValueError(
+                f"{name} must be {dtype}{list(shape)}, got {value.dtype}{list(value.shape)}"
+            )
+        return value
+
+    def __call__(self, data, weight, out=None, device=None):
+        """Run once; returns ``out`` (allocated when not given) as a TVM tensor."""
+        dev = device or tvm.cuda(0)
+        wl = self.workload
+        data = self._as_tensor(data, wl.data_shape, wl.dtype, "data", dev)
+        weight = self._as_tensor(weight, wl.weight_shape, wl.dtype, "weight", dev)
+        if out is None:
+            out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev)
+        out = self._as_tensor(out, wl.out_shape, wl.out_dtype, "out", dev)
+        self._function()(data, weight, out)
+        return out
+
+    def time_evaluator(self, device=None, **kwargs):
+        """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
+        self._function()
+        return self.executable.mod.time_evaluator("main", device or tvm.cuda(0), **kwargs)
+
+
+def resolve_config(workload: Conv2dWorkload, config, gpu: GpuInfo) -> Conv2dConfig:
+    """A Conv2dConfig from a config, a knob dict or a space index; ValueError if invalid."""
+    space = conv2d_space(workload, gpu)
+    if isinstance(config, int):
+        config = space.get(config)
+    elif isinstance(config, dict):
+        config = space.from_entity(config) if "entity" in config else space.from_dict(config)
+    elif not isinstance(config, Conv2dConfig):
+        raise ValueError(f"config must be a Conv2dConfig, a dict or an index, got {type(config).__name__}")
+    space.index(config)  # raises for values outside the space
+    reason = space.why_invalid(config)
+    if reason:
+        raise ValueError(f"config is invalid for {workload}: {reason}")
+    return config
+
+
+def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
+    """Build the Tensor Core conv2d for ``workload`` (a Conv2dWorkload, preset name or spec).
+
+    ``config=None`` takes the best record of the active tuning logs, else the
+    space's default config.  ``target`` defaults to CUDA for the local GPU
+    (sm_90 without one); a TVM target or an arch string ("sm_80") is accepted.
+    """
+    workload = get(workload)
+    if target is None:
+        gpu = default_gpu()
+    else:
+        if isinstance(target, str) and target.startswith("sm_"):
+            target = {"kind": "cuda", "arch": target}
+        target = tvm.target.Target(target)
+        arch = str(target.attrs.get("arch", "sm_90"))
+        local = default_gpu()
+        gpu = local if local.arch == arch else gpu_for_arch(arch)
+    target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
+    if config is None:
+        from .apply import best_or_default_config
+
+        config = best_or_default_config(workload, gpu)
+    config = resolve_config(workload, config, gpu)
+    executable = lower_conv2d(workload, config, target)
+    cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), gpu.arch)
+    return Conv2dKernel(workload, config, target, executable, cubin)

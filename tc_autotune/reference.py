@@ -1,0 +1,42 @@
+"""An fp32 reference conv2d on the host, to check every kernel that is built or timed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .workloads import Conv2dWorkload
+
+
+def random_inputs(workload: Conv2dWorkload, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random data and weights (never zeros), scaled so outputs stay O(1) in fp16."""
+    rng = np.random.default_rng(seed)
+    fan_in = workload.kernel_h * workload.kernel_w * workload.in_channels
+    data = rng.uniform(-1.0, 1.0, workload.data_shape).astype(workload.dtype)
+    weight = (rng.uniform(-1.0, 1.0, workload.weight_shape) / np.sqrt(fan_in)).astype(workload.dtype)
+    return data, weight
+
+
+def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """NHWC x HWIO -> NHWC in float32 (inputs rounded to fp16 first, as the kernel does)."""
+    wl = workload
+    x = data.astype(np.float16).astype(np.float32)
+    w = weight.astype(np.float16).astype(np.float32)
+    top, left, bottom, right = wl.padding
+    x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    (sh, sw), (dh, dw) = wl.stride, wl.dilation
+    oh, ow = wl.out_height, wl.out_width
+    out = np.zeros(wl.out_shape, np.float32)
+    for r in range(wl.kernel_h):
+        for s in range(wl.kernel_w):
+            patch = x[:, r * dh: r * dh + (oh - 1) * sh + 1: sh, s * dw: s * dw + (ow - 1) * sw + 1: sw, :]
+            out += (patch.reshape(-1, wl.in_channels) @ w[r, s]).reshape(out.shape)
+    return out
+
+
+def relative_l2_error(result: np.ndarray, reference: np.ndarray) -> float:
+    """||result - reference|| / ||reference||; inf when the result has NaN or Inf."""
+    result = result.astype(np.float64)
+    if not np.all(np.isfinite(result)):
+        return float("inf")
+    reference = reference.astype(np.float64)
+    return float(np.linalg.norm(result - reference) / max(np.linalg.norm(reference), 1e-30))

@@ -1,0 +1,260 @@
+"""The knob space of the Tensor Core conv2d template.
+
+AutoTVM-style: every knob has an explicit candidate list, a config is one
+choice per knob, and its index is the mixed-radix number of those choices (the
+first knob varies fastest), so index <-> config is a bijection that is stable as
+long as the candidate lists are.  A validity filter knows the hardware and the
+template's constraints and says *why* a config is rejected.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, fields
+from typing import Iterator
+
+from .gpu import GpuInfo, default_gpu
+from .workloads import Conv2dWorkload
+
+WMMA_SHAPES = {"m16n16k16": (16, 16, 16), "m8n32k16": (8, 32, 16), "m32n8k16": (32, 8, 16)}
+
+# knob -> candidates, in index order.  Offsets are in elements of the tile's dtype
+# (fp16 for A and B, fp32 for the C staging tile); vector widths in elements.
+KNOBS: dict[str, tuple] = {
+    "block_row_warps": (1, 2, 4),
+    "block_col_warps": (1, 2, 4),
+    "warp_row_tiles": (1, 2, 4, 8),
+    "warp_col_tiles": (1, 2, 4, 8),
+    "chunk": (1, 2, 4, 8),
+    "wmma": tuple(WMMA_SHAPES),
+    "offset_a": (0, 8, 16),
+    "offset_b": (0, 8, 16),
+    "offset_c": (0, 4, 8),
+    "vec_a": (1, 2, 4, 8),
+    "vec_b": (1, 2, 4, 8),
+    "vec_c": (1, 2, 4),
+}
+
+MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
+
+
+@dataclass(frozen=True)
+class Conv2dConfig:
+    """One point of the space: a value for every knob."""
+
+    block_row_warps: int
+    block_col_warps: int
+    warp_row_tiles: int
+    warp_col_tiles: int
+    chunk: int
+    wmma: str
+    offset_a: int
+    offset_b: int
+    offset_c: int
+    vec_a: int
+    vec_b: int
+    vec_c: int
+
+    @property
+    def wmma_mnk(self) -> tuple[int, int, int]:
+        return WMMA_SHAPES[self.wmma]
+
+    @property
+    def block_m(self) -> int:
+        return self.block_row_warps * self.warp_row_tiles * self.wmma_mnk[0]
+
+    @property
+    def block_n(self) -> int:
+        return self.block_col_warps * self.warp_col_tiles * self.wmma_mnk[1]
+
+    @property
+    def block_k(self) -> int:
+        return self.chunk * self.wmma_mnk[2]
+
+    @property
+    def threads(self) -> int:
+        return self.block_row_warps * self.block_col_warps * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the A/B tiles and the C staging tile share one pool."""
+        a = self.block_m * (self.block_k + self.offset_a) * 2
+        b = self.block_k * (self.block_n + self.offset_b) * 2
+        c = self.block_m * (self.block_n + self.offset_c) * 4
+        return max(a + b, c)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+KNOB_NAMES = tuple(f.name for f in fields(Conv2dConfig))
+assert KNOB_NAMES == tuple(KNOBS), "knob table and Conv2dConfig fields must agree"
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+class ConfigSpace:
+    """All configs of the template for one workload on one GPU."""
+
+    def __init__(self, workload: Conv2dWorkload, gpu: GpuInfo | None = None):
+        self.workload = workload
+        self.gpu = gpu or default_gpu()
+        self.knobs = KNOBS
+        self._radices = [len(c) for c in KNOBS.values()]
+
+    def __len__(self) -> int:
+        return math.prod(self._radices)
+
+    def __iter__(self) -> Iterator[Conv2dConfig]:
+        return (self.get(i) for i in range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"ConfigSpace({self.workload}, {self.gpu.arch}, {len(self)} configs)"
+
+    # ---- index <-> config ------------------------------------------------
+    def get(self, index: int) -> Conv2dConfig:
+        if not 0 <= index < len(self):
+            raise ValueError(f"config index {index} is outside the space (0..{len(self) - 1})")
+        values = {}
+        for (name, candidates), radix in zip(KNOBS.items(), self._radices):
+            index, pos = divmod(index, radix)
+            values[name] = candidates[pos]
+        return Conv2dConfig(**values)
+
+    def index(self, config: Conv2dConfig) -> int:
+        index, scale = 0, 1
+        for (name, candidates), radix in zip(KNOBS.items(), self._radices):
+            value = getattr(config, name)
+            if value not in candidates:
+                raise ValueError(f"{name}={value!r} is not in the space (candidates: {list(candidates)})")
+            index += candidates.index(value) * scale
+            scale *= radix
+        return index
+
+    def sample(self, n: int, seed: int | None = None, valid_only: bool = True) -> list[Conv2dConfig]:
+        """``n`` distinct configs drawn uniformly (valid ones only, by default)."""
+        rng = random.Random(seed)
+        chosen: dict[int, Conv2dConfig] = {}
+        tries = 0
+        while len(chosen) < n and tries < 200 * n + 1000:
+            tries += 1
+            i = rng.randrange(len(self))
+            if i in chosen:
+                continue
+            config = self.get(i)
+            if not valid_only or self.why_invalid(config) is None:
+                chosen[i] = config
+        return list(chosen.values())
+
+    # ---- log form -----------------------------------------------------------
+    def to_entity(self, config: Conv2dConfig) -> dict:
+        """AutoTVM-like plain dict: {"index": i, "entity": [[knob, "ot", value], ...]}."""
+        return {"index": self.index(config), "entity": [[k, "ot", getattr(config, k)] for k in KNOB_NAMES]}
+
+    def from_entity(self, entity: dict) -> Conv2dConfig:
+        try:
+            values = {name: value for name, _kind, value in entity["entity"]}
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"malformed config entity: {entity!r}") from None
+        return self.from_dict(values)
+
+    def from_dict(self, values: dict) -> Conv2dConfig:
+        unknown = set(values) - set(KNOB_NAMES)
+        missing = set(KNOB_NAMES) - set(values)
+        if unknown or missing:
+            raise ValueError(f"config does not match the space: unknown {sorted(unknown)}, missing {sorted(missing)}")
+        config = Conv2dConfig(**values)
+        self.index(config)  # raises for values outside the candidate lists
+        return config
+
+    # ---- validity -----------------------------------------------------------
+    def why_invalid(self, config: Conv2dConfig) -> str | None:
+        """None for a config that builds and runs on this workload and GPU, else the reason."""
+        wl, gpu = self.workload, self.gpu
+        m, n, k = wl.gemm_shape
+        if config.threads > gpu.max_threads_per_block:
+            return f"{config.threads} threads per block exceed the GPU's {gpu.max_threads_per_block}"
+        if config.smem_bytes > gpu.max_smem_per_block:
+            return f"{config.smem_bytes} bytes of shared memory exceed the GPU's {gpu.max_smem_per_block} per block"
+        frags = config.warp_row_tiles * config.warp_col_tiles
+        if frags > MAX_ACCUMULATOR_FRAGMENTS:
+            return f"{frags} accumulator fragments per warp exceed {MAX_ACCUMULATOR_FRAGMENTS} (register spills)"
+        # Tiles far larger than the problem are pure padding: the kernel computes zeros.
+        if config.block_m > 2 * _round_up(m, 16):
+            return f"block_m={config.block_m} is more than twice the padded M={_round_up(m, 16)}"
+        if config.block_n > 2 * _round_up(n, 16):
+            return f"block_n={config.block_n} is more than twice the padded N={_round_up(n, 16)}"
+        if config.block_k > 2 * _round_up(k, 16):
+            return f"block_k={config.block_k} is more than twice the padded reduction K={_round_up(k, 16)}"
+        # Vector loads/stores: aligned in global memory and evenly shared by the block's threads.
+        copies = {
+            "vec_a": (config.vec_a, wl.in_channels, "input channels", config.block_m * config.block_k),
+            "vec_b": (config.vec_b, wl.out_channels, "output channels", config.block_k * config.block_n),
+            "vec_c": (config.vec_c, wl.out_channels, "output channels", config.block_m * config.block_n),
+        }
+        for knob, (vec, channels, what, tile) in copies.items():
+            if channels % vec:
+                return f"{knob}={vec} does not divide the {channels} {what} (misaligned vector access)"
+            if tile % (config.threads * vec):
+                return f"{knob}={vec}: the {tile}-element tile does not split evenly over {config.threads} threads"
+        for knob, offset, vec in (("offset_a", config.offset_a, config.vec_a),
+                                  ("offset_b", config.offset_b, config.vec_b),
+                                  ("offset_c", config.offset_c, config.vec_c)):
+            if offset % vec:
+                return f"{knob}={offset} is not a multiple of its vector width {vec}"
+        return None
+
+    def is_valid(self, config: Conv2dConfig) -> bool:
+        return self.why_invalid(config) is None
+
+    # ---- a config that needs no tuning -------------------------------------
+    def default_config(self) -> Conv2dConfig:
+        """A valid config chosen by a simple analytic score: little padding, a full GPU,
+        large tiles (data reuse).  Good enough to run untuned; tuning does better."""
+        m, n, _ = self.workload.gemm_shape
+        best, best_score = None, -1.0
+        for brw in (1, 2, 4):
+            for bcw in (1, 2, 4):
+                for wrt in (1, 2, 4):
+                    for wct in (1, 2, 4):
+                        for chunk in (2, 4):
+                            config = self._widest_vectors(Conv2dConfig(
+                                brw, bcw, wrt, wct, chunk, "m16n16k16", 8, 8, 4, 8, 8, 4))
+                            if config is None:
+                                continue
+                            score = self._default_score(config, m, n)
+                            if score > best_score:
+                                best, best_score = config, score
+        if best is None:  # tiny or odd shapes: take any valid config
+            best = next(c for c in self if self.is_valid(c))
+        return best
+
+    def _widest_vectors(self, config: Conv2dConfig) -> Conv2dConfig | None:
+        from dataclasses import replace
+
+        for va in (8, 4, 2, 1):
+            for vb in (8, 4, 2, 1):
+                for vc in (4, 2, 1):
+                    candidate = replace(config, vec_a=va, vec_b=vb, vec_c=vc)
+                    if self.is_valid(candidate):
+                        return candidate
+        return None
+
+    def _default_score(self, config: Conv2dConfig, m: int, n: int) -> float:
+        bm, bn = config.block_m, config.block_n
+        blocks = math.ceil(m / bm) * math.ceil(n / bn)
+        padding_use = (m * n) / (math.ceil(m / bm) * bm * math.ceil(n / bn) * bn)
+        waves = blocks / self.gpu.sm_count
+        wave_use = waves / math.ceil(waves)  # the last wave's idle SMs
+        reuse = min(1.0, (bm * bn / (bm + bn)) / 64.0)
+        warps = min(1.0, config.threads / 128)
+        chunk_pref = 1.0 if config.chunk == 2 else 0.95
+        return padding_use * wave_use * reuse * warps * chunk_pref
+
+
+def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:
+    """The knob space of ``build_conv2d`` for one workload (on ``gpu``, default: local or sm_90)."""
+    return ConfigSpace(workload, gpu)

@@ -1,0 +1,45 @@
+"""On the GPU: every kernel of the matrix matches an fp32 reference; output poisoned first."""
+
+import numpy as np
+import pytest
+
+from tc_autotune import build_conv2d, workloads
+from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_error
+
+from matrix import WORKLOADS, cases
+
+pytestmark = pytest.mark.gpu
+
+CASES = cases(configs_per_shape=3, seed=5)
+DTYPE_VARIANTS = [("float16", "float16"), ("float32", "float32"), ("float32", "float16")]
+
+
+def check(workload, config, seed=0):
+    import tvm
+
+    dev = tvm.cuda(0)
+    kernel = build_conv2d(workload, config)
+    data, weight = random_inputs(workload, seed)
+    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
+    kernel(data, weight, out)
+    result = out.numpy()
+    assert np.isfinite(result).all(), "some outputs were never written (NaN poison left)"
+    err = relative_l2_error(result, conv2d_reference(workload, data, weight))
+    assert err < 1e-2, f"relative L2 error {err:.3g} for {config}"
+    return err
+
+
+@pytest.mark.parametrize("spec,config", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_matrix_matches_reference(spec, config):
+    check(workloads.get(spec), config)
+
+
+@pytest.mark.parametrize("dtypes", DTYPE_VARIANTS, ids=["-".join(d) for d in DTYPE_VARIANTS])
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_dtype_variants_match_reference(name, dtypes):
+    wl = workloads.get(WORKLOADS[name]).replace(dtype=dtypes[0], out_dtype=dtypes[1])
+    from tc_autotune import conv2d_space
+
+    space = conv2d_space(wl)
+    for config in [space.default_config(), *space.sample(2, seed=7)]:
+        check(wl, config, seed=1)
