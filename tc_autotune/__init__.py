@@ -1,17 +1,37 @@
-"""tc-autotune: AutoTVM-style tuning of Tensor Core conv2d (NHWC, fp16 in, fp32 accumulate) on TVM."""
+"""tc-autotune: AutoTVM-style tuning of Tensor Core conv2d (NHWC, fp16 in, fp32 accumulate) on TVM.
+
+The top-level names load lazily, so ``import tc_autotune.records`` (and the CLIs'
+argument checks) stay fast and do not import TVM.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
 
-from .workloads import Conv2dWorkload  # noqa: E402
-from .space import ConfigSpace, Conv2dConfig, conv2d_space  # noqa: E402
-from .kernel import Conv2dKernel, build_conv2d  # noqa: E402
-from . import workloads  # noqa: E402,F401
+_EXPORTS = {
+    "Conv2dWorkload": "workloads",
+    "ConfigSpace": "space",
+    "Conv2dConfig": "space",
+    "conv2d_space": "space",
+    "Conv2dKernel": "kernel",
+    "build_conv2d": "kernel",
+    "apply_history_best": "apply",
+    "conv2d": "apply",
+    "load_best": "records",
+    "pick_best": "records",
+    "XGBTuner": "tuner",
+    "RandomTuner": "tuner",
+    "GridTuner": "tuner",
+}
 
-__all__ = [
-    "Conv2dWorkload",
-    "ConfigSpace",
-    "Conv2dConfig",
-    "conv2d_space",
-    "Conv2dKernel",
-    "build_conv2d",
-]
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    try:  # submodules: tc_autotune.workloads.get(...) without importing it first
+        return importlib.import_module(f".{name}", __name__)
+    except ModuleNotFoundError:
+        pass
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -44,6 +45,19 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc") or (
         "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
     )
+
+
+def nvcc_version() -> str | None:
+    """The CUDA release of the nvcc that compiles kernels ("13.0"), for record provenance."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"release (\d+\.\d+)", out)
+    return match.group(1) if match else None
 
 
 def compile_cubin(source: str, arch: str, timeout: float | None = None) -> bytes:

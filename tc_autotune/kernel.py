@@ -99,12 +99,17 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
         arch = str(target.attrs.get("arch", "sm_90"))
         local = default_gpu()
         gpu = local if local.arch == arch else gpu_for_arch(arch)
-    target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
     if config is None:
         from .apply import best_or_default_config
 
         config = best_or_default_config(workload, gpu)
-    config = resolve_config(workload, config, gpu)
+    return compile_conv2d(workload, resolve_config(workload, config, gpu), gpu)
+
+
+def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
+                   nvcc_timeout: float | None = None) -> Conv2dKernel:
+    """Lower a resolved config and compile its cubin (into the disk cache)."""
+    target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
     executable = lower_conv2d(workload, config, target)
-    cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), gpu.arch)
+    cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), gpu.arch, nvcc_timeout)
     return Conv2dKernel(workload, config, target, executable, cubin)

@@ -1,0 +1,66 @@
+"""apply_history_best / build_conv2d(config=None) / the default fallback (CPU: no GPU needed)."""
+
+import warnings
+
+import pytest
+
+from tc_autotune import apply_history_best, build_conv2d, conv2d_space, records, workloads
+from tc_autotune.apply import NoTunedConfigWarning, best_config
+from tc_autotune.gpu import gpu_for_arch
+from tc_autotune.measure import MeasureErrorNo, MeasureResult
+
+WL = workloads.get("n=2,h=10,c=32,k=32,r=3,pad=1")
+GPU = gpu_for_arch("sm_90")
+
+
+def write_log(path, entries, workload=WL):
+    space = conv2d_space(workload, GPU)
+    recs = [records.Record.from_measurement("cuda -arch=sm_90", space, cfg, res) for cfg, res in entries]
+    records.append(path, recs)
+
+
+@pytest.fixture(autouse=True)
+def no_shipped_logs(monkeypatch, tmp_path):
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(tmp_path / "none"))
+
+
+def test_build_uses_best_record_of_the_log(tmp_path):
+    space = conv2d_space(WL, GPU)
+    fast, slow, broken = space.sample(3, seed=4)
+    log = tmp_path / "tune.jsonl"
+    write_log(log, [(slow, MeasureResult((2e-3, 2e-3))), (fast, MeasureResult((1e-3, 1.1e-3))),
+                    (broken, MeasureResult((), MeasureErrorNo.RUN_ERROR, "boom"))])
+    with apply_history_best(log):
+        kernel = build_conv2d(WL, target="sm_90")
+    assert kernel.config == fast
+    with apply_history_best(tmp_path):  # a directory of logs works too
+        assert build_conv2d(WL, target="sm_90").config == fast
+    assert best_config(WL, GPU) is None  # outside the block the log is not active
+
+
+def test_without_record_default_config_and_a_warning_naming_the_workload(tmp_path):
+    with pytest.warns(NoTunedConfigWarning, match=str(WL).replace("(", r"\(")):
+        kernel = build_conv2d(WL, target="sm_90")
+    assert kernel.config == conv2d_space(WL, GPU).default_config()
+
+
+def test_shipped_logs_are_consulted_after_the_given_ones(tmp_path, monkeypatch):
+    space = conv2d_space(WL, GPU)
+    shipped_cfg, given_cfg = space.sample(2, seed=8)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    write_log(shipped / "gpu.jsonl", [(shipped_cfg, MeasureResult((1e-4,)))])
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(shipped))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoTunedConfigWarning)
+        assert build_conv2d(WL, target="sm_90").config == shipped_cfg
+    given = tmp_path / "given.jsonl"
+    write_log(given, [(given_cfg, MeasureResult((5e-4,)))])  # slower, but the user's log wins
+    with apply_history_best(given):
+        assert build_conv2d(WL, target="sm_90").config == given_cfg
+
+
+def test_missing_log_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
+        with apply_history_best(tmp_path / "nowhere.jsonl"):
+            pass

@@ -1,0 +1,91 @@
+"""The tuning job without a GPU: a synthetic measurer stands in for the GPU; the log, resume,
+transfer and the deadline are real."""
+
+import math
+
+import pytest
+
+from tc_autotune import records, workloads
+from tc_autotune.autotune import tune_workload
+from tc_autotune.gpu import GpuInfo
+from tc_autotune.measure import MeasureErrorNo, MeasureResult
+
+GPU = GpuInfo(name="Synthetic GPU", arch="sm_90", sm_count=132)
+WL = workloads.get("rfc-3x3-b32")
+
+
+class SyntheticMeasurer:
+    """Times from a smooth function of the tile shape; a few configs 'crash'."""
+
+    calls: list = []
+
+    def __init__(self, space, options=None):
+        self.space = space
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def __call__(self, configs):
+        out = []
+        for c in configs:
+            SyntheticMeasurer.calls.append((self.space.workload, self.space.index(c)))
+            if c.chunk == 8 and c.wmma == "m32n8k16":
+                out.append(MeasureResult((), MeasureErrorNo.RUN_ERROR, "synthetic crash"))
+                continue
+            reuse = c.block_m * c.block_n / (c.block_m + c.block_n)
+            t = 1e-4 * (1 + 64 / reuse) * (1 + abs(math.log2(c.chunk) - 1)) * (1.2 if c.vec_a < 8 else 1)
+            out.append(MeasureResult((t, t * 1.01, t * 0.99)))
+        return out
+
+
+@pytest.fixture(autouse=True)
+def clear_calls():
+    SyntheticMeasurer.calls = []
+
+
+def tune(log, n, **kw):
+    return tune_workload(kw.pop("workload", WL), n, log, gpu=GPU, compare_cudnn=False,
+                         measurer_factory=SyntheticMeasurer, batch_size=8, seed=kw.pop("seed", 0), **kw)
+
+
+def test_every_measurement_is_a_record_and_resume_never_remeasures(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    first = tune(log, 24)
+    saved = list(records.load(log))
+    assert len(saved) == 24 == first.trials
+    assert all(r.gpu == "Synthetic GPU" and r.workload == WL for r in saved)
+    assert records.load_best(log, WL)[1] == pytest.approx(first.best_seconds)
+
+    second = tune(log, 24)
+    saved = list(records.load(log))
+    indices = [r.config["index"] for r in saved]
+    assert len(saved) == 48 and len(set(indices)) == 48  # nothing measured twice
+    assert second.best_seconds <= first.best_seconds  # the resumed history counts
+    assert records.load_best(log, WL)[1] == pytest.approx(second.best_seconds)
+
+
+def test_errors_are_logged_with_their_code(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    summary = tune(log, 48, workload=WL, seed=3)
+    errors = [r for r in records.load(log) if not r.ok]
+    assert summary.errors == len(errors)
+    assert all(r.result.error_no == MeasureErrorNo.RUN_ERROR and r.result.error_msg == "synthetic crash"
+               for r in errors)
+
+
+def test_deadline_stops_after_the_current_batch(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    summary = tune(log, 64, deadline=0.0)  # already passed: one batch, then stop
+    assert summary.trials == 8 and len(list(records.load(log))) == 8
+
+
+def test_records_of_other_workloads_are_used_not_remeasured(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    tune(log, 16, workload=workloads.get("rfc-3x3-b1"))
+    SyntheticMeasurer.calls = []
+    tune(log, 16)
+    assert {w for w, _ in SyntheticMeasurer.calls} == {WL}
+    assert len(list(records.load(log))) == 32

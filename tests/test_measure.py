@@ -1,0 +1,106 @@
+"""Measurement: builds in workers, invalid configs never built; on the GPU, checked timings and
+isolation of crashing, hanging and wrong kernels."""
+
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tc_autotune import conv2d_space, workloads
+from tc_autotune.gpu import gpu_for_arch
+from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
+
+SMALL = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1")
+
+
+def test_build_worker_exports_a_loadable_library(tmp_path):
+    config = conv2d_space(SMALL, gpu_for_arch("sm_90")).default_config()
+    path, error, seconds = _build_one(str(SMALL), config.as_dict(), "sm_90", str(tmp_path), 60)
+    assert error is None and os.path.getsize(path) > 10_000 and seconds > 0
+
+
+def test_build_worker_reports_errors_as_text(tmp_path):
+    config = conv2d_space(SMALL, gpu_for_arch("sm_90")).default_config()
+    path, error, _ = _build_one("n=2,h=14", config.as_dict(), "sm_90", str(tmp_path), 60)
+    assert path is None and "missing" in error
+
+
+def test_invalid_configs_are_recorded_not_built():
+    space = conv2d_space(workloads.get("n=1,h=8,c=3,k=16,r=1"), gpu_for_arch("sm_90"))
+    bad = replace(space.default_config(), vec_a=8)
+    with LocalMeasurer(space, MeasureOptions(build_workers=1)) as measure:
+        (result,) = measure([bad])
+    assert result.error_no == MeasureErrorNo.INVALID_CONFIG
+    assert "vec_a=8" in result.error_msg and result.seconds == float("inf")
+
+
+# ---- on the GPU ------------------------------------------------------------------
+def _export(tmp_path, prim_func, name):
+    import tvm
+
+    from tc_autotune.gpu import cuda_target
+
+    path = str(tmp_path / f"{name}.so")
+    tvm.compile(prim_func, cuda_target()).export_library(path)
+    return path
+
+
+def _bad_kernels(tmp_path):
+    """A kernel that reads far out of bounds and one that never finishes, both with the
+    template's signature (data, weight, out) for SMALL."""
+    from tvm import te
+    from tvm.script import tirx as T
+
+    data = te.placeholder(SMALL.data_shape, "float16", name="data")
+    weight = te.placeholder(SMALL.weight_shape, "float16", name="weight")
+    out = te.compute(SMALL.out_shape, lambda n, h, w, k: data[n * 1 << 26, h, w, k].astype("float32"),
+                     name="out")
+    import tvm
+
+    sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out]))
+    loops = sch.get_loops(sch.get_sblock("out"))
+    bx, tx = sch.split(sch.fuse(*loops), [None, 128])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    crash = _export(tmp_path, sch.mod, "crash")
+
+    n, h, w, c = SMALL.data_shape
+
+    @T.prim_func
+    def hang(d: T.Buffer((n, h, w, c), "float16"), wt: T.Buffer(SMALL.weight_shape, "float16"),
+             o: T.Buffer(SMALL.out_shape, "float32")):
+        for bx in T.thread_binding(1, thread="blockIdx.x"):
+            for tx in T.thread_binding(1, thread="threadIdx.x"):
+                while d[0, 0, 0, 0] == d[0, 0, 0, 0]:
+                    o[0, 0, 0, 0] = o[0, 0, 0, 0] + T.float32(1)
+
+    return crash, _export(tmp_path, tvm.IRModule({"main": hang}), "hang")
+
+
+@pytest.mark.gpu
+def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
+    space = conv2d_space(SMALL)
+    configs = space.sample(3, seed=2)
+    options = MeasureOptions(build_workers=2, run_timeout=10, repeat=3, min_repeat_ms=5)
+    with LocalMeasurer(space, options) as measure:
+        results = measure(configs)
+        assert all(r.ok for r in results), [r.error_msg for r in results]
+        for r in results:
+            assert len(r.costs) == 3 and all(0 < c < 0.1 for c in r.costs) and r.all_cost > 0
+        crash, hang = _bad_kernels(tmp_path)
+        status, msg = measure._runner.run(crash, measure._key, SMALL)
+        assert status == "error", msg
+        status, msg = measure._runner.run(hang, measure._key, SMALL)
+        assert status == "timeout", msg
+        # A kernel of another workload with the same tensor shapes computes something else.
+        shifted = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=2x2x0x0")
+        other = conv2d_space(shifted)
+        path, error, _ = _build_one(str(shifted), other.default_config().as_dict(), space.gpu.arch,
+                                    str(tmp_path), 60)
+        assert error is None
+        status, msg = measure._runner.run(path, measure._key, SMALL)
+        assert status == "wrong" and "relative L2 error" in msg
+        # ... and the tuner's next candidates still run.
+        again = measure(configs[:1])[0]
+        assert again.ok and np.isclose(again.seconds, results[0].seconds, rtol=0.5)
