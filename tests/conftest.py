@@ -13,3 +13,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+def pytest_configure(config):
+    """A fresh cubin cache per test session: codegen tests must really run nvcc."""
+    import os
+    import tempfile
+
+    os.environ["TC_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tc_autotune_test_cache_")

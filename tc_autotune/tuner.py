@@ -1,0 +1,423 @@
+"""Tuners: choose which configs to measure next, measure them, keep the best.
+
+``Tuner.tune`` owns the loop (batches, trial budget, early stopping, callbacks);
+subclasses only say which configs come next.  ``XGBTuner`` (the default) fits a
+cost model on everything measured so far -- plus records of other workloads, for
+transfer learning -- and picks the next batch by simulated annealing on the
+model's predictions.  Nothing here imports TVM: measuring is the caller's
+``measure`` callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cost_model import (FEATURE_NAMES, XGBCostModel, features_from_positions,
+                         indices_from_positions, positions_from_configs, positions_from_indices,
+                         radices, valid_mask)
+from .measure import MeasureResult
+from .space import ConfigSpace, Conv2dConfig, conv2d_space
+from .workloads import get as get_workload
+
+_log = logging.getLogger(__name__)
+_CHUNK = 1 << 16  # configs decoded and pre-filtered at once
+
+
+class Tuner:
+    """Base tuner: the measure loop, the history, the best so far.
+
+    Subclasses implement ``next_batch(n)``: up to ``n`` valid configs that are neither
+    measured nor in the history (fewer, or none, once the space is exhausted).
+    """
+
+    def __init__(self, space: ConfigSpace, seed: int | None = None):
+        self.space = space
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.history: list[tuple[Conv2dConfig, MeasureResult]] = []
+        self.best_config: Conv2dConfig | None = None
+        self.best_cost = math.inf
+        self.trials = 0
+        self.started_at: float | None = None  # time.monotonic() when tune() began
+        self._measured: set[int] = set()  # indices in the history
+        self._invalid: set[int] = set()  # passed the vectorised pre-filter, rejected by the space
+        self._trials_at_best = 0
+        self._all_valid: np.ndarray | None = None
+
+    @property
+    def workload(self):
+        return self.space.workload
+
+    @property
+    def best_flops(self) -> float:
+        """FLOP/s of the best config (0 before any successful measurement)."""
+        return self.workload.flops / self.best_cost if self.best_cost < math.inf else 0.0
+
+    def best(self) -> tuple[Conv2dConfig, float] | None:
+        return None if self.best_config is None else (self.best_config, self.best_cost)
+
+    # ---- the loop ---------------------------------------------------------------
+    def tune(self, n_trial: int, measure, batch_size: int = 16, early_stopping: int | None = None,
+             callbacks=()) -> tuple[Conv2dConfig, float] | None:
+        """Measure up to ``n_trial`` new configs; return the best (config, seconds) or None.
+
+        Stops early when the space has no unmeasured valid config left, after
+        ``early_stopping`` trials that did not improve the best, or when a callback
+        ``cb(tuner, configs, results)`` returns True (e.g. a wall-clock deadline).
+        """
+        self.trials = 0
+        self._trials_at_best = 0
+        self.started_at = time.monotonic()
+        while self.trials < n_trial:
+            n = min(batch_size, n_trial - self.trials)
+            if early_stopping is not None:
+                left = early_stopping - (self.trials - self._trials_at_best)
+                if left <= 0:
+                    _log.info("%s: early stop, no improvement in %d trials", self.workload, early_stopping)
+                    break
+                n = min(n, left)
+            configs = self._checked(self.next_batch(n)[:n])
+            if not configs:
+                _log.info("%s: no unmeasured valid config left", self.workload)
+                break
+            results = list(measure(configs))
+            if len(results) != len(configs):
+                raise ValueError(f"measure returned {len(results)} results for {len(configs)} configs")
+            self.update(configs, results)
+            stop = [callback(self, configs, results) is True for callback in callbacks]
+            if any(stop):
+                break
+        return self.best()
+
+    def _checked(self, configs: list[Conv2dConfig]) -> list[Conv2dConfig]:
+        """Safety net for the next_batch contract: drop repeats and invalid configs."""
+        out, seen = [], set()
+        for config in configs:
+            i = self.space.index(config)
+            if i in self._measured or i in seen or not self.space.is_valid(config):
+                _log.warning("%s: dropping a repeated or invalid pick (index %d)", type(self).__name__, i)
+                continue
+            seen.add(i)
+            out.append(config)
+        return out
+
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        raise NotImplementedError
+
+    def update(self, configs: list[Conv2dConfig], results: list[MeasureResult]) -> None:
+        """Take the results of measured configs into the history (counted as trials)."""
+        for config, result in zip(configs, results):
+            self.trials += 1
+            if self._record(config, result):
+                self._trials_at_best = self.trials
+
+    def _record(self, config: Conv2dConfig, result: MeasureResult) -> bool:
+        """Add to the history; True when it improves the best."""
+        self.history.append((config, result))
+        self._measured.add(self.space.index(config))
+        if result.ok and result.seconds < self.best_cost:
+            self.best_config, self.best_cost = config, result.seconds
+            return True
+        return False
+
+    # ---- earlier measurements ----------------------------------------------------
+    def load_history(self, records) -> int:
+        """Take records (``.workload``, ``.config`` entity dict, ``.result``) measured before.
+
+        Those of this workload (and GPU arch, where the record names one) join the
+        history: never re-measured, and the best counts.  Others go to
+        ``_add_transfer`` (used by model-based tuners).  Returns how many joined the history.
+        """
+        added = 0
+        for record in records:
+            try:
+                workload = get_workload(record.workload)
+                index = int(record.config["index"])
+            except (AttributeError, KeyError, TypeError, ValueError):
+                continue
+            if not 0 <= index < len(self.space):
+                continue
+            arch = getattr(record, "arch", None)
+            same_gpu = not (isinstance(arch, str) and arch.startswith("sm_") and arch != self.space.gpu.arch)
+            if workload == self.workload and same_gpu:
+                config = self.space.get(index)
+                if not _entity_matches(record.config, config):
+                    continue  # logged with another knob table: the index means another config
+                self._record(config, record.result)
+                added += 1
+            else:
+                self._add_transfer(workload, arch, index, record.result)
+        return added
+
+    def _add_transfer(self, workload, arch, index: int, result: MeasureResult) -> None:
+        """A record of another workload or GPU; plain tuners have no use for it."""
+
+    # ---- shared pickers ----------------------------------------------------------
+    def _free(self, i: int, taken: set[int]) -> bool:
+        return i not in self._measured and i not in taken and i not in self._invalid
+
+    def _confirm(self, i: int) -> Conv2dConfig | None:
+        """The config at index ``i`` if the space says it is valid (the pre-filter is only a hint)."""
+        config = self.space.get(i)
+        if self.space.is_valid(config):
+            return config
+        self._invalid.add(i)
+        return None
+
+    def _random_configs(self, n: int, taken: set[int] | None = None) -> list[Conv2dConfig]:
+        """Up to ``n`` distinct valid unmeasured configs drawn uniformly (not in ``taken``)."""
+        taken = set() if taken is None else taken
+        picks: list[Conv2dConfig] = []
+        for _ in range(8):  # rejection sampling: cheap while most of the space is unmeasured
+            need = n - len(picks)
+            if need <= 0:
+                return picks
+            draw = self.rng.integers(0, len(self.space), size=max(4 * need, 64))
+            draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
+            picks += self._take(draw, need, taken)
+        if len(picks) < n:  # nearly exhausted: draw from the remaining valid configs
+            rest = self._valid_indices()
+            rest = rest[~np.isin(rest, np.fromiter(self._measured | taken | self._invalid, np.int64))]
+            picks += self._take(self.rng.permutation(rest), n - len(picks), taken)
+        return picks
+
+    def _take(self, indices, n: int, taken: set[int]) -> list[Conv2dConfig]:
+        """The first ``n`` free, confirmed-valid configs of ``indices``; marks them taken."""
+        out = []
+        for i in map(int, indices):
+            if len(out) == n:
+                break
+            if self._free(i, taken) and (config := self._confirm(i)) is not None:
+                taken.add(i)
+                out.append(config)
+        return out
+
+    def _valid_indices(self) -> np.ndarray:
+        """Every index that passes the pre-filter (computed once; ~1 s for 2M configs)."""
+        if self._all_valid is None:
+            parts = []
+            for start in range(0, len(self.space), _CHUNK):
+                idx = np.arange(start, min(start + _CHUNK, len(self.space)), dtype=np.int64)
+                parts.append(idx[valid_mask(self.space, positions_from_indices(self.space, idx))])
+            self._all_valid = np.concatenate(parts)
+        return self._all_valid
+
+
+def _entity_matches(entity: dict, config: Conv2dConfig) -> bool:
+    try:
+        values = {name: value for name, _kind, value in entity.get("entity", ())}
+    except (TypeError, ValueError):
+        return False
+    return all(getattr(config, k) == v for k, v in values.items() if hasattr(config, k))
+
+
+class RandomTuner(Tuner):
+    """Uniformly random valid unmeasured configs: the baseline every tuner must beat."""
+
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        return self._random_configs(n)
+
+
+class GridTuner(Tuner):
+    """Valid configs in index order (exhaustive on small spaces, reproducible anywhere)."""
+
+    def __init__(self, space: ConfigSpace, seed: int | None = None):
+        super().__init__(space, seed)
+        self._cursor = 0
+
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        picks: list[Conv2dConfig] = []
+        taken: set[int] = set()
+        while len(picks) < n and self._cursor < len(self.space):
+            idx = np.arange(self._cursor, min(self._cursor + _CHUNK, len(self.space)), dtype=np.int64)
+            idx = idx[valid_mask(self.space, positions_from_indices(self.space, idx))]
+            got = self._take(idx, n - len(picks), taken)
+            picks += got
+            if len(picks) < n or not got:
+                self._cursor = min(self._cursor + _CHUNK, len(self.space))
+            else:  # stop right after the last pick; measured ones are skipped next time anyway
+                self._cursor = self.space.index(got[-1]) + 1
+        return picks
+
+
+class XGBTuner(Tuner):
+    """Model-guided tuner: XGBoost cost model + simulated annealing + some exploration.
+
+    After every batch the model is refitted on the whole history and on records
+    of other workloads (``load_history``), whose features come from their own
+    spaces.  The next batch is the top of a simulated annealing run on the
+    model's scores, plus ``explore_ratio`` of uniformly random configs so that
+    a wrong model cannot trap the search.
+    """
+
+    def __init__(self, space: ConfigSpace, seed: int | None = None, explore_ratio: float = 0.15,
+                 n_chains: int = 128, n_steps: int = 100, temperature: float = 1.0,
+                 model: XGBCostModel | None = None):
+        super().__init__(space, seed)
+        self.explore_ratio = explore_ratio
+        self.n_chains = n_chains
+        self.n_steps = n_steps
+        self.temperature = temperature
+        self.model = model or XGBCostModel(seed=0 if seed is None else seed)
+        self._history_x = np.zeros((0, len(FEATURE_NAMES)), np.float32)  # features of history[:len]
+        self._transfer = _TransferSet()
+
+    # ---- training ---------------------------------------------------------------
+    def update(self, configs, results) -> None:
+        super().update(configs, results)
+        self._refit()
+
+    def load_history(self, records) -> int:
+        added = super().load_history(records)
+        self._refit()
+        return added
+
+    def _add_transfer(self, workload, arch, index, result) -> None:
+        self._transfer.add(workload, arch, index, result)
+
+    def _refit(self) -> None:
+        done = len(self._history_x)
+        if done < len(self.history):
+            new = features_from_positions(
+                self.space, positions_from_configs(self.space, [c for c, _ in self.history[done:]]))
+            self._history_x = np.concatenate([self._history_x, new])
+        flops = self.workload.flops
+        y = np.array([flops / r.seconds if r.ok else 0.0 for _, r in self.history], dtype=np.float64)
+        tx, ty, tg = self._transfer.arrays(self.space.gpu)
+        groups = np.concatenate([np.zeros(len(y), np.int64), tg])  # 0: this workload
+        # This workload's own measurements count as much as all transfer data together.
+        own = max(1.0, len(ty) / max(len(y), 1))
+        weights = np.concatenate([np.full(len(y), own), np.ones(len(ty))])
+        self.model.fit(np.concatenate([self._history_x, tx]), np.concatenate([y, ty]), groups, weights)
+
+    # ---- choosing ---------------------------------------------------------------
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        if not self.model.fitted:
+            return self._random_configs(n)
+        n_random = min(n, int(round(n * self.explore_ratio)))
+        taken: set[int] = set()
+        picks = self._anneal(n - n_random, taken)
+        return picks + self._random_configs(n - len(picks), taken)
+
+    def _score(self, pos: np.ndarray) -> np.ndarray:
+        return self.model.predict(features_from_positions(self.space, pos))
+
+    def _anneal(self, n: int, taken: set[int]) -> list[Conv2dConfig]:
+        """Simulated annealing on predicted scores; the best ``n`` unmeasured configs it saw.
+
+        All chains step at once (one vectorised featurise + predict per step).  Every
+        visited valid point is kept and the top ``n`` unmeasured ones taken at the end,
+        which is what a top-k heap would hold, in one sort.
+        """
+        if n <= 0:
+            return []
+        space, rng = self.space, self.rng
+        rad = radices(space)
+        movable = np.flatnonzero(rad > 1)
+        pos = positions_from_indices(space, self._starts(self.n_chains))
+        chains = len(pos)
+        if chains == 0 or movable.size == 0:
+            return []
+        scores = self._score(pos)
+        scale = max(float(np.std(scores)), 1e-9) * self.temperature
+        seen_idx, seen_score = [indices_from_positions(space, pos)], [scores]
+        rows = np.arange(chains)
+        for step in range(self.n_steps):
+            temp = scale * (1.0 - step / self.n_steps)
+            knob = movable[rng.integers(0, movable.size, size=chains)]
+            shift = rng.integers(1, rad[knob])
+            cand = pos.copy()
+            cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
+            ok = valid_mask(space, cand)
+            cand_scores = np.full(chains, -np.inf)
+            cand_scores[ok] = self._score(cand[ok])
+            gain = np.minimum(cand_scores - scores, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                accept = ok & (rng.random(chains) < np.exp(gain / max(temp, 1e-12)))
+            pos[accept], scores[accept] = cand[accept], cand_scores[accept]
+            seen_idx.append(indices_from_positions(space, cand[ok]))
+            seen_score.append(cand_scores[ok])
+        idx, score = np.concatenate(seen_idx), np.concatenate(seen_score)
+        order = np.lexsort((idx, -score))  # best score first, ties by index: deterministic
+        return self._take(idx[order], n, taken)
+
+    def _starts(self, chains: int) -> np.ndarray:
+        """Chain starts: the best measured configs (half at most), then random valid points."""
+        ok = sorted((r.seconds, self.space.index(c)) for c, r in self.history if r.ok)
+        starts = np.array(list(dict.fromkeys(i for _, i in ok))[: chains // 2], dtype=np.int64)
+        for _ in range(8):
+            if len(starts) >= chains:
+                return starts[:chains]
+            draw = self.rng.integers(0, len(self.space), size=4 * chains)
+            draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
+            starts = np.concatenate([starts, draw[: chains - len(starts)]])
+        pool = self._valid_indices()  # a space with few valid configs
+        if pool.size:
+            starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
+        return starts
+
+
+@dataclass
+class _TransferSet:
+    """Records of other workloads (or GPUs), kept as indices and featurised on demand."""
+
+    rows: dict = field(default_factory=dict)  # (workload, arch) -> ([index], [throughput])
+    _cache: tuple | None = None
+
+    def add(self, workload, arch, index: int, result: MeasureResult) -> None:
+        indices, tput = self.rows.setdefault((workload, arch), ([], []))
+        indices.append(index)
+        tput.append(workload.flops / result.seconds if result.ok else 0.0)
+        self._cache = None
+
+    def arrays(self, gpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features, throughputs, group ids >= 1), one group per (workload, arch)."""
+        if self._cache is None:
+            xs, ys, gs = [], [], []
+            for group, ((workload, _arch), (indices, tput)) in enumerate(self.rows.items(), start=1):
+                space = conv2d_space(workload, gpu)
+                xs.append(features_from_positions(space, positions_from_indices(space, indices)))
+                ys.append(np.asarray(tput, dtype=np.float64))
+                gs.append(np.full(len(indices), group, dtype=np.int64))
+            if not xs:
+                xs = [np.zeros((0, len(FEATURE_NAMES)), np.float32)]
+                ys, gs = [np.zeros(0)], [np.zeros(0, np.int64)]
+            self._cache = (np.concatenate(xs), np.concatenate(ys), np.concatenate(gs))
+        return self._cache
+
+
+# ---- progress -------------------------------------------------------------------
+@dataclass
+class ProgressLogger:
+    """A ``tune`` callback logging one line per batch: throughput so far, errors, ETA."""
+
+    total: int
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger(__name__))
+    errors: int = 0
+
+    def __call__(self, tuner: Tuner, configs, results) -> None:
+        self.errors += sum(not r.ok for r in results)
+        flops = tuner.workload.flops
+        batch_best = max((flops / r.seconds for r in results if r.ok), default=0.0)
+        elapsed = time.monotonic() - (tuner.started_at or time.monotonic())
+        done = max(tuner.trials, 1)
+        eta = elapsed / done * max(self.total - tuner.trials, 0)
+        self.log.info("%s: %d/%d trials | batch best %.2f TFLOP/s | best %.2f TFLOP/s | "
+                      "%d errors | elapsed %s | ETA %s", tuner.workload, tuner.trials, self.total,
+                      batch_best / 1e12, tuner.best_flops / 1e12, self.errors,
+                      _clock(elapsed), _clock(eta))
+
+
+def progress_logger(total: int, log: logging.Logger | None = None) -> ProgressLogger:
+    return ProgressLogger(total, log or logging.getLogger(__name__))
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"

@@ -1,0 +1,35 @@
+"""End to end on the GPU: tune a small workload, then build from the log's best record."""
+
+import numpy as np
+import pytest
+
+from tc_autotune import apply_history_best, build_conv2d, records, workloads
+from tc_autotune.autotune import tune_workload
+from tc_autotune.measure import MeasureOptions
+from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_error
+
+pytestmark = pytest.mark.gpu
+
+
+def test_tune_then_build_from_the_best_record(tmp_path):
+    wl = workloads.get("n=8,h=14,c=128,k=128,r=3,pad=1")
+    log = tmp_path / "tune.jsonl"
+    summary = tune_workload(wl, 32, log, batch_size=16, seed=1, compare_cudnn=False,
+                            options=MeasureOptions(repeat=3, min_repeat_ms=5))
+    saved = list(records.load(log))
+    assert len(saved) == 32 and summary.best_config is not None
+    assert all(r.gpu == summary_gpu_name() for r in saved)
+    best_cfg, best_s = records.load_best(log, wl)
+    assert best_s == pytest.approx(summary.best_seconds)
+    with apply_history_best(log):
+        kernel = build_conv2d(wl)
+    assert kernel.config == best_cfg
+    data, weight = random_inputs(wl, seed=9)
+    err = relative_l2_error(kernel(data, weight).numpy(), conv2d_reference(wl, data, weight))
+    assert err < 1e-2
+
+
+def summary_gpu_name():
+    from tc_autotune.gpu import local_gpu
+
+    return local_gpu().name
