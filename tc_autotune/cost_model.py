@@ -84,6 +84,12 @@ def _derive(space: ConfigSpace, pos: np.ndarray) -> dict[str, np.ndarray]:
     return v
 
 
+def block_tiles(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
+    """(n, 4) rows of block M, N, K and warps: what sets a config's tiling apart."""
+    v = _derive(space, pos)
+    return np.stack([v["bm"], v["bn"], v["bk"], v["warps"]], axis=1)
+
+
 def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     """Vectorised mirror of ``ConfigSpace.why_invalid``: a fast pre-filter for search.
 
@@ -106,6 +112,42 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     return ok
 
 
+# ---- an analytic prior ------------------------------------------------------------
+def _lookup(table: dict, values: np.ndarray, default: float = 1.0) -> np.ndarray:
+    out = np.full(values.shape, default, dtype=np.float64)
+    for key, weight in table.items():
+        out[values == key] = weight
+    return out
+
+
+def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
+    """A hand-made estimate of relative throughput, before anything is measured.
+
+    Product of: padding waste, how well the grid fills the SMs (last-wave idle
+    SMs), data reuse of the block tile (saturating near 128x128, falling off for
+    huge tiles that spill or starve the grid), warps per block, and mild
+    preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
+    and padded shared-memory rows.  It picks the default config and seeds the
+    tuner's first batch; the cost model also sees it as a feature.
+    """
+    v = _derive(space, pos)
+    m, n, k = space.workload.gemm_shape
+    bm, bn, bk = (v[x].astype(np.float64) for x in ("bm", "bn", "bk"))
+    gm, gn, gk = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / bk)
+    padding = (m * n * k) / (gm * bm * gn * bn * gk * bk)
+    waves = gm * gn / space.gpu.sm_count
+    wave_use = waves / np.ceil(waves)
+    intensity = bm * bn / (bm + bn)
+    reuse = np.minimum(1.0, intensity / 48.0) * np.where(bm * bn > 256 * 128, 0.6, 1.0)
+    warps = _lookup({1: 0.5, 2: 0.8, 4: 1.0, 8: 0.9, 16: 0.7}, v["warps"])
+    vec = (_lookup({1: 0.45, 2: 0.65, 4: 0.85}, v["vec_a"]) * _lookup({1: 0.8, 2: 0.9, 4: 0.95}, v["vec_b"])
+           * _lookup({1: 0.9, 2: 0.95}, v["vec_c"]))
+    chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
+    shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
+    offsets = _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"])
+    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets
+
+
 # ---- features -------------------------------------------------------------------
 FEATURE_NAMES = (
     *(f"log2_{k}" for k in _LOG2_KNOBS),
@@ -114,7 +156,7 @@ FEATURE_NAMES = (
     "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
     "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K",
+    "log2_k_trips", "log2_M", "log2_N", "log2_K", "prior",
 )
 
 
@@ -146,6 +188,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         f(resident), blocks / (sm * resident), (m * n * k) / padded,
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
+        prior_score(space, pos),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 

@@ -62,9 +62,9 @@ class MeasureResult:
 
 
 def time_kernel(kernel, data, weight, out, number: int = 20, repeat: int = 30,
-                min_repeat_ms: float = 0, warmup: int = 3) -> list[float]:
+                min_repeat_ms: int = 0, warmup: int = 3) -> list[float]:
     """Seconds per launch of a built kernel, one entry per repeat (TVM's time_evaluator)."""
-    evaluator = kernel.time_evaluator(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    evaluator = kernel.time_evaluator(number=number, repeat=repeat, min_repeat_ms=int(min_repeat_ms))
     for _ in range(warmup):
         kernel(data, weight, out)
     return list(evaluator(data, weight, out).results)
@@ -78,7 +78,7 @@ class MeasureOptions:
     build_timeout: float = 60.0  # seconds per build
     run_timeout: float = 30.0  # seconds per candidate on the GPU (load, check, time)
     repeat: int = 5  # timed repeats, each at least min_repeat_ms long
-    min_repeat_ms: float = 20.0
+    min_repeat_ms: int = 20
     tolerance: float = 1e-2  # relative L2 error against the fp32 reference
 
 
@@ -144,7 +144,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
                 conn.send(("wrong", f"relative L2 error {err:.3g} against the fp32 reference"))
                 continue
             evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat,
-                                              min_repeat_ms=options.min_repeat_ms)
+                                              min_repeat_ms=int(options.min_repeat_ms))
             costs = list(evaluator(data, weight, out).results)
             conn.send(("ok", costs))
         except Exception as err:

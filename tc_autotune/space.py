@@ -212,47 +212,26 @@ class ConfigSpace:
 
     # ---- a config that needs no tuning -------------------------------------
     def default_config(self) -> Conv2dConfig:
-        """A valid config chosen by a simple analytic score: little padding, a full GPU,
-        large tiles (data reuse).  Good enough to run untuned; tuning does better."""
-        m, n, _ = self.workload.gemm_shape
-        best, best_score = None, -1.0
-        for brw in (1, 2, 4):
-            for bcw in (1, 2, 4):
-                for wrt in (1, 2, 4):
-                    for wct in (1, 2, 4):
-                        for chunk in (2, 4):
-                            config = self._widest_vectors(Conv2dConfig(
-                                brw, bcw, wrt, wct, chunk, "m16n16k16", 8, 8, 4, 8, 8, 4))
-                            if config is None:
-                                continue
-                            score = self._default_score(config, m, n)
-                            if score > best_score:
-                                best, best_score = config, score
-        if best is None:  # tiny or odd shapes: take any valid config
-            best = next(c for c in self if self.is_valid(c))
-        return best
+        """The valid config the analytic prior (``cost_model.prior_score``) rates highest,
+        among those with the usual shared-memory offsets: good enough to run untuned."""
+        import numpy as np
 
-    def _widest_vectors(self, config: Conv2dConfig) -> Conv2dConfig | None:
-        from dataclasses import replace
+        from .cost_model import positions_from_indices, prior_score, valid_mask
 
-        for va in (8, 4, 2, 1):
-            for vb in (8, 4, 2, 1):
-                for vc in (4, 2, 1):
-                    candidate = replace(config, vec_a=va, vec_b=vb, vec_c=vc)
-                    if self.is_valid(candidate):
-                        return candidate
-        return None
-
-    def _default_score(self, config: Conv2dConfig, m: int, n: int) -> float:
-        bm, bn = config.block_m, config.block_n
-        blocks = math.ceil(m / bm) * math.ceil(n / bn)
-        padding_use = (m * n) / (math.ceil(m / bm) * bm * math.ceil(n / bn) * bn)
-        waves = blocks / self.gpu.sm_count
-        wave_use = waves / math.ceil(waves)  # the last wave's idle SMs
-        reuse = min(1.0, (bm * bn / (bm + bn)) / 64.0)
-        warps = min(1.0, config.threads / 128)
-        chunk_pref = 1.0 if config.chunk == 2 else 0.95
-        return padding_use * wave_use * reuse * warps * chunk_pref
+        fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
+        grid = [range(len(c)) if name not in fixed else [c.index(fixed[name])]
+                for name, c in KNOBS.items()]
+        pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(KNOBS))
+        pos = pos[valid_mask(self, pos)]
+        if len(pos) == 0:  # tiny or odd shapes: any valid config
+            return next(c for c in self if self.is_valid(c))
+        scales = np.cumprod([1] + self._radices[:-1])
+        order = np.lexsort((pos @ scales, -prior_score(self, pos)))
+        for i in pos[order][:64] @ scales:
+            config = self.get(int(i))
+            if self.is_valid(config):
+                return config
+        return next(c for c in self if self.is_valid(c))
 
 
 def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:

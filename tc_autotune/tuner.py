@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost_model import (FEATURE_NAMES, XGBCostModel, features_from_positions,
+from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from_positions,
                          indices_from_positions, positions_from_configs, positions_from_indices,
-                         radices, valid_mask)
+                         prior_score, radices, valid_mask)
 from .measure import MeasureResult
 from .space import ConfigSpace, Conv2dConfig, conv2d_space
 from .workloads import get as get_workload
@@ -297,23 +297,29 @@ class XGBTuner(Tuner):
 
     # ---- choosing ---------------------------------------------------------------
     def next_batch(self, n: int) -> list[Conv2dConfig]:
-        if not self.model.fitted:
-            return self._random_configs(n)
         n_random = min(n, int(round(n * self.explore_ratio)))
         taken: set[int] = set()
-        picks = self._anneal(n - n_random, taken)
+        if self.model.fitted:
+            picks = self._anneal(n - n_random, taken)
+        else:  # nothing to learn from yet: diverse configs the analytic prior likes
+            picks = self._anneal(n - n_random, taken, score=self._prior, diverse=True)
         return picks + self._random_configs(n - len(picks), taken)
+
+    def _prior(self, pos: np.ndarray) -> np.ndarray:
+        return prior_score(self.space, pos)
 
     def _score(self, pos: np.ndarray) -> np.ndarray:
         return self.model.predict(features_from_positions(self.space, pos))
 
-    def _anneal(self, n: int, taken: set[int]) -> list[Conv2dConfig]:
+    def _anneal(self, n: int, taken: set[int], score=None, diverse: bool = False) -> list[Conv2dConfig]:
         """Simulated annealing on predicted scores; the best ``n`` unmeasured configs it saw.
 
         All chains step at once (one vectorised featurise + predict per step).  Every
         visited valid point is kept and the top ``n`` unmeasured ones taken at the end,
-        which is what a top-k heap would hold, in one sort.
+        which is what a top-k heap would hold, in one sort.  ``score`` replaces the
+        model's predictions; ``diverse`` prefers configs of distinct block tiles.
         """
+        score = score or self._score
         if n <= 0:
             return []
         space, rng = self.space, self.rng
@@ -323,7 +329,7 @@ class XGBTuner(Tuner):
         chains = len(pos)
         if chains == 0 or movable.size == 0:
             return []
-        scores = self._score(pos)
+        scores = score(pos)
         scale = max(float(np.std(scores)), 1e-9) * self.temperature
         seen_idx, seen_score = [indices_from_positions(space, pos)], [scores]
         rows = np.arange(chains)
@@ -335,16 +341,23 @@ class XGBTuner(Tuner):
             cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
             ok = valid_mask(space, cand)
             cand_scores = np.full(chains, -np.inf)
-            cand_scores[ok] = self._score(cand[ok])
+            cand_scores[ok] = score(cand[ok])
             gain = np.minimum(cand_scores - scores, 0.0)
             with np.errstate(divide="ignore", invalid="ignore"):
                 accept = ok & (rng.random(chains) < np.exp(gain / max(temp, 1e-12)))
             pos[accept], scores[accept] = cand[accept], cand_scores[accept]
             seen_idx.append(indices_from_positions(space, cand[ok]))
             seen_score.append(cand_scores[ok])
-        idx, score = np.concatenate(seen_idx), np.concatenate(seen_score)
-        order = np.lexsort((idx, -score))  # best score first, ties by index: deterministic
-        return self._take(idx[order], n, taken)
+        idx, values = np.concatenate(seen_idx), np.concatenate(seen_score)
+        order = np.lexsort((idx, -values))  # best score first, ties by index: deterministic
+        ranked = np.unique(idx[order], return_index=True)
+        ranked = idx[order][np.sort(ranked[1])]
+        if diverse:  # one config per block-tile shape first, then the rest in score order
+            first = np.unique(block_tiles(space, positions_from_indices(space, ranked)), axis=0,
+                              return_index=True)[1]
+            head = np.sort(first)
+            ranked = np.concatenate([ranked[head], np.delete(ranked, head)])
+        return self._take(ranked, n, taken)
 
     def _starts(self, chains: int) -> np.ndarray:
         """Chain starts: the best measured configs (half at most), then random valid points."""

@@ -47,25 +47,20 @@ def _export(tmp_path, prim_func, name):
 
 
 def _bad_kernels(tmp_path):
-    """A kernel that reads far out of bounds and one that never finishes, both with the
+    """A kernel that traps (as an illegal access does) and one that never finishes, both with the
     template's signature (data, weight, out) for SMALL."""
-    from tvm import te
+    import tvm
     from tvm.script import tirx as T
 
-    data = te.placeholder(SMALL.data_shape, "float16", name="data")
-    weight = te.placeholder(SMALL.weight_shape, "float16", name="weight")
-    out = te.compute(SMALL.out_shape, lambda n, h, w, k: data[n * 1 << 26, h, w, k].astype("float32"),
-                     name="out")
-    import tvm
-
-    sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out]))
-    loops = sch.get_loops(sch.get_sblock("out"))
-    bx, tx = sch.split(sch.fuse(*loops), [None, 128])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    crash = _export(tmp_path, sch.mod, "crash")
-
     n, h, w, c = SMALL.data_shape
+
+    @T.prim_func
+    def crash(d: T.Buffer((n, h, w, c), "float16"), wt: T.Buffer(SMALL.weight_shape, "float16"),
+              o: T.Buffer(SMALL.out_shape, "float32")):
+        for bx in T.thread_binding(1, thread="blockIdx.x"):
+            for tx in T.thread_binding(32, thread="threadIdx.x"):
+                T.evaluate(T.call_extern("void", "__trap"))
+                o[0, 0, 0, tx] = T.float32(1)
 
     @T.prim_func
     def hang(d: T.Buffer((n, h, w, c), "float16"), wt: T.Buffer(SMALL.weight_shape, "float16"),
@@ -75,7 +70,8 @@ def _bad_kernels(tmp_path):
                 while d[0, 0, 0, 0] == d[0, 0, 0, 0]:
                     o[0, 0, 0, 0] = o[0, 0, 0, 0] + T.float32(1)
 
-    return crash, _export(tmp_path, tvm.IRModule({"main": hang}), "hang")
+    return (_export(tmp_path, tvm.IRModule({"main": crash}), "crash"),
+            _export(tmp_path, tvm.IRModule({"main": hang}), "hang"))
 
 
 @pytest.mark.gpu
