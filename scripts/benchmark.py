@@ -17,6 +17,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workload", action="append", help="preset or spec (repeatable)")
     parser.add_argument("--log", action="append", help="tuning log(s) whose best records to time")
     parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--plot-dir", help="write PNG plots here (needs matplotlib)")
+    parser.add_argument("--curve-log", action="append", default=[],
+                        help="log(s) to draw tuning curves from (default: the --log files)")
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -25,6 +28,9 @@ def main(argv=None) -> int:
     rows = benchmark.benchmark(args.workload or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat)
     table = benchmark.markdown_table(rows)
     print(table)
+    if args.plot_dir:
+        written = benchmark.write_plots(rows, args.plot_dir, args.curve_log or args.log or [])
+        print("plots: " + (", ".join(written) if written else "skipped (matplotlib not installed)"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.as_dict() for r in rows], f, indent=1)

@@ -57,7 +57,14 @@ def active_logs() -> tuple[str, ...]:
     """The log sets consulted, in order: those of enclosing apply_history_best blocks, then
     the shipped logs (TC_AUTOTUNE_SHIPPED_LOGS overrides where those are)."""
     shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS))
-    return _active_logs.get() + ((shipped,) if shipped and Path(shipped).exists() else ())
+    if not shipped or not Path(shipped).exists():
+        return _active_logs.get()
+    from .gpu import local_gpu
+    from .nightly import gpu_log_name
+
+    gpu = local_gpu()  # this GPU's own shipped log first, then any of the same arch
+    own = Path(shipped) / gpu_log_name(gpu.name) if gpu else None
+    return _active_logs.get() + ((str(own),) if own and own.exists() else ()) + (shipped,)
 
 
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo) -> tuple[Conv2dConfig, float, str] | None:

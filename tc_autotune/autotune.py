@@ -6,6 +6,7 @@ tuner, measurer, records) are wired together here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
 import time
@@ -78,13 +79,14 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
                   batch_size: int = 16, early_stopping: int | None = None, seed: int | None = None,
                   options: MeasureOptions | None = None, transfer_logs=(), compare_cudnn: bool = True,
                   gpu: GpuInfo | None = None, deadline: float | None = None,
-                  measurer_factory=None) -> TuneSummary:
+                  measurer_factory=None, measurer=None) -> TuneSummary:
     """Tune ``workload`` for ``n_trial`` new measurements, appending each to ``log_path``.
 
     Configs already in the log for this workload and GPU are not measured again and
     seed the model; records of other workloads (the log and ``transfer_logs``) pre-train it.
     ``deadline`` (time.time()) stops the search after the batch that crosses it.
-    ``measurer_factory(space, options)`` replaces the GPU measurer (tests use a synthetic one).
+    ``measurer_factory(space, options)`` replaces the GPU measurer (tests use a synthetic one);
+    an open ``measurer`` (with ``use_space``) is reused across workloads and left open.
     """
     from .measure import LocalMeasurer
     from .tuner import progress_logger
@@ -104,7 +106,12 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     start = time.time()
     provenance = None
 
-    with (measurer_factory or LocalMeasurer)(space, options) as measurer:
+    if measurer is not None:
+        measurer.use_space(space)
+        context = contextlib.nullcontext(measurer)
+    else:
+        context = (measurer_factory or LocalMeasurer)(space, options)
+    with context as measurer:
         def measure_and_record(configs):
             nonlocal provenance
             results = measurer(configs)

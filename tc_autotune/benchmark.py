@@ -108,3 +108,60 @@ def markdown_table(rows: list[BenchRow]) -> str:
         line += f" {_ms(r.cudnn_s)} | {_tf(r, r.cudnn_s)} | {ratio} |"
         lines.append(line)
     return "\n".join(lines)
+
+
+def tuning_curve(log, workload) -> list[float]:
+    """Best-so-far TFLOP/s after each measurement of ``workload`` in ``log`` (file order)."""
+    from . import records
+
+    workload, best, curve = get(workload), 0.0, []
+    for record in records.load(log):
+        if record.workload == workload:
+            best = max(best, record.tflops)
+            curve.append(best)
+    return curve
+
+
+def write_plots(rows: list[BenchRow], out_dir, curve_logs=()) -> list[str]:
+    """PNG plots: tuned (else default) / cuDNN per workload and tuning curves from logs.
+    Returns the files written; empty (with a log line) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: plots skipped (the table is complete)")
+        return []
+    from pathlib import Path
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
+    ratios = [(r.cudnn_s / (r.tuned_s or r.default_s)) if r.cudnn_s and (r.tuned_s or r.default_s) else 0
+              for r in rows]
+    ax.bar([r.workload for r in rows], ratios, color="tab:green")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("cuDNN time / our time (1 = parity)")
+    ax.set_title("Tuned kernels against cuDNN")
+    ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(out_dir / "ratio_vs_cudnn.png", dpi=120)
+    plt.close(fig)
+    written.append(str(out_dir / "ratio_vs_cudnn.png"))
+    curves = [(name, tuning_curve(path, name)) for path in curve_logs for name in (r.workload for r in rows)]
+    curves = [(name, c) for name, c in curves if c]
+    if curves:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, curve in curves:
+            ax.plot(range(1, len(curve) + 1), curve, label=name)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best TFLOP/s so far")
+        ax.set_title("Tuning curves")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out_dir / "tuning_curves.png", dpi=120)
+        plt.close(fig)
+        written.append(str(out_dir / "tuning_curves.png"))
+    return written

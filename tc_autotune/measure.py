@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import enum
+import hashlib
 import logging
 import multiprocessing as mp
 import os
@@ -211,21 +212,25 @@ class LocalMeasurer:
     """
 
     def __init__(self, space, options: MeasureOptions | None = None):
-        from .reference import conv2d_reference, random_inputs
-
-        self.space, self.workload = space, space.workload
         self.options = options or MeasureOptions()
-        self.arch = space.gpu.arch
         self._tmp = tempfile.TemporaryDirectory(prefix="tc_autotune_measure_")
-        self._key = f"w{abs(hash(str(self.workload)))}"
-        data, weight = random_inputs(self.workload, seed=0)
-        reference = conv2d_reference(self.workload, data, weight)
-        np.savez(os.path.join(self._tmp.name, f"{self._key}.npz"), data=data, weight=weight,
-                 reference=reference)
         workers = self.options.build_workers or os.cpu_count() or 1
         self._pool_args = dict(max_workers=workers, mp_context=mp.get_context("spawn"))
         self._pool = cf.ProcessPoolExecutor(**self._pool_args)
         self._runner = _Runner(self._tmp.name, self.options)
+        self.use_space(space)
+
+    def use_space(self, space) -> None:
+        """Measure another workload with the same build pool and runner (no restart cost)."""
+        from .reference import conv2d_reference, random_inputs
+
+        self.space, self.workload, self.arch = space, space.workload, space.gpu.arch
+        self._key = hashlib.sha1(str(self.workload).encode()).hexdigest()[:16]
+        path = os.path.join(self._tmp.name, f"{self._key}.npz")
+        if not os.path.exists(path):
+            data, weight = random_inputs(self.workload, seed=0)
+            np.savez(path, data=data, weight=weight,
+                     reference=conv2d_reference(self.workload, data, weight))
 
     @property
     def device_name(self) -> str | None:

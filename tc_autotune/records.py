@@ -426,15 +426,16 @@ def best_records(records: Iterable[Record], top_k: int = 1) -> dict[tuple, list[
     return {key: sorted(group, key=lambda r: r.seconds)[:top_k] for key, group in groups.items()}
 
 
-def pick_best(in_log, out_log, top_k: int = 1) -> int:
-    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k per workload/arch.
+def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None) -> int:
+    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k per workload/arch
+    (only records measured on the GPU named ``gpu``, when given).
 
     ``out_log`` is replaced atomically (temp file, fsync, rename), so a crash
     leaves the old or the new file, never a half one.  Do not point concurrent
     ``append`` calls at ``out_log``: lines appended to the old file are lost.
     Returns the number of records written.
     """
-    best = best_records(load(in_log), top_k)
+    best = best_records((r for r in load(in_log) if gpu is None or r.gpu == gpu), top_k)
     chosen = [r for group in best.values() for r in group]
     chosen.sort(key=lambda r: (str(r.workload), r.seconds, r.arch or ""))
     _write_atomic(Path(out_log), "".join(r.to_json() + "\n" for r in chosen))

@@ -1,44 +1,17 @@
 """The tuning job without a GPU: a synthetic measurer stands in for the GPU; the log, resume,
 transfer and the deadline are real."""
 
-import math
-
 import pytest
 
 from tc_autotune import records, workloads
 from tc_autotune.autotune import tune_workload
 from tc_autotune.gpu import GpuInfo
-from tc_autotune.measure import MeasureErrorNo, MeasureResult
+from tc_autotune.measure import MeasureErrorNo
+
+from synthetic import SyntheticMeasurer
 
 GPU = GpuInfo(name="Synthetic GPU", arch="sm_90", sm_count=132)
 WL = workloads.get("rfc-3x3-b32")
-
-
-class SyntheticMeasurer:
-    """Times from a smooth function of the tile shape; a few configs 'crash'."""
-
-    calls: list = []
-
-    def __init__(self, space, options=None):
-        self.space = space
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-    def __call__(self, configs):
-        out = []
-        for c in configs:
-            SyntheticMeasurer.calls.append((self.space.workload, self.space.index(c)))
-            if c.chunk == 8 and c.wmma == "m32n8k16":
-                out.append(MeasureResult((), MeasureErrorNo.RUN_ERROR, "synthetic crash"))
-                continue
-            reuse = c.block_m * c.block_n / (c.block_m + c.block_n)
-            t = 1e-4 * (1 + 64 / reuse) * (1 + abs(math.log2(c.chunk) - 1)) * (1.2 if c.vec_a < 8 else 1)
-            out.append(MeasureResult((t, t * 1.01, t * 0.99)))
-        return out
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,163 @@
+"""Nightly jobs without a GPU: job files, the lock, the budget, --report-only, regressions."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tc_autotune import nightly, records, workloads
+from tc_autotune.gpu import GpuInfo
+
+from synthetic import SyntheticMeasurer
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "nightly.py"
+GPU = GpuInfo(name="Synthetic GPU", arch="sm_90", sm_count=132)
+
+
+def write_job(tmp_path, budget_minutes=10, names=("rfc-3x3-b1", "rfc-1x1-b1"), trials=16, suffix=".toml"):
+    path = tmp_path / f"job{suffix}"
+    if suffix == ".toml":
+        items = ", ".join(f'{{ name = "{n}" }}' for n in names)
+        path.write_text(f'log = "logs/n.jsonl"\nreport_dir = "reports"\nbest_log_dir = "best"\n'
+                        f"budget_minutes = {budget_minutes}\ntrials = {trials}\nworkloads = [{items}]\n")
+    else:
+        path.write_text(json.dumps({"log": "logs/n.jsonl", "report_dir": "reports", "best_log_dir": "best",
+                                    "budget_minutes": budget_minutes, "trials": trials,
+                                    "workloads": [{"name": n} for n in names]}))
+    return path
+
+
+def fixed_retime(seconds_by_spec):
+    def retime(workload, config):
+        return seconds_by_spec.get(str(workload), 1e-4), 5e-5
+    return retime
+
+
+def run(job, **kw):
+    kw.setdefault("retime", fixed_retime({}))
+    return nightly.run_nightly(job, gpu=GPU, measurer_factory=SyntheticMeasurer, **kw)
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_job_file_forms(tmp_path, suffix):
+    job = nightly.load_job(write_job(tmp_path, suffix=suffix))
+    assert [e.workload for e in job.entries] == [workloads.get("rfc-3x3-b1"), workloads.get("rfc-1x1-b1")]
+    assert job.budget_s == 600 and job.entries[0].trials == 16
+    assert job.log == (tmp_path / "logs" / "n.jsonl").resolve()
+
+
+def test_shipped_example_job_covers_seed_and_resnet50():
+    job = nightly.load_job(Path(__file__).resolve().parent.parent / "tuning_logs" / "nightly.toml")
+    names = {e.name: e.trials for e in job.entries}
+    for seed in ["tutorial"] + [f"rfc-{k}-b{b}" for k in ("1x1", "3x3") for b in (1, 32, 256)]:
+        assert names[seed] >= 64
+    assert sum(n.startswith("resnet50-") for n in names) == len(workloads.RESNET50_LAYERS)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("workloads = [", "not valid TOML"),
+    ('workloads = [{ name = "nope" }]', "unknown workload preset 'nope'"),
+    ('workloads = []', "non-empty list"),
+    ('budget_minutes = -1\nworkloads = ["tutorial"]', "budget_minutes must be a positive number"),
+    ('workloads = [{ name = "tutorial", trials = 0 }]', "trials of 'tutorial'"),
+    ('colour = 1\nworkloads = ["tutorial"]', "unknown key(s) colour"),
+])
+def test_bad_job_files_exit_2_with_one_line(tmp_path, text, needle):
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    with pytest.raises(nightly.JobError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        nightly.load_job(path)
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_run_is_refused_with_code_5(tmp_path):
+    job = nightly.load_job(write_job(tmp_path))
+    with nightly.job_lock(job):
+        with pytest.raises(nightly.LockedError):
+            with nightly.job_lock(job):
+                pass
+        proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 5 and "another nightly run holds" in proc.stderr
+    with nightly.job_lock(job):  # released: the next run gets it
+        pass
+
+
+def test_run_tunes_compacts_and_reports(tmp_path):
+    job = nightly.load_job(write_job(tmp_path))
+    report = run(job)
+    assert [r.trials_run for r in report.rows] == [16, 16] and not report.failed
+    saved = list(records.load(job.log))
+    assert len(saved) == 32
+    best_log = job.best_log_dir / "synthetic-gpu.jsonl"
+    best = list(records.load(best_log))
+    assert len(best) == 2 and {r.workload for r in best} == {e.workload for e in job.entries}
+    for entry in job.entries:
+        assert records.load_best(best_log, entry.workload)[1] == records.load_best(job.log, entry.workload)[1]
+    reports = sorted(job.report_dir.glob("report-*.json"))
+    data = json.loads(reports[-1].read_text())
+    assert [row["cudnn_ratio"] for row in data["rows"]] == [0.5, 0.5]
+    assert "| rfc-3x3-b1 | 16 | 16 |" in reports[-1].with_suffix(".md").read_text()
+
+
+def test_budget_stops_cleanly_after_the_current_batch(tmp_path):
+    job = nightly.load_job(write_job(tmp_path, trials=64))
+    clock = iter(range(0, 10_000, 400))  # each look at the clock: 400 s later; budget 600 s
+    report = run(job, now=lambda: float(next(clock)))
+    assert report.rows[0].trials_run < 64 and report.rows[1].status == "not reached"
+    lines = job.log.read_text().splitlines()
+    assert len(lines) == report.rows[0].trials_run
+    assert all(records.Record.from_json(line) for line in lines)  # every record whole
+
+
+def test_report_only_needs_no_gpu_and_shows_the_change(tmp_path):
+    job = nightly.load_job(write_job(tmp_path))
+    run(job, retime=fixed_retime({str(workloads.get("rfc-3x3-b1")): 2e-4}))
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    best = records.load_best(job.log, "rfc-3x3-b1")[1]
+    assert f"{best * 1e3:.4f}" in proc.stdout and "report-only" in proc.stdout
+    change = best / 2e-4 - 1
+    assert f"{change:+.1%}" in proc.stdout
+
+
+def test_regression_after_remeasuring_exits_6(tmp_path):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    spec = str(workloads.get("rfc-3x3-b1"))
+    assert not run(job, retime=fixed_retime({spec: 1.0e-4})).failed
+    assert not run(job, retime=fixed_retime({spec: 1.04e-4})).failed  # within the 5% noise
+    calls = []
+
+    def slower_once(workload, config):  # slow, but the confirmation run is fine: noise
+        calls.append(1)
+        return (1.5e-4 if len(calls) == 1 else 1.0e-4), None
+
+    assert not run(job, retime=slower_once).failed and len(calls) == 2
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}))
+    assert [r.status for r in report.failed] == ["regression"]
+
+
+def test_no_valid_record_is_a_failure(tmp_path, monkeypatch):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+
+    class AllCrash(SyntheticMeasurer):
+        def __call__(self, configs):
+            from tc_autotune.measure import MeasureErrorNo, MeasureResult
+            return [MeasureResult((), MeasureErrorNo.RUN_ERROR, "crash") for _ in configs]
+
+    report = nightly.run_nightly(job, gpu=GPU, measurer_factory=AllCrash, retime=fixed_retime({}))
+    assert [r.status for r in report.failed] == ["no valid record"]
+
+
+def test_cli_exit_6_when_a_workload_has_no_valid_record(tmp_path):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1", "rfc-1x1-b1")))
+    run(job)
+    lines = job.log.read_text().splitlines()
+    job.log.write_text("\n".join(l for l in lines if '"n=1,h=14,w=14,c=1024' not in l) + "\n")
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 6 and "rfc-1x1-b1 (no valid record)" in proc.stderr
