@@ -15,6 +15,7 @@ DEFAULT_WORKLOADS = ["tutorial", "rfc-3x3-b1", "rfc-3x3-b32", "rfc-3x3-b256", "r
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", action="append", help="preset or spec (repeatable)")
+    parser.add_argument("--job", help="take the workloads of a nightly job file")
     parser.add_argument("--log", action="append", help="tuning log(s) whose best records to time")
     parser.add_argument("--json", help="also write the rows as JSON here")
     parser.add_argument("--plot-dir", help="write PNG plots here (needs matplotlib)")
@@ -23,9 +24,17 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from tc_autotune import benchmark
+    from tc_autotune import benchmark, nightly
 
-    rows = benchmark.benchmark(args.workload or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat)
+    names = list(args.workload or [])
+    if args.job:
+        try:
+            entries = nightly.load_job(args.job).entries
+        except nightly.JobError as err:
+            parser.exit(2, f"benchmark.py: {err}\n")
+        seen = set()
+        names += [e.name for e in entries if not (e.workload in seen or seen.add(e.workload))]
+    rows = benchmark.benchmark(names or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat)
     table = benchmark.markdown_table(rows)
     print(table)
     if args.plot_dir:
