@@ -153,13 +153,14 @@ def write_plots(rows: list[BenchRow], out_dir, curve_logs=()) -> list[str]:
     curves = [(name, tuning_curve(path, name)) for path in curve_logs for name in (r.workload for r in rows)]
     curves = [(name, c) for name, c in curves if c]
     if curves:
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, ax = plt.subplots(figsize=(11, 5))
         for name, curve in curves:
             ax.plot(range(1, len(curve) + 1), curve, label=name)
         ax.set_xlabel("trials")
         ax.set_ylabel("best TFLOP/s so far")
+        ax.set_yscale("log")
         ax.set_title("Tuning curves")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + len(curves) // 16)
         fig.tight_layout()
         fig.savefig(out_dir / "tuning_curves.png", dpi=120)
         plt.close(fig)

@@ -99,11 +99,11 @@ def _round_up(x: int, m: int) -> int:
 class ConfigSpace:
     """All configs of the template for one workload on one GPU."""
 
-    def __init__(self, workload: Conv2dWorkload, gpu: GpuInfo | None = None):
+    def __init__(self, workload: Conv2dWorkload, gpu: GpuInfo | None = None, knobs: dict | None = None):
         self.workload = workload
         self.gpu = gpu or default_gpu()
-        self.knobs = KNOBS
-        self._radices = [len(c) for c in KNOBS.values()]
+        self.knobs = knobs or KNOBS  # a narrower table (same knob names) pins knobs
+        self._radices = [len(c) for c in self.knobs.values()]
 
     def __len__(self) -> int:
         return math.prod(self._radices)
@@ -119,14 +119,14 @@ class ConfigSpace:
         if not 0 <= index < len(self):
             raise ValueError(f"config index {index} is outside the space (0..{len(self) - 1})")
         values = {}
-        for (name, candidates), radix in zip(KNOBS.items(), self._radices):
+        for (name, candidates), radix in zip(self.knobs.items(), self._radices):
             index, pos = divmod(index, radix)
             values[name] = candidates[pos]
         return Conv2dConfig(**values)
 
     def index(self, config: Conv2dConfig) -> int:
         index, scale = 0, 1
-        for (name, candidates), radix in zip(KNOBS.items(), self._radices):
+        for (name, candidates), radix in zip(self.knobs.items(), self._radices):
             value = getattr(config, name)
             if value not in candidates:
                 raise ValueError(f"{name}={value!r} is not in the space (candidates: {list(candidates)})")
@@ -219,9 +219,9 @@ class ConfigSpace:
         from .cost_model import positions_from_indices, prior_score, valid_mask
 
         fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
-        grid = [range(len(c)) if name not in fixed else [c.index(fixed[name])]
-                for name, c in KNOBS.items()]
-        pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(KNOBS))
+        grid = [[c.index(fixed[name])] if fixed.get(name) in c else range(len(c))
+                for name, c in self.knobs.items()]
+        pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(self.knobs))
         pos = pos[valid_mask(self, pos)]
         if len(pos) == 0:  # tiny or odd shapes: any valid config
             return next(c for c in self if self.is_valid(c))

@@ -301,8 +301,9 @@ class XGBTuner(Tuner):
         taken: set[int] = set()
         if self.model.fitted:
             picks = self._anneal(n - n_random, taken)
-        else:  # nothing to learn from yet: diverse configs the analytic prior likes
-            picks = self._anneal(n - n_random, taken, score=self._prior, diverse=True)
+        else:  # nothing to learn from yet: the default config, then diverse ones the prior likes
+            picks = self._take([self.space.index(self.space.default_config())], 1, taken)
+            picks += self._anneal(n - n_random - len(picks), taken, score=self._prior, diverse=True)
         return picks + self._random_configs(n - len(picks), taken)
 
     def _prior(self, pos: np.ndarray) -> np.ndarray:
