@@ -94,13 +94,22 @@ def _cached_kernel(workload: Conv2dWorkload, logs: tuple[str, ...]):
     return build_conv2d(workload)
 
 
+def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32") -> Conv2dWorkload:
+    """The workload of NHWC ``data`` and HWIO ``weight`` (numpy or TVM tensors)."""
+    if len(data.shape) != 4 or len(weight.shape) != 4:
+        raise ValueError(f"expected 4-D NHWC data and HWIO weight, got {list(data.shape)} and {list(weight.shape)}")
+    n, h, w, c = (int(x) for x in data.shape)
+    r, s, c_w, k = (int(x) for x in weight.shape)
+    if c_w != c:
+        raise ValueError(f"weight has {c_w} input channels, data has {c}")
+    if str(weight.dtype) != str(data.dtype):
+        raise ValueError(f"data is {data.dtype} but weight is {weight.dtype}")
+    return Conv2dWorkload(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
+                          dtype=str(data.dtype), out_dtype=out_dtype)
+
+
 def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32"):
     """NHWC conv2d on Tensor Cores: the workload comes from the arrays, the kernel from the
     best record (built once per workload and log set), the result is a TVM tensor."""
-    n, h, w, c = data.shape
-    r, s, c_w, k = weight.shape
-    if c_w != c:
-        raise ValueError(f"weight has {c_w} input channels, data has {c}")
-    workload = Conv2dWorkload(int(n), int(h), int(w), int(c), int(k), int(r), int(s), stride=stride,
-                              padding=padding, dilation=dilation, dtype=str(data.dtype), out_dtype=out_dtype)
+    workload = workload_of(data, weight, stride, padding, dilation, out_dtype)
     return _cached_kernel(workload, active_logs())(data, weight)

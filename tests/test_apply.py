@@ -64,3 +64,27 @@ def test_missing_log_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
         with apply_history_best(tmp_path / "nowhere.jsonl"):
             pass
+
+
+def test_conv2d_derives_the_workload_from_the_arrays():
+    import numpy as np
+
+    from tc_autotune.apply import workload_of
+
+    data = np.zeros((2, 10, 12, 32), "float16")
+    weight = np.zeros((3, 5, 32, 48), "float16")
+    wl = workload_of(data, weight, stride=(1, 2), padding=(1, 2), dilation=1, out_dtype="float16")
+    assert wl == workloads.get("n=2,h=10,w=12,c=32,k=48,r=3,s=5,stride=1x2,pad=1x2,out_dtype=float16")
+    with pytest.raises(ValueError, match="weight has 16 input channels, data has 32"):
+        workload_of(data, np.zeros((3, 3, 16, 8), "float16"))
+    with pytest.raises(ValueError, match="data is float16 but weight is float32"):
+        workload_of(data, np.zeros((3, 3, 32, 8), "float32"))
+
+
+def test_conv2d_builds_once_per_workload_and_log_set(tmp_path):
+    from tc_autotune.apply import _cached_kernel
+
+    _cached_kernel.cache_clear()
+    with pytest.warns(NoTunedConfigWarning):
+        first = _cached_kernel(WL, ())
+    assert _cached_kernel(WL, ()) is first and _cached_kernel.cache_info().hits == 1

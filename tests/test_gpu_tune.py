@@ -33,3 +33,13 @@ def summary_gpu_name():
     from tc_autotune.gpu import local_gpu
 
     return local_gpu().name
+
+
+def test_conv2d_entry_point_matches_reference():
+    import tc_autotune as tc
+
+    wl = workloads.get("n=2,h=9,w=11,c=24,k=40,r=3,s=3,stride=2,pad=1")
+    data, weight = random_inputs(wl, seed=3)
+    out = tc.conv2d(data, weight, stride=2, padding=1).numpy()
+    assert out.shape == wl.out_shape
+    assert relative_l2_error(out, conv2d_reference(wl, data, weight)) < 1e-2
