@@ -21,24 +21,23 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_ARGS, f"{self.prog}: error: {message}\n")
 
 
-def positive(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+def positive_number(kind, what):
+    """An argparse type: ``kind`` (int or float) parsed from the text, and > 0."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return value
+
+    return parse
 
 
-def seconds(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+positive = positive_number(int, "an integer")
+seconds = positive_number(float, "a number of seconds")
 
 
 def parse_args(argv):
