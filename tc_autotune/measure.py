@@ -267,18 +267,25 @@ class LocalMeasurer:
                 results[i] = MeasureResult((), MeasureErrorNo.INVALID_CONFIG, reason)
             else:
                 futures[self._submit(config)] = (i, time.time())
+        # Builds share one deadline; time spent running finished builds does not count.
         deadline = time.time() + self.options.build_timeout + 5 * len(futures) / self._pool_args["max_workers"]
-        try:
-            for future in cf.as_completed(futures, timeout=max(1.0, deadline - time.time())):
-                i, submitted = futures[future]
-                results[i] = self._run_built(future, submitted)
-        except cf.TimeoutError:
-            for future, (i, submitted) in futures.items():
-                if results[i] is None:
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=max(0.0, deadline - time.time()),
+                                    return_when=cf.FIRST_COMPLETED)
+            if not done:
+                for future in pending:
+                    i, submitted = futures[future]
                     results[i] = MeasureResult((), MeasureErrorNo.BUILD_TIMEOUT,
                                                f"build took over {self.options.build_timeout:.0f} s",
                                                time.time() - submitted)
-            self._restart_pool()
+                self._restart_pool()
+                break
+            for future in done:
+                i, submitted = futures[future]
+                run_start = time.time()
+                results[i] = self._run_built(future, submitted)
+                deadline += time.time() - run_start
         return results
 
     def _run_built(self, future, submitted: float) -> MeasureResult:

@@ -100,3 +100,24 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         # ... and the tuner's next candidates still run.
         again = measure(configs[:1])[0]
         assert again.ok and np.isclose(again.seconds, results[0].seconds, rtol=0.5)
+
+
+def test_slow_runs_do_not_count_against_the_build_timeout(monkeypatch):
+    """Runs happen while later builds finish; a slow GPU must not turn builds into timeouts."""
+    import time
+
+    space = conv2d_space(SMALL, gpu_for_arch("sm_90"))
+    configs = space.sample(3, seed=21)
+    # Build deadline: 5 s + 5 s per build per worker = 20 s; the first run alone takes 22 s.
+    with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=5)) as measure:
+        runs = []
+
+        def slow_first_run(so_path, key, workload):
+            runs.append(so_path)
+            time.sleep(22 if len(runs) == 1 else 0)
+            return "ok", [1e-3, 1e-3]
+
+        monkeypatch.setattr(measure._runner, "run", slow_first_run)
+        results = measure(configs)
+    assert [r.error_no for r in results] == [MeasureErrorNo.NO_ERROR] * 3, [r.error_msg for r in results]
+    assert all(r.costs == (1e-3, 1e-3) for r in results) and len(runs) == 3
