@@ -13,6 +13,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
+from tc_autotune.autotune import TUNERS  # noqa: E402  (no TVM import: fast argument errors)
+
 EXIT_OK, EXIT_BAD_ARGS, EXIT_NO_GPU, EXIT_NOTHING_VALID = 0, 2, 3, 4
 
 
@@ -46,7 +48,7 @@ def parse_args(argv):
                    help="preset name (tutorial, rfc-3x3-b32, resnet50-conv1-b1, ...) or spec "
                         "'n=1,h=56,c=64,k=64,r=3,pad=1' (repeatable)")
     p.add_argument("--trials", type=positive, default=128, help="new measurements per workload (128)")
-    p.add_argument("--tuner", choices=["xgb", "random", "grid"], default="xgb")
+    p.add_argument("--tuner", choices=TUNERS, default="xgb")
     p.add_argument("--log", default="tuning.jsonl", help="JSONL log to append to and resume from")
     p.add_argument("--transfer-log", action="append", default=[],
                    help="other logs whose records pre-train the cost model")

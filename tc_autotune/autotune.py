@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from . import records
 from .cuda import nvcc_version
@@ -43,11 +41,6 @@ class TuneSummary:
     final_seconds: float | None = None  # best config re-timed beside cuDNN
     cudnn_seconds: float | None = None
     error_counts: dict = field(default_factory=dict)
-
-    @property
-    def best_tflops(self) -> float | None:
-        seconds = self.final_seconds or self.best_seconds
-        return self.workload.flops / seconds / 1e12 if seconds else None
 
     @property
     def cudnn_ratio(self) -> float | None:
@@ -154,29 +147,19 @@ def _stop_at(deadline: float):
 
 def compare_with_cudnn(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50):
     """(tuned seconds, cuDNN seconds or None), both medians timed here, both checked first."""
-    import numpy as np
-    import tvm
-
     from . import baseline
+    from .benchmark import checked_kernel_time
     from .kernel import build_conv2d
-    from .measure import time_kernel
-    from .reference import conv2d_reference, random_inputs, relative_l2_error
+    from .reference import conv2d_reference, random_inputs
 
-    dev = tvm.cuda(0)
     data, weight = random_inputs(workload, seed=1)
     reference = conv2d_reference(workload, data, weight)
-    kernel = build_conv2d(workload, config)
-    d, w = tvm.runtime.tensor(data, device=dev), tvm.runtime.tensor(weight, device=dev)
-    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
-    kernel(d, w, out)
-    err = relative_l2_error(out.numpy(), reference)
-    if not err < 1e-2:
+    tuned, err = checked_kernel_time(build_conv2d(workload, config), workload, data, weight, reference,
+                                     repeat=repeat)
+    if tuned is None:
         log.error("%s: best config %s gives a wrong result (error %.3g) on fresh inputs", workload, config, err)
         return None, None
-    tuned = statistics.median(time_kernel(kernel, d, w, out, repeat=repeat))
     cudnn = None
     if baseline.available():
-        _, cudnn_out = baseline.cudnn_conv2d(workload, data, weight)
-        if relative_l2_error(cudnn_out, reference) < 1e-2:
-            cudnn = statistics.median(baseline.time_cudnn(workload, data, weight, repeat=repeat))
+        cudnn, _ = baseline.checked_cudnn_time(workload, data, weight, reference, repeat=repeat)
     return tuned, cudnn

@@ -48,9 +48,20 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray)
     return run, out.permute(0, 2, 3, 1).float().cpu().numpy()
 
 
-def time_cudnn(workload: Conv2dWorkload, data, weight, number: int = 20, repeat: int = 30,
-               warmup: int = 10) -> list[float]:
-    """Seconds per launch, one entry per repeat (each the mean of ``number`` launches).
+def checked_cudnn_time(workload: Conv2dWorkload, data, weight, reference, number: int = 20,
+                       repeat: int = 30) -> tuple[float | None, float]:
+    """(median seconds or None, relative error): cuDNN is timed only when its result is right."""
+    from .reference import relative_l2_error
+
+    run, out = cudnn_conv2d(workload, data, weight)
+    err = relative_l2_error(out, reference)
+    if not err < 1e-2:
+        return None, err
+    return median(time_launches(run, number, repeat)), err
+
+
+def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10) -> list[float]:
+    """Seconds per ``run()``, one entry per repeat (each the mean of ``number`` launches).
 
     The launches are captured in a CUDA graph and replayed, so small convolutions are
     timed on the GPU rather than on PyTorch's per-call host overhead (~15-20 us), which
@@ -59,7 +70,6 @@ def time_cudnn(workload: Conv2dWorkload, data, weight, number: int = 20, repeat:
     """
     import torch
 
-    run, _ = cudnn_conv2d(workload, data, weight)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up (and cuDNN's algorithm search) off the capture

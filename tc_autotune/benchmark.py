@@ -42,7 +42,10 @@ class BenchRow:
         return asdict(self)
 
 
-def _checked_time(kernel, workload, data, weight, reference, number, repeat):
+def checked_kernel_time(kernel, workload, data, weight, reference, number: int = 20,
+                        repeat: int = 50) -> tuple[float | None, float]:
+    """(median seconds or None, relative error): run once on NaN-poisoned output, check
+    against ``reference``, and time only a kernel whose result is right."""
     import tvm
 
     dev = tvm.cuda(0)
@@ -69,16 +72,15 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50) -> list[Benc
         reference = conv2d_reference(wl, data, weight)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
         default = build_conv2d(wl, conv2d_space(wl).default_config())
-        row.default_s, row.default_err = _checked_time(default, wl, data, weight, reference, number, repeat)
+        row.default_s, row.default_err = checked_kernel_time(default, wl, data, weight, reference, number, repeat)
         if logs:
             with apply_history_best(logs):
                 tuned = build_conv2d(wl)
             row.tuned_config = tuned.config.as_dict()
-            row.tuned_s, row.tuned_err = _checked_time(tuned, wl, data, weight, reference, number, repeat)
+            row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, data, weight, reference, number, repeat)
         if baseline.available():
-            _, cudnn_out = baseline.cudnn_conv2d(wl, data, weight)
-            row.cudnn_err = relative_l2_error(cudnn_out, reference)
-            row.cudnn_s = baseline.median(baseline.time_cudnn(wl, data, weight, number=number, repeat=repeat))
+            row.cudnn_s, row.cudnn_err = baseline.checked_cudnn_time(wl, data, weight, reference,
+                                                                     number, repeat)
         log.info("%s: %s", name, row)
         rows.append(row)
     return rows

@@ -247,7 +247,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     ``retime(workload, config) -> (seconds, cudnn_seconds)`` re-measures a best config
     (default: ``autotune.compare_with_cudnn``); tests pass synthetic ones.
     """
-    from .autotune import tune_workload
+    from .autotune import compare_with_cudnn, tune_workload
     from .measure import LocalMeasurer
 
     start = now()
@@ -257,26 +257,25 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
                     elapsed_s=0.0, budget_s=job.budget_s, mode="report-only" if report_only else "tune")
     rows = {}
     measurer = None
-    stack = contextlib.ExitStack()
-    for entry in job.entries:
-        row = ReportRow(entry.name, str(entry.workload), entry.workload.flops,
-                        previous_s=previous.get(str(entry.workload)))
-        rows[entry.name] = row
-        if report_only:
-            continue
-        if now() >= deadline:
-            row.status = "not reached"
-            continue
-        if measurer is None:  # one build pool and GPU runner for the whole job
-            from .space import conv2d_space
+    with contextlib.ExitStack() as stack:  # one build pool and GPU runner for the whole job
+        for entry in job.entries:
+            row = ReportRow(entry.name, str(entry.workload), entry.workload.flops,
+                            previous_s=previous.get(str(entry.workload)))
+            rows[entry.name] = row
+            if report_only:
+                continue
+            if now() >= deadline:
+                row.status = "not reached"
+                continue
+            if measurer is None:
+                from .space import conv2d_space
 
-            measurer = stack.enter_context((measurer_factory or LocalMeasurer)(
-                conv2d_space(entry.workload, gpu), None))
-        summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
-                                early_stopping=None, seed=0, gpu=gpu, deadline=deadline,
-                                compare_cudnn=False, measurer=measurer)
-        row.trials_run = summary.trials
-    stack.close()
+                measurer = stack.enter_context((measurer_factory or LocalMeasurer)(
+                    conv2d_space(entry.workload, gpu), None))
+            summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
+                                    early_stopping=None, seed=0, gpu=gpu, deadline=deadline,
+                                    compare_cudnn=False, measurer=measurer)
+            row.trials_run = summary.trials
 
     if not report_only and gpu is not None:
         job.best_log_dir.mkdir(parents=True, exist_ok=True)
@@ -289,17 +288,15 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
         mine = [r for r in all_records if r.workload == entry.workload
                 and (gpu is None or r.gpu == gpu.name)]
         row.records = len(mine)
-        ok = [r for r in mine if r.ok]
-        if not ok:
+        best = records.load_best(mine, entry.workload)
+        if best is None:
             if row.status != "not reached":
                 row.status = "no valid record"
             continue
-        best = min(ok, key=lambda r: r.seconds)
-        row.best_s = best.seconds
+        config, row.best_s = best
         if report_only or row.status == "not reached":
             continue
-        retime_fn = retime or _retime
-        config = _config_of(best)
+        retime_fn = retime or compare_with_cudnn
         row.retimed_s, row.cudnn_s = retime_fn(entry.workload, config)
         if _regressed(row, job):  # confirm with a second measurement before crying wolf
             row.retimed_s = min(row.retimed_s, retime_fn(entry.workload, config)[0] or float("inf"))
@@ -315,16 +312,3 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
 def _regressed(row: ReportRow, job: Job) -> bool:
     return bool(row.retimed_s and row.previous_s
                 and row.retimed_s > row.previous_s * (1 + job.regression_threshold))
-
-
-def _config_of(record):
-    from .gpu import gpu_for_arch
-    from .space import conv2d_space
-
-    return conv2d_space(record.workload, gpu_for_arch(record.arch or "sm_90")).from_entity(record.config)
-
-
-def _retime(workload, config):
-    from .autotune import compare_with_cudnn
-
-    return compare_with_cudnn(workload, config)

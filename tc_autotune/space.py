@@ -216,7 +216,7 @@ class ConfigSpace:
         among those with the usual shared-memory offsets: good enough to run untuned."""
         import numpy as np
 
-        from .cost_model import positions_from_indices, prior_score, valid_mask
+        from .cost_model import prior_score, valid_mask
 
         fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
         grid = [[c.index(fixed[name])] if fixed.get(name) in c else range(len(c))

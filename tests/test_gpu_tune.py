@@ -1,6 +1,5 @@
 """End to end on the GPU: tune a small workload, then build from the log's best record."""
 
-import numpy as np
 import pytest
 
 from tc_autotune import apply_history_best, build_conv2d, records, workloads
