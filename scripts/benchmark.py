@@ -12,6 +12,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 DEFAULT_WORKLOADS = ["tutorial", "rfc-3x3-b1", "rfc-3x3-b32", "rfc-3x3-b256", "rfc-1x1-b32", "rfc-1x1-b256"]
 
 
+def _parse_sweep(items) -> dict:
+    from tc_autotune.space import KNOBS
+
+    knobs = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or name not in KNOBS or not values:
+            raise ValueError(f"--sweep {item!r}: expected KNOB=V1,V2 with KNOB one of {', '.join(KNOBS)}")
+        parsed = [int(v) if v.strip().isdigit() else v.strip() for v in values.split(",")]
+        outside = [v for v in parsed if v not in KNOBS[name]]
+        if outside:
+            raise ValueError(f"--sweep {name}: {outside} not among its values {list(KNOBS[name])}")
+        knobs[name] = parsed
+    return knobs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", action="append", help="preset or spec (repeatable)")
@@ -21,8 +37,14 @@ def main(argv=None) -> int:
     parser.add_argument("--plot-dir", help="write PNG plots here (needs matplotlib)")
     parser.add_argument("--curve-log", action="append", default=[],
                         help="log(s) to draw tuning curves from (default: the --log files)")
+    parser.add_argument("--sweep", action="append", metavar="KNOB=V1,V2,...",
+                        help="ablation: vary knobs of each workload's best (else default) config")
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args(argv)
+    try:
+        knobs = _parse_sweep(args.sweep or [])
+    except ValueError as err:
+        parser.exit(2, f"benchmark.py: {err}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from tc_autotune import benchmark, nightly
 
@@ -34,6 +56,13 @@ def main(argv=None) -> int:
             parser.exit(2, f"benchmark.py: {err}\n")
         seen = set()
         names += [e.name for e in entries if not (e.workload in seen or seen.add(e.workload))]
+    if knobs:
+        rows = benchmark.sweep(names or DEFAULT_WORKLOADS, knobs, logs=args.log, repeat=args.repeat)
+        print(benchmark.sweep_table(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump([r.as_dict() for r in rows], f, indent=1)
+        return 0
     rows = benchmark.benchmark(names or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat)
     table = benchmark.markdown_table(rows)
     print(table)

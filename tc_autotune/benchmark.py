@@ -86,6 +86,76 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50) -> list[Benc
     return rows
 
 
+@dataclass
+class SweepRow:
+    """One variant of a workload's base config (best logged, else default) with some knobs changed."""
+
+    workload: str
+    flops: int
+    changes: dict
+    config: dict
+    seconds: float | None = None
+    err: float | None = None
+    cudnn_s: float | None = None
+    invalid: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: int = 50) -> list[SweepRow]:
+    """Ablation: each workload's base config with every combination of ``knobs`` values,
+    each checked and timed, with cuDNN from the same process beside them.  Kernels are
+    compiled in parallel (nvcc runs as subprocesses) before any is timed."""
+    import itertools
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from .apply import apply_history_best, best_or_default_config
+    from .gpu import default_gpu
+    from .kernel import compile_conv2d
+
+    gpu = default_gpu()
+    rows = []
+    for name in names:
+        wl = get(name)
+        space = conv2d_space(wl, gpu)
+        with apply_history_best(logs or []):
+            base = best_or_default_config(wl, gpu)
+        data, weight = random_inputs(wl, seed=0)
+        reference = conv2d_reference(wl, data, weight)
+        cudnn_s = None
+        if baseline.available():
+            cudnn_s, _ = baseline.checked_cudnn_time(wl, data, weight, reference, number, repeat)
+        variants = []
+        for combo in itertools.product(*knobs.values()):
+            changes = dict(zip(knobs, combo))
+            config = replace(base, **changes)
+            variants.append(SweepRow(name, wl.flops, changes, config.as_dict(), cudnn_s=cudnn_s,
+                                     invalid=space.why_invalid(config)))
+        valid = [v for v in variants if v.invalid is None]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            kernels = list(pool.map(lambda v: compile_conv2d(wl, replace(base, **v.changes), gpu), valid))
+        for row, kernel in zip(valid, kernels):
+            row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, number, repeat)
+            log.info("%s %s: %s ms", name, row.changes, _ms(row.seconds))
+        rows += variants
+    return rows
+
+
+def sweep_table(rows: list[SweepRow]) -> str:
+    lines = ["| workload | changed knobs | ms | TFLOP/s | cuDNN ms | cuDNN / ours |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        changes = ", ".join(f"{k}={v}" for k, v in r.changes.items())
+        if r.invalid:
+            lines.append(f"| {r.workload} | {changes} | invalid: {r.invalid} | | | |")
+            continue
+        tflops = f"{r.flops / r.seconds / 1e12:.1f}" if r.seconds else "-"
+        ratio = f"{r.cudnn_s / r.seconds:.2f}" if (r.cudnn_s and r.seconds) else "-"
+        lines.append(f"| {r.workload} | {changes} | {_ms(r.seconds)} | {tflops} | {_ms(r.cudnn_s)} | {ratio} |")
+    return "\n".join(lines)
+
+
 def _ms(seconds):
     return f"{seconds * 1e3:.4f}" if seconds else "-"
 

@@ -80,7 +80,7 @@ def _derive(space: ConfigSpace, pos: np.ndarray) -> dict[str, np.ndarray]:
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
     b = v["bk"] * (v["bn"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
-    v["smem"] = np.maximum(a + b, c)
+    v["smem"] = np.maximum(v["stages"] * (a + b), c)
     return v
 
 
@@ -101,6 +101,10 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     m, n, k = wl.gemm_shape
     ok = (v["threads"] <= gpu.max_threads_per_block) & (v["smem"] <= gpu.max_smem_per_block)
     ok &= v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS
+    if int(gpu.arch[3:]) < 80:
+        ok &= v["stages"] == 1
+    ok &= v["stages"] <= -(-k // v["bk"])
+    ok &= v["frag_buffers"] <= v["chunk"]
     for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
         ok &= tile <= 2 * (-(-size // 16) * 16)
     for vec, channels, tile in ((v["vec_a"], wl.in_channels, v["bm"] * v["bk"]),
@@ -127,7 +131,7 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     SMs), data reuse of the block tile (saturating near 128x128, falling off for
     huge tiles that spill or starve the grid), warps per block, and mild
     preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
-    and padded shared-memory rows.  It picks the default config and seeds the
+    and padded shared-memory rows, and a pipelined (multi-stage) k-loop.  It picks the default config and seeds the
     tuner's first batch; the cost model also sees it as a feature.
     """
     v = _derive(space, pos)
@@ -145,7 +149,8 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
     shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
     offsets = _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"])
-    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets
+    stages = _lookup({1: 0.7, 2: 0.9}, v["stages"])
+    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages
 
 
 # ---- features -------------------------------------------------------------------
@@ -156,7 +161,7 @@ FEATURE_NAMES = (
     "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
     "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K", "prior",
+    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "prior",
 )
 
 
@@ -188,6 +193,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         f(resident), blocks / (sm * resident), (m * n * k) / padded,
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
+        f(v["stages"]), f(v["frag_buffers"]),
         prior_score(space, pos),
     ]
     return np.stack(cols, axis=1).astype(np.float32)

@@ -34,7 +34,14 @@ KNOBS: dict[str, tuple] = {
     "vec_a": (1, 2, 4, 8),
     "vec_b": (1, 2, 4, 8),
     "vec_c": (1, 2, 4),
+    # Appended knobs start with the value that reproduces the kernel before they existed,
+    # so the indices of older records stay valid and their configs read back unchanged.
+    "stages": (1, 2, 3, 4),  # shared-memory buffers of the k-loop; >= 2: cp.async pipeline
+    "frag_buffers": (1, 2),  # 2: load the next k-slice's fragments during the MMAs
 }
+
+# Knobs a record may lack (written before the knob existed), with the value it implies.
+KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1}
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -55,6 +62,8 @@ class Conv2dConfig:
     vec_a: int
     vec_b: int
     vec_c: int
+    stages: int = 1
+    frag_buffers: int = 1
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -82,7 +91,7 @@ class Conv2dConfig:
         a = self.block_m * (self.block_k + self.offset_a) * 2
         b = self.block_k * (self.block_n + self.offset_b) * 2
         c = self.block_m * (self.block_n + self.offset_c) * 4
-        return max(a + b, c)
+        return max(self.stages * (a + b), c)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,7 +111,8 @@ class ConfigSpace:
     def __init__(self, workload: Conv2dWorkload, gpu: GpuInfo | None = None, knobs: dict | None = None):
         self.workload = workload
         self.gpu = gpu or default_gpu()
-        self.knobs = knobs or KNOBS  # a narrower table (same knob names) pins knobs
+        # A narrower table pins knobs; a knob it lacks is pinned to its KNOB_DEFAULTS value.
+        self.knobs = {name: (knobs or KNOBS).get(name, (KNOB_DEFAULTS.get(name),)) for name in KNOBS}
         self._radices = [len(c) for c in self.knobs.values()]
 
     def __len__(self) -> int:
@@ -162,6 +172,7 @@ class ConfigSpace:
         return self.from_dict(values)
 
     def from_dict(self, values: dict) -> Conv2dConfig:
+        values = {**KNOB_DEFAULTS, **values}
         unknown = set(values) - set(KNOB_NAMES)
         missing = set(KNOB_NAMES) - set(values)
         if unknown or missing:
@@ -189,6 +200,13 @@ class ConfigSpace:
             return f"block_n={config.block_n} is more than twice the padded N={_round_up(n, 16)}"
         if config.block_k > 2 * _round_up(k, 16):
             return f"block_k={config.block_k} is more than twice the padded reduction K={_round_up(k, 16)}"
+        if config.stages > 1 and int(gpu.arch[3:]) < 80:
+            return f"stages={config.stages} needs cp.async (sm_80 or newer), not {gpu.arch}"
+        k_steps = -(-k // config.block_k)
+        if config.stages > k_steps:
+            return f"stages={config.stages} exceed the {k_steps} k-steps of block_k={config.block_k}"
+        if config.frag_buffers > config.chunk:
+            return f"frag_buffers={config.frag_buffers} exceed chunk={config.chunk} (nothing to overlap)"
         # Vector loads/stores: aligned in global memory and evenly shared by the block's threads.
         copies = {
             "vec_a": (config.vec_a, wl.in_channels, "input channels", config.block_m * config.block_k),

@@ -161,6 +161,19 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
     sch.tensorize(sch.get_loops(init)[-2], names.fill)
     sch.tensorize(i_w, names.mma)
 
+    if config.frag_buffers > 1:
+        # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
+        sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
+    if config.stages > 1:
+        # ko's body is [A copy, B copy, ki loop]: the copies of step ko + stages - 1 are
+        # issued as cp.async (zero-fill where im2col pads) while step ko computes.  A
+        # pipelined ki loop is rewritten first, into prologue, steady loop and epilogue.
+        compute = 3 if config.frag_buffers > 1 else 1
+        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [config.stages - 1] * compute)
+        sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
+        sch.annotate(ko, "software_pipeline_async_stages", [0])
+
     if config.offset_c:
         # After tensorize: the tensorized store block is the C tile's writer now.
         sch.storage_align(sch.get_sblock(store_name + "_o"), 0, axis=-2,
@@ -168,7 +181,8 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
     return sch.mod
 
 
-PASS_CONFIG = {"tirx.merge_static_smem": True}
+# use_async_copy: copies inside a pipeline's async stage become cp.async (no effect elsewhere).
+PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
 def lower_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, target):

@@ -51,3 +51,41 @@ def test_invalid_config_is_refused_with_its_reason():
         build_conv2d(wl, config, target="sm_90")
     with pytest.raises(ValueError, match="not in the space"):
         build_conv2d(wl, replace(config, chunk=3), target="sm_90")
+
+
+@pytest.mark.parametrize("stages,frag_buffers", [(2, 1), (3, 2), (4, 1)])
+def test_pipelined_k_loop_uses_cp_async_in_stage_buffers(stages, frag_buffers):
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    wl = workloads.get("tutorial")
+    config = replace(conv2d_space(wl).default_config(), stages=1, frag_buffers=1, vec_a=8, vec_b=8)
+    plain = build_conv2d(wl, config, target="sm_90")
+    piped = build_conv2d(wl, replace(config, stages=stages, frag_buffers=frag_buffers), target="sm_90")
+    assert "cp.async" not in plain.cuda_source
+    src = piped.cuda_source
+    # Both operands go through cp.async (the im2col one predicated, zero-filling padding),
+    # and the loop waits until only stages - 2 groups are still in flight.
+    assert "cp_async_legacy_pred_cg_16" in src and "cp_async_legacy_cg_16" in src
+    assert f"cp.async.wait_group {stages - 2};" in src
+    assert piped.config.smem_bytes >= stages * (config.block_m * (config.block_k + config.offset_a) * 2)
+    # Double-buffered fragments: the A fragment array holds two k-slices.
+    sizes = {int(x) for x in re.findall(r"fragment<nvcuda::wmma::matrix_a[^;]*\[(\d+)\];", src)}
+    assert max(sizes) == config.warp_row_tiles * frag_buffers
+    assert piped.cubin[:4] == b"\x7fELF"
+
+
+def test_pipeline_knobs_are_refused_where_they_cannot_work():
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+    from tc_autotune.gpu import gpu_for_arch
+
+    wl = workloads.get("n=1,h=8,c=32,k=32,r=1")  # K = 32: two k-steps of 16 at most
+    config = replace(conv2d_space(wl).default_config(), chunk=1, wmma="m16n16k16")
+    assert conv2d_space(wl).why_invalid(replace(config, stages=2)) is None
+    assert "exceed the 2 k-steps" in conv2d_space(wl).why_invalid(replace(config, stages=3))
+    assert "exceed chunk=1" in conv2d_space(wl).why_invalid(replace(config, frag_buffers=2))
+    turing = conv2d_space(wl, gpu_for_arch("sm_75"))
+    assert "needs cp.async" in turing.why_invalid(replace(config, stages=2))

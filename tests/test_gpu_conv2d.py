@@ -43,3 +43,23 @@ def test_dtype_variants_match_reference(name, dtypes):
     space = conv2d_space(wl)
     for config in [space.default_config(), *space.sample(2, seed=7)]:
         check(wl, config, seed=1)
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_pipelined_variants_match_reference(name):
+    """Every stage count and fragment double-buffering, on the default tiling."""
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    wl = workloads.get(WORKLOADS[name])
+    space = conv2d_space(wl)
+    base = space.default_config()
+    checked = 0
+    for stages in (1, 2, 3, 4):
+        for frag_buffers in (1, 2):
+            config = replace(base, stages=stages, frag_buffers=frag_buffers)
+            if space.is_valid(config):
+                check(wl, config)
+                checked += 1
+    assert checked >= 4
