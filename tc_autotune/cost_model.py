@@ -149,7 +149,7 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
     shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
     offsets = _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"])
-    stages = _lookup({1: 0.7, 2: 0.9}, v["stages"])
+    stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
     return padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages
 
 

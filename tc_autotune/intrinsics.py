@@ -9,6 +9,7 @@ only global state the package keeps.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from tvm.s_tir import TensorIntrin
@@ -174,6 +175,9 @@ def _mma(mnk):
     return desc, impl
 
 
+_REGISTERING = threading.Lock()
+
+
 def wmma_intrinsics(mnk: tuple[int, int, int], smem_scope: str = "shared.dyn") -> WmmaIntrinsics:
     """Register (once per process) and name the intrinsics of one WMMA shape."""
     m, n, k = mnk
@@ -185,14 +189,15 @@ def wmma_intrinsics(mnk: tuple[int, int, int], smem_scope: str = "shared.dyn") -
         mma=f"{_PREFIX}_mma_{tag}",
         store=f"{_PREFIX}_store_{tag}",
     )
-    try:
-        TensorIntrin.get(names.mma)
-        return names
-    except Exception:  # not registered yet in this process
-        pass
-    TensorIntrin.register(names.fill, *_fill(mnk))
-    TensorIntrin.register(names.load_a, *_load(m, k, mnk, smem_scope, "wmma.matrix_a"))
-    TensorIntrin.register(names.load_b, *_load(k, n, mnk, smem_scope, "wmma.matrix_b"))
-    TensorIntrin.register(names.store, *_store(mnk, smem_scope))
-    TensorIntrin.register(names.mma, *_mma(mnk))
+    with _REGISTERING:  # threads building kernels at once must not register twice
+        try:
+            TensorIntrin.get(names.mma)
+            return names
+        except Exception:  # not registered yet in this process
+            pass
+        TensorIntrin.register(names.fill, *_fill(mnk))
+        TensorIntrin.register(names.load_a, *_load(m, k, mnk, smem_scope, "wmma.matrix_a"))
+        TensorIntrin.register(names.load_b, *_load(k, n, mnk, smem_scope, "wmma.matrix_b"))
+        TensorIntrin.register(names.store, *_store(mnk, smem_scope))
+        TensorIntrin.register(names.mma, *_mma(mnk))
     return names

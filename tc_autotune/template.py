@@ -47,9 +47,12 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
         return tvm.tirx.if_then_else(inside, data[img, h, w, ci].astype("float16"), zero)
 
     def weight_matrix(row, col):
-        rs, ci = row // c, row % c
+        # HWIO weight is a row-major (R*S*C, K) matrix: element [0, 0, row, col] has the
+        # address of [r, s, ci, col] (row < K keeps it inside the buffer), and the copy
+        # needs no div/mod, which the simplifier cannot fold out of the 4-D form.
         inside = tvm.tirx.all(row < k, col < n)
-        return tvm.tirx.if_then_else(inside, weight[rs // s, rs % s, ci, col].astype("float16"), zero)
+        value = weight[0, 0, row, col]
+        return tvm.tirx.if_then_else(inside, value.astype("float16"), zero)
 
     a = te.compute((mp, kp), im2col, name="A")
     b = te.compute((kp, np_), weight_matrix, name="B")

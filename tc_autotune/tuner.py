@@ -299,10 +299,12 @@ class XGBTuner(Tuner):
     def next_batch(self, n: int) -> list[Conv2dConfig]:
         n_random = min(n, int(round(n * self.explore_ratio)))
         taken: set[int] = set()
-        if self.model.fitted:
-            picks = self._anneal(n - n_random, taken)
-        else:  # nothing to learn from yet: the default config, then diverse ones the prior likes
+        picks = []
+        if not self.history:  # the default config is the baseline every search should beat
             picks = self._take([self.space.index(self.space.default_config())], 1, taken)
+        if self.model.fitted:
+            picks += self._anneal(n - n_random - len(picks), taken)
+        else:  # nothing to learn from yet: diverse configs the prior likes
             picks += self._anneal(n - n_random - len(picks), taken, score=self._prior, diverse=True)
         return picks + self._random_configs(n - len(picks), taken)
 
