@@ -103,7 +103,11 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     ok &= v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS
     if int(gpu.arch[3:]) < 80:
         ok &= v["stages"] == 1
-    ok &= v["stages"] <= -(-k // v["bk"])
+    k_steps = -(-k // (v["bk"] * v["split_k"]))  # per K slice
+    ok &= v["stages"] <= k_steps
+    split = v["split_k"] > 1
+    ok &= ~split | ((v["split_k"] - 1) * k_steps * v["bk"] < k)
+    ok &= ~split | (-(-m // v["bm"]) * -(-n // v["bn"]) < 2 * gpu.sm_count)
     ok &= v["frag_buffers"] <= v["chunk"]
     for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
         ok &= tile <= 2 * (-(-size // 16) * 16)
@@ -137,9 +141,10 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     v = _derive(space, pos)
     m, n, k = space.workload.gemm_shape
     bm, bn, bk = (v[x].astype(np.float64) for x in ("bm", "bn", "bk"))
-    gm, gn, gk = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / bk)
-    padding = (m * n * k) / (gm * bm * gn * bn * gk * bk)
-    waves = gm * gn / space.gpu.sm_count
+    split = v["split_k"].astype(np.float64)
+    gm, gn, gk = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / (bk * split))
+    padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)
+    waves = gm * gn * split / space.gpu.sm_count
     wave_use = waves / np.ceil(waves)
     intensity = bm * bn / (bm + bn)
     reuse = np.minimum(1.0, intensity / 48.0) * np.where(bm * bn > 256 * 128, 0.6, 1.0)
@@ -150,7 +155,9 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
     offsets = _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"])
     stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
-    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages
+    # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
+    splitting = np.where(split > 1, 0.9, 1.0)
+    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * splitting
 
 
 # ---- features -------------------------------------------------------------------
@@ -161,7 +168,7 @@ FEATURE_NAMES = (
     "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
     "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "prior",
+    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", "prior",
 )
 
 
@@ -171,8 +178,8 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     m, n, k = space.workload.gemm_shape
     sm = space.gpu.sm_count
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
-    gm, gn, gk = -(-m // v["bm"]), -(-n // v["bn"]), -(-k // v["bk"])
-    blocks = gm * gn
+    gm, gn, gk = -(-m // v["bm"]), -(-n // v["bn"]), -(-k // (v["bk"] * v["split_k"]))
+    blocks = gm * gn * v["split_k"]
     waves = blocks / sm
     last_wave = waves / np.ceil(waves)
     resident = np.minimum.reduce([
@@ -180,7 +187,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         _MAX_THREADS_PER_SM // v["threads"],
         np.maximum(1, space.gpu.max_smem_per_block // v["smem"]),
     ])
-    padded = f(gm * v["bm"]) * f(gn * v["bn"]) * f(gk * v["bk"])
+    padded = f(gm * v["bm"]) * f(gn * v["bn"]) * f(gk * v["bk"] * v["split_k"])
     bm, bn = f(v["bm"]), f(v["bn"])
     cols = [
         *(np.log2(f(v[name])) for name in _LOG2_KNOBS),
@@ -193,7 +200,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         f(resident), blocks / (sm * resident), (m * n * k) / padded,
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
-        f(v["stages"]), f(v["frag_buffers"]),
+        f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
         prior_score(space, pos),
     ]
     return np.stack(cols, axis=1).astype(np.float32)

@@ -38,10 +38,11 @@ KNOBS: dict[str, tuple] = {
     # so the indices of older records stay valid and their configs read back unchanged.
     "stages": (1, 2, 3, 4),  # shared-memory buffers of the k-loop; >= 2: cp.async pipeline
     "frag_buffers": (1, 2),  # 2: load the next k-slice's fragments during the MMAs
+    "split_k": (1, 2, 4, 8, 16),  # K slices in parallel blocks, summed by a second kernel
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
-KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1}
+KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1}
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -64,6 +65,7 @@ class Conv2dConfig:
     vec_c: int
     stages: int = 1
     frag_buffers: int = 1
+    split_k: int = 1
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -202,9 +204,15 @@ class ConfigSpace:
             return f"block_k={config.block_k} is more than twice the padded reduction K={_round_up(k, 16)}"
         if config.stages > 1 and int(gpu.arch[3:]) < 80:
             return f"stages={config.stages} needs cp.async (sm_80 or newer), not {gpu.arch}"
-        k_steps = -(-k // config.block_k)
+        k_steps = -(-k // (config.block_k * config.split_k))  # per K slice
         if config.stages > k_steps:
             return f"stages={config.stages} exceed the {k_steps} k-steps of block_k={config.block_k}"
+        if config.split_k > 1:
+            if (config.split_k - 1) * k_steps * config.block_k >= k:
+                return f"split_k={config.split_k} leaves a K slice empty (K={k}, block_k={config.block_k})"
+            blocks = -(-m // config.block_m) * -(-n // config.block_n)
+            if blocks >= 2 * gpu.sm_count:
+                return f"split_k={config.split_k}: {blocks} blocks already fill the GPU twice over"
         if config.frag_buffers > config.chunk:
             return f"frag_buffers={config.frag_buffers} exceed chunk={config.chunk} (nothing to overlap)"
         # Vector loads/stores: aligned in global memory and evenly shared by the block's threads.

@@ -27,7 +27,8 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
     """TE definition: (data, weight, out) with the GEMM padded to the config's block tile."""
     wl = workload
     m, n, k = wl.gemm_shape
-    mp, np_, kp = _round_up(m, config.block_m), _round_up(n, config.block_n), _round_up(k, config.block_k)
+    mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
+    kp = _round_up(k, config.block_k * config.split_k)
     oh, ow = wl.out_height, wl.out_width
     (sh, sw), (dh, dw) = wl.stride, wl.dilation
     pad_top, pad_left = wl.padding[0], wl.padding[1]
@@ -56,17 +57,35 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
 
     a = te.compute((mp, kp), im2col, name="A")
     b = te.compute((kp, np_), weight_matrix, name="B")
-    red = te.reduce_axis((0, kp), name="rk")
+    if config.split_k == 1:
+        red = te.reduce_axis((0, kp), name="rk")
+        gemm = te.compute(
+            (mp, np_),
+            lambda i, j: te.sum(a[i, red].astype("float32") * b[red, j].astype("float32"), axis=red),
+            name="C",
+        )
+        out = te.compute(
+            wl.out_shape,
+            lambda bi, y, x, co: gemm[(bi * oh + y) * ow + x, co].astype(wl.out_dtype),
+            name="out",
+        )
+        return data, weight, out
+    # Split-K: slice z of the reduction goes to partial sums C[z] (an fp32 workspace), and a
+    # second kernel adds the slices up: more blocks for a grid that cannot fill the GPU.
+    part = kp // config.split_k
+    red = te.reduce_axis((0, part), name="rk")
     gemm = te.compute(
-        (mp, np_),
-        lambda i, j: te.sum(a[i, red].astype("float32") * b[red, j].astype("float32"), axis=red),
+        (config.split_k, mp, np_),
+        lambda z, i, j: te.sum(a[i, z * part + red].astype("float32")
+                               * b[z * part + red, j].astype("float32"), axis=red),
         name="C",
     )
-    out = te.compute(
-        wl.out_shape,
-        lambda bi, y, x, co: gemm[(bi * oh + y) * ow + x, co].astype(wl.out_dtype),
-        name="out",
+    zk = te.reduce_axis((0, config.split_k), name="zk")
+    total = te.compute(
+        wl.out_shape, lambda bi, y, x, co: te.sum(gemm[zk, (bi * oh + y) * ow + x, co], axis=zk),
+        name="total",
     )
+    out = te.compute(wl.out_shape, lambda *idx: total[idx].astype(wl.out_dtype), name="out")
     return data, weight, out
 
 
@@ -83,6 +102,19 @@ def _cooperative_copy(sch, block, config: Conv2dConfig, vec: int):
     sch.vectorize(vi)
 
 
+def _schedule_split_k_sum(sch, out_block, config: Conv2dConfig) -> None:
+    """The split-K epilogue kernel: one thread per output element adds the K slices in
+    registers (fp32) and writes the cast result."""
+    total = sch.get_sblock("total")
+    loops = sch.get_loops(total)
+    fused = sch.fuse(*loops[:-1])
+    bx, tx = sch.split(fused, [None, 256])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.reverse_compute_at(out_block, tx)
+    sch.set_scope(total, 0, "local")
+
+
 def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one (workload, config)."""
     data, weight, out = conv2d_compute(workload, config)
@@ -94,18 +126,21 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
 
     gemm = sch.get_sblock("C")
     out_block = sch.get_sblock("out")
-    oh_ow = workload.out_height * workload.out_width
     ow = workload.out_width
-    sch.transform_block_layout(
-        out_block,
-        tvm.tirx.IndexMap.from_func(
-            lambda bi, y, x, co: ((bi * workload.out_height + y) * ow + x, co), index_dtype="int32"
-        ),
-    )
-    del oh_ow
+    if config.split_k == 1:
+        sch.transform_block_layout(
+            out_block,
+            tvm.tirx.IndexMap.from_func(
+                lambda bi, y, x, co: ((bi * workload.out_height + y) * ow + x, co), index_dtype="int32"
+            ),
+        )
+        i, j, kk = sch.get_loops(gemm)
+    else:
+        _schedule_split_k_sum(sch, out_block, config)
+        z, i, j, kk = sch.get_loops(gemm)
+        sch.bind(z, "blockIdx.z")
 
     # Tile the GEMM: m -> [bx, ty, wrt, wm], n -> [by, tz, wct, wn], k -> [ko, chunk, wk].
-    i, j, kk = sch.get_loops(gemm)
     bx, ty, i_t, i_w = sch.split(i, [None, brw, wrt, wm])
     by, tz, j_t, j_w = sch.split(j, [None, bcw, wct, wn])
     ko, ki, k_w = sch.split(kk, [None, config.chunk, wk])
@@ -120,7 +155,8 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
     c_frag = sch.cache_write(gemm, 0, "wmma.accumulator")
     sch.reverse_compute_at(c_frag, tz, preserve_unit_loops=True)
     sch.reverse_compute_at(c_shared, by, preserve_unit_loops=True)
-    sch.reverse_compute_inline(out_block)
+    if config.split_k == 1:
+        sch.reverse_compute_inline(out_block)
 
     # Input path: global -> shared (per ko) -> fragments (per chunk step).
     a_shared = sch.cache_read(gemm, 0, SMEM)

@@ -89,3 +89,34 @@ def test_pipeline_knobs_are_refused_where_they_cannot_work():
     assert "exceed chunk=1" in conv2d_space(wl).why_invalid(replace(config, frag_buffers=2))
     turing = conv2d_space(wl, gpu_for_arch("sm_75"))
     assert "needs cp.async" in turing.why_invalid(replace(config, stages=2))
+
+
+def test_split_k_adds_a_summing_kernel_over_the_k_slices():
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    wl = workloads.get("rfc-3x3-b1")  # M = 196: 4-16 blocks of 64x64 without splitting
+    space = conv2d_space(wl)
+    config = replace(space.default_config(), split_k=4, stages=2)
+    assert space.why_invalid(config) is None
+    src = build_conv2d(wl, config, target="sm_90").cuda_source
+    kernels = re.findall(r'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)\(([^)]*)\) \{', src)
+    assert [name for name, _ in kernels] == ["main_kernel", "main_kernel_1"]
+    assert "blockIdx.z" in src  # the K slice of the GEMM kernel
+    # The summing kernel reads the fp32 partials and writes the output.
+    assert "float* __restrict__ C_ptr" in kernels[1][1] and "out_ptr" in kernels[1][1]
+    assert f"zk < 4" in src
+
+
+def test_split_k_is_refused_where_the_grid_is_full_or_a_slice_empty():
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    big = conv2d_space(workloads.get("tutorial"))
+    assert "already fill the GPU" in big.why_invalid(replace(big.default_config(), split_k=2))
+    short = conv2d_space(workloads.get("n=1,h=8,c=32,k=32,r=1"))  # K = 32
+    config = replace(short.default_config(), chunk=1, wmma="m16n16k16", stages=1, frag_buffers=1)
+    assert short.why_invalid(replace(config, split_k=2)) is None
+    assert "leaves a K slice empty" in short.why_invalid(replace(config, split_k=4))

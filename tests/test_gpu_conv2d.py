@@ -63,3 +63,23 @@ def test_pipelined_variants_match_reference(name):
                 check(wl, config)
                 checked += 1
     assert checked >= 4
+
+
+@pytest.mark.parametrize("name", ["b1-7x7-s2-c3", "odd-channels", "dilation2"])
+def test_split_k_variants_match_reference(name):
+    """Small grids: every valid split of K, fp32 and fp16 output."""
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    checked = 0
+    for out_dtype in ("float32", "float16"):
+        wl = workloads.get(WORKLOADS[name]).replace(out_dtype=out_dtype)
+        space = conv2d_space(wl)
+        base = replace(space.default_config(), split_k=1)
+        for split_k in (2, 4, 8, 16):
+            config = replace(base, split_k=split_k)
+            if space.is_valid(config):
+                check(wl, config)
+                checked += 1
+    assert checked >= 2

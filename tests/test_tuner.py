@@ -2,7 +2,7 @@
 
 The synthetic kernel time has the structure real ones have (padding waste,
 wave quantisation, tile reuse, a slow wmma shape, bank conflicts without
-offsets, narrow vectors, unpipelined k-loops, failures for too much shared memory) plus a little
+offsets, narrow vectors, unpipelined k-loops, split-K's second kernel, failures for too much shared memory) plus a little
 seeded noise, so "the model-guided tuner beats random search" is a real claim.
 """
 
@@ -41,8 +41,9 @@ def synthetic_seconds(space: ConfigSpace, config: Conv2dConfig) -> float | None:
     """Deterministic kernel time of a config, or None where it 'fails to launch'."""
     m, n, k = space.workload.gemm_shape
     bm, bn, bk = config.block_m, config.block_n, config.block_k
-    gm, gn, gk = -(-m // bm), -(-n // bn), -(-k // bk)
-    waves = gm * gn / space.gpu.sm_count
+    split = config.split_k
+    gm, gn, gk = -(-m // bm), -(-n // bn), -(-k // (bk * split))
+    waves = gm * gn * split / space.gpu.sm_count
     eff = waves / math.ceil(waves)
     eff *= min(1.0, (bm * bn / (bm + bn)) / 64.0) ** 0.7
     eff *= min(1.0, config.threads / 128) ** 0.5
@@ -54,7 +55,8 @@ def synthetic_seconds(space: ConfigSpace, config: Conv2dConfig) -> float | None:
     if config.smem_bytes > 160 * 1024 or zlib.crc32(f"fail{index}".encode()) % 61 == 0:
         return None
     noise = 1.0 + 0.03 * (zlib.crc32(f"noise{index}".encode()) % 1000 / 1000 - 0.5)
-    return 2.0 * gm * bm * gn * bn * gk * bk / (400e12 * eff) * noise + 3e-6
+    reduce = 0.0 if split == 1 else 2e-6 + split * m * n * 8 / 3e12  # second kernel: partials
+    return 2.0 * gm * bm * gn * bn * gk * bk * split / (400e12 * eff) * noise + 3e-6 + reduce
 
 
 @dataclass
