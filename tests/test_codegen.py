@@ -83,7 +83,7 @@ def test_pipeline_knobs_are_refused_where_they_cannot_work():
     from tc_autotune.gpu import gpu_for_arch
 
     wl = workloads.get("n=1,h=8,c=32,k=32,r=1")  # K = 32: two k-steps of 16 at most
-    config = replace(conv2d_space(wl).default_config(), chunk=1, wmma="m16n16k16")
+    config = replace(conv2d_space(wl).default_config(), chunk=1, wmma="m16n16k16", split_k=1)
     assert conv2d_space(wl).why_invalid(replace(config, stages=2)) is None
     assert "exceed the 2 k-steps" in conv2d_space(wl).why_invalid(replace(config, stages=3))
     assert "exceed chunk=1" in conv2d_space(wl).why_invalid(replace(config, frag_buffers=2))

@@ -377,16 +377,17 @@ def test_measured_indices(mixed_log):
     assert rec.measured_indices(mixed_log, WL, PROV_A100["gpu"]) == {idx[3], idx[4]}  # a path works
 
 
-def test_records_written_before_the_pipeline_knobs_read_back_unpipelined():
+def test_records_written_before_the_newer_knobs_read_back_with_their_defaults():
     from dataclasses import replace
 
-    config = replace(CONFIGS[0], stages=1, frag_buffers=1)
+    from tc_autotune.space import KNOB_DEFAULTS
+
+    config = replace(CONFIGS[0], **KNOB_DEFAULTS)
     entity = SPACE.to_entity(config)
-    old = {"index": entity["index"],
-           "entity": [e for e in entity["entity"] if e[0] not in ("stages", "frag_buffers")]}
+    old = {"index": entity["index"], "entity": [e for e in entity["entity"] if e[0] not in KNOB_DEFAULTS]}
     assert len(old["entity"]) == 12
     back = SPACE.from_entity(old)
     assert back == config and SPACE.index(back) == old["index"]
     # The shipped log is such a log: every record still names a config of the space.
     shipped = rec.load(REPO / "tuning_logs" / "nvidia-h200.jsonl")
-    assert shipped and all(conv2d_space(r.workload).from_entity(r.config).stages == 1 for r in shipped)
+    assert shipped and all(conv2d_space(r.workload).from_entity(r.config) for r in shipped)
