@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
@@ -11,7 +11,7 @@ import tvm
 from . import cuda
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
 from .space import Conv2dConfig, conv2d_space
-from .template import lower_conv2d
+from .template import lower_conv2d, workspace_shape
 from .workloads import Conv2dWorkload, get
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,20 @@ class Conv2dKernel:
     target: tvm.target.Target
     executable: object  # tvm.runtime.Executable
     cubin: bytes
+    _workspace: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def workspace_shape(self) -> tuple[int, int, int] | None:
+        """fp32 split-K partial sums the kernel takes after ``out``; allocated once, reused."""
+        return workspace_shape(self.workload, self.config)
+
+    def _extra_args(self, dev) -> tuple:
+        shape = self.workspace_shape
+        if shape is None:
+            return ()
+        if self._workspace is None or self._workspace.device != dev:
+            self._workspace = tvm.runtime.empty(shape, "float32", device=dev)
+        return (self._workspace,)
 
     @property
     def cuda_source(self) -> str:
@@ -57,13 +71,16 @@ class Conv2dKernel:
         if out is None:
             out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev)
         out = self._as_tensor(out, wl.out_shape, wl.out_dtype, "out", dev)
-        self._function()(data, weight, out)
+        self._function()(data, weight, out, *self._extra_args(dev))
         return out
 
     def time_evaluator(self, device=None, **kwargs):
         """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
         self._function()
-        return self.executable.mod.time_evaluator("main", device or tvm.cuda(0), **kwargs)
+        dev = device or tvm.cuda(0)
+        evaluator = self.executable.mod.time_evaluator("main", dev, **kwargs)
+        extra = self._extra_args(dev)
+        return lambda data, weight, out: evaluator(data, weight, out, *extra)
 
 
 def resolve_config(workload: Conv2dWorkload, config, gpu: GpuInfo) -> Conv2dConfig:

@@ -127,7 +127,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
             request = conn.recv()
         except EOFError:
             return
-        so_path, key, out_shape, out_dtype = request
+        so_path, key, out_shape, out_dtype, workspace = request
         try:
             if key not in cache:
                 cache.clear()
@@ -138,7 +138,8 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
             module = tvm.runtime.load_module(so_path)
             func = module["main"]
             out = tvm.runtime.tensor(np.full(out_shape, np.nan, out_dtype), device=dev)
-            func(data, weight, out)
+            extra = () if workspace is None else (tvm.runtime.empty(workspace, "float32", device=dev),)
+            func(data, weight, out, *extra)
             dev.sync()
             err = relative_l2_error(out.numpy(), reference)
             if not err < options.tolerance:
@@ -146,7 +147,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
                 continue
             evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat,
                                               min_repeat_ms=int(options.min_repeat_ms))
-            costs = list(evaluator(data, weight, out).results)
+            costs = list(evaluator(data, weight, out, *extra).results)
             conn.send(("ok", costs))
         except Exception as err:
             conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
@@ -186,10 +187,10 @@ class _Runner:
             self.process.join(5)
         self.process, self.conn = None, None
 
-    def run(self, so_path: str, key: str, workload) -> tuple[str, object]:
+    def run(self, so_path: str, key: str, workload, workspace=None) -> tuple[str, object]:
         if self.process is None or not self.process.is_alive():
             self._start()
-        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype))
+        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype, workspace))
         if not self.conn.poll(self.options.run_timeout):
             self.stop()
             return "timeout", f"no result within {self.options.run_timeout:.0f} s"
@@ -259,6 +260,8 @@ class LocalMeasurer:
         return self._pool.submit(_run_pickled, payload)
 
     def __call__(self, configs) -> list[MeasureResult]:
+        from .template import workspace_shape
+
         results: list[MeasureResult | None] = [None] * len(configs)
         futures = {}
         for i, config in enumerate(configs):
@@ -284,11 +287,11 @@ class LocalMeasurer:
             for future in done:
                 i, submitted = futures[future]
                 run_start = time.time()
-                results[i] = self._run_built(future, submitted)
+                results[i] = self._run_built(future, submitted, workspace_shape(self.workload, configs[i]))
                 deadline += time.time() - run_start
         return results
 
-    def _run_built(self, future, submitted: float) -> MeasureResult:
+    def _run_built(self, future, submitted: float, workspace=None) -> MeasureResult:
         try:
             so_path, error, _build_s = future.result()
         except Exception as err:  # a worker died
@@ -298,7 +301,7 @@ class LocalMeasurer:
         if error:
             return MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, time.time() - submitted)
         try:
-            status, payload = self._runner.run(so_path, self._key, self.workload)
+            status, payload = self._runner.run(so_path, self._key, self.workload, workspace)
         except RuntimeError as err:
             return MeasureResult((), MeasureErrorNo.RUN_ERROR, str(err), time.time() - submitted)
         finally:

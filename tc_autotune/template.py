@@ -24,7 +24,7 @@ def _round_up(x: int, m: int) -> int:
 
 
 def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
-    """TE definition: (data, weight, out) with the GEMM padded to the config's block tile."""
+    """TE definition: (data, weight, out, split-K workspace or None), GEMM padded to the tile."""
     wl = workload
     m, n, k = wl.gemm_shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
@@ -69,9 +69,10 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
             lambda bi, y, x, co: gemm[(bi * oh + y) * ow + x, co].astype(wl.out_dtype),
             name="out",
         )
-        return data, weight, out
-    # Split-K: slice z of the reduction goes to partial sums C[z] (an fp32 workspace), and a
-    # second kernel adds the slices up: more blocks for a grid that cannot fill the GPU.
+        return data, weight, out, None
+    # Split-K: slice z of the reduction goes to partial sums C[z], and a second kernel adds
+    # the slices up: more blocks for a grid that cannot fill the GPU.  C is a parameter (the
+    # caller's workspace, see ``workspace_shape``): TVM would allocate it on every call.
     part = kp // config.split_k
     red = te.reduce_axis((0, part), name="rk")
     gemm = te.compute(
@@ -86,7 +87,15 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
         name="total",
     )
     out = te.compute(wl.out_shape, lambda *idx: total[idx].astype(wl.out_dtype), name="out")
-    return data, weight, out
+    return data, weight, out, gemm
+
+
+def workspace_shape(workload: Conv2dWorkload, config: Conv2dConfig) -> tuple[int, int, int] | None:
+    """Shape of the fp32 split-K partial sums passed after ``out`` (None: no such argument)."""
+    if config.split_k == 1:
+        return None
+    m, n, _ = workload.gemm_shape
+    return (config.split_k, _round_up(m, config.block_m), _round_up(n, config.block_n))
 
 
 def _cooperative_copy(sch, block, config: Conv2dConfig, vec: int):
@@ -117,8 +126,9 @@ def _schedule_split_k_sum(sch, out_block, config: Conv2dConfig) -> None:
 
 def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one (workload, config)."""
-    data, weight, out = conv2d_compute(workload, config)
-    sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out]))
+    data, weight, out, workspace = conv2d_compute(workload, config)
+    params = [data, weight, out] + ([workspace] if workspace is not None else [])
+    sch = tvm.s_tir.Schedule(te.create_prim_func(params))
     wm, wn, wk = config.wmma_mnk
     names = wmma_intrinsics(config.wmma_mnk, SMEM)
     brw, bcw = config.block_row_warps, config.block_col_warps

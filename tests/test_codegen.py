@@ -100,7 +100,14 @@ def test_split_k_adds_a_summing_kernel_over_the_k_slices():
     space = conv2d_space(wl)
     config = replace(space.default_config(), split_k=4, stages=2)
     assert space.why_invalid(config) is None
-    src = build_conv2d(wl, config, target="sm_90").cuda_source
+    kernel = build_conv2d(wl, config, target="sm_90")
+    src = kernel.cuda_source
+    # The partial sums are the caller's fp32 workspace (allocated once), not a per-call allocation.
+    assert kernel.workspace_shape == (4, -(-196 // config.block_m) * config.block_m,
+                                      -(-256 // config.block_n) * config.block_n)
+    from tc_autotune.template import schedule_conv2d
+    assert len(schedule_conv2d(wl, config)["main"].params) == 4
+    assert len(schedule_conv2d(wl, replace(config, split_k=1))["main"].params) == 3
     kernels = re.findall(r'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)\(([^)]*)\) \{', src)
     assert [name for name, _ in kernels] == ["main_kernel", "main_kernel_1"]
     assert "blockIdx.z" in src  # the K slice of the GEMM kernel

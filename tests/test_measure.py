@@ -112,7 +112,7 @@ def test_slow_runs_do_not_count_against_the_build_timeout(monkeypatch):
     with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=5)) as measure:
         runs = []
 
-        def slow_first_run(so_path, key, workload):
+        def slow_first_run(so_path, key, workload, workspace=None):
             runs.append(so_path)
             time.sleep(22 if len(runs) == 1 else 0)
             return "ok", [1e-3, 1e-3]
