@@ -73,12 +73,18 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
     # Split-K: slice z of the reduction goes to partial sums C[z], and a second kernel adds
     # the slices up: more blocks for a grid that cannot fill the GPU.  C is a parameter (the
     # caller's workspace, see ``workspace_shape``): TVM would allocate it on every call.
-    part = kp // config.split_k
-    red = te.reduce_axis((0, part), name="rk")
+    # Slice z takes k-steps z, z + split, ...: the k offset stays a multiple of block_k, which
+    # lets the vectorizer prove that 16-byte im2col loads never straddle a filter tap.
+    split, bk = config.split_k, config.block_k
+    red = te.reduce_axis((0, kp // split), name="rk")
+
+    def k_of(z, r):
+        return (r // bk * split + z) * bk + r % bk
+
     gemm = te.compute(
-        (config.split_k, mp, np_),
-        lambda z, i, j: te.sum(a[i, z * part + red].astype("float32")
-                               * b[z * part + red, j].astype("float32"), axis=red),
+        (split, mp, np_),
+        lambda z, i, j: te.sum(a[i, k_of(z, red)].astype("float32")
+                               * b[k_of(z, red), j].astype("float32"), axis=red),
         name="C",
     )
     zk = te.reduce_axis((0, config.split_k), name="zk")

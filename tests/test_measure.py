@@ -10,6 +10,7 @@ import pytest
 from tc_autotune import conv2d_space, workloads
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
+from tc_autotune.template import workspace_shape
 
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1")
 
@@ -92,10 +93,10 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         # A kernel of another workload with the same tensor shapes computes something else.
         shifted = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=2x2x0x0")
         other = conv2d_space(shifted)
-        path, error, _ = _build_one(str(shifted), other.default_config().as_dict(), space.gpu.arch,
-                                    str(tmp_path), 60)
+        config = other.default_config()
+        path, error, _ = _build_one(str(shifted), config.as_dict(), space.gpu.arch, str(tmp_path), 60)
         assert error is None
-        status, msg = measure._runner.run(path, measure._key, SMALL)
+        status, msg = measure._runner.run(path, measure._key, SMALL, workspace_shape(shifted, config))
         assert status == "wrong" and "relative L2 error" in msg
         # ... and the tuner's next candidates still run.
         again = measure(configs[:1])[0]
