@@ -35,9 +35,6 @@ class BenchRow:
     cudnn_s: float | None = None
     cudnn_err: float | None = None
 
-    def tflops(self, seconds: float | None) -> float | None:
-        return self.flops / seconds / 1e12 if seconds else None
-
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -127,19 +124,19 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
         cudnn_s = None
         if baseline.available():
             cudnn_s, _ = baseline.checked_cudnn_time(wl, data, weight, reference, number, repeat)
-        variants = []
+        variants = []  # (row, config)
         for combo in itertools.product(*knobs.values()):
             changes = dict(zip(knobs, combo))
             config = replace(base, **changes)
-            variants.append(SweepRow(name, wl.flops, changes, config.as_dict(), cudnn_s=cudnn_s,
-                                     invalid=space.why_invalid(config)))
-        valid = [v for v in variants if v.invalid is None]
+            variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), cudnn_s=cudnn_s,
+                                      invalid=space.why_invalid(config)), config))
+        valid = [(row, config) for row, config in variants if row.invalid is None]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            kernels = list(pool.map(lambda v: compile_conv2d(wl, replace(base, **v.changes), gpu), valid))
-        for row, kernel in zip(valid, kernels):
+            kernels = list(pool.map(lambda v: compile_conv2d(wl, v[1], gpu), valid))
+        for (row, _), kernel in zip(valid, kernels):
             row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, number, repeat)
             log.info("%s %s: %s ms", name, row.changes, _ms(row.seconds))
-        rows += variants
+        rows += [row for row, _ in variants]
     return rows
 
 
@@ -150,9 +147,8 @@ def sweep_table(rows: list[SweepRow]) -> str:
         if r.invalid:
             lines.append(f"| {r.workload} | {changes} | invalid: {r.invalid} | | | |")
             continue
-        tflops = f"{r.flops / r.seconds / 1e12:.1f}" if r.seconds else "-"
-        ratio = f"{r.cudnn_s / r.seconds:.2f}" if (r.cudnn_s and r.seconds) else "-"
-        lines.append(f"| {r.workload} | {changes} | {_ms(r.seconds)} | {tflops} | {_ms(r.cudnn_s)} | {ratio} |")
+        lines.append(f"| {r.workload} | {changes} | {_ms(r.seconds)} | {_tf(r.flops, r.seconds)} |"
+                     f" {_ms(r.cudnn_s)} | {_ratio(r.cudnn_s, r.seconds)} |")
     return "\n".join(lines)
 
 
@@ -160,9 +156,12 @@ def _ms(seconds):
     return f"{seconds * 1e3:.4f}" if seconds else "-"
 
 
-def _tf(row, seconds):
-    value = row.tflops(seconds)
-    return f"{value:.1f}" if value else "-"
+def _tf(flops, seconds):
+    return f"{flops / seconds / 1e12:.1f}" if seconds else "-"
+
+
+def _ratio(cudnn_s, ours_s):
+    return f"{cudnn_s / ours_s:.2f}" if (cudnn_s and ours_s) else "-"
 
 
 def markdown_table(rows: list[BenchRow]) -> str:
@@ -173,11 +172,10 @@ def markdown_table(rows: list[BenchRow]) -> str:
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in rows:
         ours = r.tuned_s if tuned else r.default_s
-        ratio = f"{r.cudnn_s / ours:.2f}" if (r.cudnn_s and ours) else "-"
-        line = f"| {r.workload} | {_ms(r.default_s)} | {_tf(r, r.default_s)} |"
+        line = f"| {r.workload} | {_ms(r.default_s)} | {_tf(r.flops, r.default_s)} |"
         if tuned:
-            line += f" {_ms(r.tuned_s)} | {_tf(r, r.tuned_s)} |"
-        line += f" {_ms(r.cudnn_s)} | {_tf(r, r.cudnn_s)} | {ratio} |"
+            line += f" {_ms(r.tuned_s)} | {_tf(r.flops, r.tuned_s)} |"
+        line += f" {_ms(r.cudnn_s)} | {_tf(r.flops, r.cudnn_s)} | {_ratio(r.cudnn_s, ours)} |"
         lines.append(line)
     return "\n".join(lines)
 

@@ -81,6 +81,11 @@ def _derive(space: ConfigSpace, pos: np.ndarray) -> dict[str, np.ndarray]:
     b = v["bk"] * (v["bn"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
     v["smem"] = np.maximum(v["stages"] * (a + b), c)
+    m, n, k = space.workload.gemm_shape
+    # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
+    v["gm"], v["gn"] = -(-m // v["bm"]), -(-n // v["bn"])
+    v["gk"] = -(-k // (v["bk"] * v["split_k"]))
+    v["blocks"] = v["gm"] * v["gn"] * v["split_k"]
     return v
 
 
@@ -103,11 +108,10 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     ok &= v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS
     if int(gpu.arch[3:]) < 80:
         ok &= v["stages"] == 1
-    k_steps = -(-k // (v["bk"] * v["split_k"]))  # per K slice
-    ok &= v["stages"] <= k_steps
+    ok &= v["stages"] <= v["gk"]
     split = v["split_k"] > 1
-    ok &= ~split | ((v["split_k"] - 1) * k_steps * v["bk"] < k)
-    ok &= ~split | (-(-m // v["bm"]) * -(-n // v["bn"]) < 2 * gpu.sm_count)
+    ok &= ~split | ((v["split_k"] - 1) * v["gk"] * v["bk"] < k)
+    ok &= ~split | (v["gm"] * v["gn"] < 2 * gpu.sm_count)
     ok &= v["frag_buffers"] <= v["chunk"]
     for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
         ok &= tile <= 2 * (-(-size // 16) * 16)
@@ -135,14 +139,17 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     SMs), data reuse of the block tile (saturating near 128x128, falling off for
     huge tiles that spill or starve the grid), warps per block, and mild
     preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
-    and padded shared-memory rows, and a pipelined (multi-stage) k-loop.  It picks the default config and seeds the
+    and padded shared-memory rows, a pipelined (multi-stage) k-loop, and a mild
+    cost for split-K's second kernel.  It picks the default config and seeds the
     tuner's first batch; the cost model also sees it as a feature.
     """
-    v = _derive(space, pos)
+    return _prior_of(space, _derive(space, pos))
+
+
+def _prior_of(space: ConfigSpace, v: dict[str, np.ndarray]) -> np.ndarray:
     m, n, k = space.workload.gemm_shape
-    bm, bn, bk = (v[x].astype(np.float64) for x in ("bm", "bn", "bk"))
-    split = v["split_k"].astype(np.float64)
-    gm, gn, gk = np.ceil(m / bm), np.ceil(n / bn), np.ceil(k / (bk * split))
+    bm, bn, bk, split, gm, gn, gk = (v[x].astype(np.float64)
+                                     for x in ("bm", "bn", "bk", "split_k", "gm", "gn", "gk"))
     padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)
     waves = gm * gn * split / space.gpu.sm_count
     wave_use = waves / np.ceil(waves)
@@ -178,8 +185,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     m, n, k = space.workload.gemm_shape
     sm = space.gpu.sm_count
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
-    gm, gn, gk = -(-m // v["bm"]), -(-n // v["bn"]), -(-k // (v["bk"] * v["split_k"]))
-    blocks = gm * gn * v["split_k"]
+    gm, gn, gk, blocks = v["gm"], v["gn"], v["gk"], v["blocks"]
     waves = blocks / sm
     last_wave = waves / np.ceil(waves)
     resident = np.minimum.reduce([
@@ -201,7 +207,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
         f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
-        prior_score(space, pos),
+        _prior_of(space, v),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 

@@ -117,7 +117,7 @@ def _cooperative_copy(sch, block, config: Conv2dConfig, vec: int):
     sch.vectorize(vi)
 
 
-def _schedule_split_k_sum(sch, out_block, config: Conv2dConfig) -> None:
+def _schedule_split_k_sum(sch, out_block) -> None:
     """The split-K epilogue kernel: one thread per output element adds the K slices in
     registers (fp32) and writes the cast result."""
     total = sch.get_sblock("total")
@@ -152,7 +152,7 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
         )
         i, j, kk = sch.get_loops(gemm)
     else:
-        _schedule_split_k_sum(sch, out_block, config)
+        _schedule_split_k_sum(sch, out_block)
         z, i, j, kk = sch.get_loops(gemm)
         sch.bind(z, "blockIdx.z")
 
