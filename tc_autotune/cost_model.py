@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .space import MAX_ACCUMULATOR_FRAGMENTS, WMMA_SHAPES, ConfigSpace, Conv2dConfig
+from .space import KNOBS, MAX_ACCUMULATOR_FRAGMENTS, WMMA_SHAPES, ConfigSpace, Conv2dConfig
 
 _WMMA_NAMES = tuple(WMMA_SHAPES)
+_NAMED_KNOBS = {"wmma": _WMMA_NAMES, "intrinsic": KNOBS["intrinsic"]}  # values -> their position
+_MMA = KNOBS["intrinsic"].index("mma")
 _WMMA_MNK = np.array([WMMA_SHAPES[name] for name in _WMMA_NAMES], dtype=np.int64)  # (3, 3)
 _LOG2_KNOBS = ("block_row_warps", "block_col_warps", "warp_row_tiles", "warp_col_tiles", "chunk")
 _MAX_THREADS_PER_SM = 2048
@@ -56,11 +58,11 @@ def positions_from_configs(space: ConfigSpace, configs) -> np.ndarray:
 
 
 def _knob_values(space: ConfigSpace, pos: np.ndarray) -> dict[str, np.ndarray]:
-    """Knob values per column (the wmma knob as its position in ``WMMA_SHAPES``)."""
+    """Knob values per column (string knobs as their position in the full candidate list)."""
     out = {}
     for j, (name, cands) in enumerate(space.knobs.items()):
-        if name == "wmma":
-            table = np.array([_WMMA_NAMES.index(c) for c in cands], dtype=np.int64)
+        if name in _NAMED_KNOBS:
+            table = np.array([_NAMED_KNOBS[name].index(c) for c in cands], dtype=np.int64)
         else:
             table = np.array(cands, dtype=np.int64)
         out[name] = table[pos[:, j]]
@@ -112,6 +114,9 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     split = v["split_k"] > 1
     ok &= ~split | ((v["split_k"] - 1) * v["gk"] * v["bk"] < k)
     ok &= ~split | (v["gm"] * v["gn"] < 2 * gpu.sm_count)
+    mma = v["intrinsic"] == _MMA
+    ok &= ~mma | ((v["wmma"] == _WMMA_NAMES.index("m16n16k16")) & (int(gpu.arch[3:]) >= 80)
+                  & (v["offset_a"] == 0) & (v["offset_b"] == 0) & (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0))
     ok &= v["frag_buffers"] <= v["chunk"]
     for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
         ok &= tile <= 2 * (-(-size // 16) * 16)
@@ -139,7 +144,7 @@ def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     SMs), data reuse of the block tile (saturating near 128x128, falling off for
     huge tiles that spill or starve the grid), warps per block, and mild
     preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
-    and padded shared-memory rows, a pipelined (multi-stage) k-loop, and a mild
+    and padded shared-memory rows (or the swizzled mma path), a pipelined (multi-stage) k-loop, and a mild
     cost for split-K's second kernel.  It picks the default config and seeds the
     tuner's first batch; the cost model also sees it as a feature.
     """
@@ -160,7 +165,9 @@ def _prior_of(space: ConfigSpace, v: dict[str, np.ndarray]) -> np.ndarray:
            * _lookup({1: 0.9, 2: 0.95}, v["vec_c"]))
     chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
     shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
-    offsets = _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"])
+    # Padded rows matter to WMMA; the mma path swizzles instead (H100: ~1.1x over WMMA).
+    mma = v["intrinsic"] == _MMA
+    offsets = np.where(mma, 1.1, _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"]))
     stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
@@ -171,12 +178,23 @@ def _prior_of(space: ConfigSpace, v: dict[str, np.ndarray]) -> np.ndarray:
 FEATURE_NAMES = (
     *(f"log2_{k}" for k in _LOG2_KNOBS),
     *(f"wmma_{w}" for w in _WMMA_NAMES),
-    "offset_a", "offset_b", "offset_c", "log2_vec_a", "log2_vec_b", "log2_vec_c",
+    "a_conflict_ways", "b_conflict_ways", "offset_c", "log2_vec_a", "log2_vec_b", "log2_vec_c",
     "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
     "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", "prior",
+    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", "mma", "prior",
 )
+
+
+def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Shared-memory bank-conflict ways of the A and B fragment loads (8 rows of 16 bytes):
+    a padded row stride of s 16-byte units puts the rows on 8 / gcd(s, 8) distinct bank
+    groups; the swizzled tiles of the mma path are conflict-free.  Transferable where the raw
+    offsets are not: offset 0 is bad for WMMA but the only choice for mma."""
+    mma = v["intrinsic"] == _MMA
+    ways = [np.where(mma, 1, np.gcd((v[size] + v[offset]) // 8, 8))
+            for size, offset in (("bk", "offset_a"), ("bn", "offset_b"))]
+    return tuple(w.astype(np.float64) for w in ways)
 
 
 def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
@@ -198,7 +216,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     cols = [
         *(np.log2(f(v[name])) for name in _LOG2_KNOBS),
         *(f(v["wmma"] == i) for i in range(len(_WMMA_NAMES))),
-        f(v["offset_a"]), f(v["offset_b"]), f(v["offset_c"]),
+        *_fragment_load_conflicts(v), f(v["offset_c"]),
         np.log2(f(v["vec_a"])), np.log2(f(v["vec_b"])), np.log2(f(v["vec_c"])),
         np.log2(bm), np.log2(bn), np.log2(f(v["bk"])),
         f(v["threads"]), f(v["warps"]), np.log2(f(v["smem"])),
@@ -206,7 +224,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         f(resident), blocks / (sm * resident), (m * n * k) / padded,
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
-        f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
+        f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])), f(v["intrinsic"] == _MMA),
         _prior_of(space, v),
     ]
     return np.stack(cols, axis=1).astype(np.float32)

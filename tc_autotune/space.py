@@ -39,10 +39,12 @@ KNOBS: dict[str, tuple] = {
     "stages": (1, 2, 3, 4),  # shared-memory buffers of the k-loop; >= 2: cp.async pipeline
     "frag_buffers": (1, 2),  # 2: load the next k-slice's fragments during the MMAs
     "split_k": (1, 2, 4, 8, 16),  # K slices in parallel blocks, summed by a second kernel
+    # mma: ldmatrix + mma.sync on XOR-swizzled shared tiles instead of WMMA on padded ones
+    "intrinsic": ("wmma", "mma"),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
-KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1}
+KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma"}
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -66,6 +68,7 @@ class Conv2dConfig:
     stages: int = 1
     frag_buffers: int = 1
     split_k: int = 1
+    intrinsic: str = "wmma"
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -105,6 +108,21 @@ assert KNOB_NAMES == tuple(KNOBS), "knob table and Conv2dConfig fields must agre
 
 def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
+
+
+def _why_not_mma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
+    """The mma path: 16x16x16 tiles, sm_80's m16n8k16, and shared tiles whose rows the
+    XOR swizzle can permute (multiples of 32 fp16; it replaces the padding offsets)."""
+    if config.wmma != "m16n16k16":
+        return f"intrinsic=mma computes 16x16x16 tiles, not wmma={config.wmma}"
+    if int(gpu.arch[3:]) < 80:
+        return f"intrinsic=mma needs mma.sync.m16n8k16 (sm_80 or newer), not {gpu.arch}"
+    if config.offset_a or config.offset_b:
+        return "intrinsic=mma swizzles the A and B tiles: offset_a and offset_b must be 0"
+    if config.block_k % 32 or config.block_n % 32:
+        return (f"intrinsic=mma: block_k={config.block_k} and block_n={config.block_n} "
+                "must be multiples of 32 (swizzled rows)")
+    return None
 
 
 class ConfigSpace:
@@ -213,6 +231,10 @@ class ConfigSpace:
             blocks = -(-m // config.block_m) * -(-n // config.block_n)
             if blocks >= 2 * gpu.sm_count:
                 return f"split_k={config.split_k}: {blocks} blocks already fill the GPU twice over"
+        if config.intrinsic == "mma":
+            reason = _why_not_mma(config, gpu)
+            if reason:
+                return reason
         if config.frag_buffers > config.chunk:
             return f"frag_buffers={config.frag_buffers} exceed chunk={config.chunk} (nothing to overlap)"
         # Vector loads/stores: aligned in global memory and evenly shared by the block's threads.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tvm
 from tvm import te
 
-from .intrinsics import wmma_intrinsics
+from .intrinsics import MMA_TILE, mma_fragment_layout, mma_intrinsics, wmma_intrinsics
 from .space import Conv2dConfig
 from .workloads import Conv2dWorkload
 
@@ -135,11 +135,6 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
     data, weight, out, workspace = conv2d_compute(workload, config)
     params = [data, weight, out] + ([workspace] if workspace is not None else [])
     sch = tvm.s_tir.Schedule(te.create_prim_func(params))
-    wm, wn, wk = config.wmma_mnk
-    names = wmma_intrinsics(config.wmma_mnk, SMEM)
-    brw, bcw = config.block_row_warps, config.block_col_warps
-    wrt, wct = config.warp_row_tiles, config.warp_col_tiles
-
     gemm = sch.get_sblock("C")
     out_block = sch.get_sblock("out")
     ow = workload.out_width
@@ -155,40 +150,81 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
         _schedule_split_k_sum(sch, out_block)
         z, i, j, kk = sch.get_loops(gemm)
         sch.bind(z, "blockIdx.z")
+    schedule_tiles = _schedule_mma if config.intrinsic == "mma" else _schedule_wmma
+    ko, ki = schedule_tiles(sch, gemm, (i, j, kk), config, inline_out=config.split_k == 1)
 
-    # Tile the GEMM: m -> [bx, ty, wrt, wm], n -> [by, tz, wct, wn], k -> [ko, chunk, wk].
-    bx, ty, i_t, i_w = sch.split(i, [None, brw, wrt, wm])
-    by, tz, j_t, j_w = sch.split(j, [None, bcw, wct, wn])
-    ko, ki, k_w = sch.split(kk, [None, config.chunk, wk])
+    if config.frag_buffers > 1:
+        # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
+        sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
+    if config.stages > 1:
+        # ko's body is [A copy, B copy, ki loop]: the copies of step ko + stages - 1 are
+        # issued as cp.async (zero-fill where im2col pads) while step ko computes.  A
+        # pipelined ki loop is rewritten first, into prologue, steady loop and epilogue.
+        compute = 3 if config.frag_buffers > 1 else 1
+        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [config.stages - 1] * compute)
+        sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
+        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    return sch.mod
+
+
+def _tile_block(sch, loops, config: Conv2dConfig, tile_mnk):
+    """m -> [bx, ty, warp_row_tiles, tm], n -> [by, tz, warp_col_tiles, tn], k -> [ko, chunk, tk]
+    (tile loops outermost to innermost), bound to blocks and warps."""
+    i, j, kk = loops
+    tm, tn, tk = tile_mnk
+    bx, ty, i_t, i_w = sch.split(i, [None, config.block_row_warps, config.warp_row_tiles, tm])
+    by, tz, j_t, j_w = sch.split(j, [None, config.block_col_warps, config.warp_col_tiles, tn])
+    ko, ki, k_w = sch.split(kk, [None, config.chunk, tk])
     sch.reorder(bx, by, ty, tz, ko, ki, i_t, j_t, i_w, j_w, k_w)
     sch.bind(bx, "blockIdx.x")
     sch.bind(by, "blockIdx.y")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tz, "threadIdx.z")
+    return by, tz, ko, ki, i_w
 
-    # Output path: accumulator -> shared (block tile) -> global, with the fp16 cast fused.
+
+def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: bool):
+    """Accumulators -> shared C tile (per block) -> global; global -> shared A/B tiles (per
+    ko) -> fragments (per chunk step); cooperative vector copies.  Returns the blocks:
+    (c_frag, a_shared, b_shared, a_frag, b_frag)."""
     c_shared = sch.cache_write(gemm, 0, SMEM)
-    c_frag = sch.cache_write(gemm, 0, "wmma.accumulator")
+    c_frag = sch.cache_write(gemm, 0, frag_scopes[2])
     sch.reverse_compute_at(c_frag, tz, preserve_unit_loops=True)
     sch.reverse_compute_at(c_shared, by, preserve_unit_loops=True)
-    if config.split_k == 1:
-        sch.reverse_compute_inline(out_block)
-
-    # Input path: global -> shared (per ko) -> fragments (per chunk step).
+    if inline_out:
+        sch.reverse_compute_inline(sch.get_sblock("out"))
     a_shared = sch.cache_read(gemm, 0, SMEM)
     b_shared = sch.cache_read(gemm, 1, SMEM)
-    a_frag = sch.cache_read(gemm, 0, "wmma.matrix_a")
-    b_frag = sch.cache_read(gemm, 1, "wmma.matrix_b")
+    a_frag = sch.cache_read(gemm, 0, frag_scopes[0])
+    b_frag = sch.cache_read(gemm, 1, frag_scopes[1])
     sch.compute_at(a_frag, ki, preserve_unit_loops=True)
     sch.compute_at(b_frag, ki, preserve_unit_loops=True)
     sch.compute_at(a_shared, ko, preserve_unit_loops=True)
     sch.compute_at(b_shared, ko, preserve_unit_loops=True)
     sch.compute_inline(sch.get_sblock("A"))
     sch.compute_inline(sch.get_sblock("B"))
-
     _cooperative_copy(sch, a_shared, config, config.vec_a)
     _cooperative_copy(sch, b_shared, config, config.vec_b)
     _cooperative_copy(sch, c_shared, config, config.vec_c)
+    return c_frag, a_shared, b_shared, a_frag, b_frag
+
+
+def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
+    if config.offset_c:
+        # After tensorize: the tensorized store block is the C tile's writer now.
+        sch.storage_align(sch.get_sblock(store_name + "_o"), 0, axis=-2,
+                          factor=config.block_n + config.offset_c, offset=0)
+
+
+def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+    """WMMA fragments on padded shared tiles; returns the (ko, ki) loops."""
+    wm, wn, _ = config.wmma_mnk
+    names = wmma_intrinsics(config.wmma_mnk, SMEM)
+    by, tz, ko, ki, i_w = _tile_block(sch, loops, config, config.wmma_mnk)
+    scopes = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+    c_frag, a_shared, b_shared, a_frag, b_frag = _stage_operands(
+        sch, gemm, by, tz, ko, ki, config, scopes, inline_out)
     if config.offset_a:
         sch.storage_align(a_shared, 0, axis=-2, factor=config.block_k + config.offset_a, offset=0)
     if config.offset_b:
@@ -215,25 +251,64 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
     init = sch.decompose_reduction(gemm, ko)
     sch.tensorize(sch.get_loops(init)[-2], names.fill)
     sch.tensorize(i_w, names.mma)
+    _align_c_tile(sch, store_name, config)
+    return ko, ki
 
-    if config.frag_buffers > 1:
-        # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
-        sch.annotate(ki, "software_pipeline_stage", [0, 0, 1])
-        sch.annotate(ki, "software_pipeline_order", [0, 1, 2])
-    if config.stages > 1:
-        # ko's body is [A copy, B copy, ki loop]: the copies of step ko + stages - 1 are
-        # issued as cp.async (zero-fill where im2col pads) while step ko computes.  A
-        # pipelined ki loop is rewritten first, into prologue, steady loop and epilogue.
-        compute = 3 if config.frag_buffers > 1 else 1
-        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [config.stages - 1] * compute)
-        sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
-        sch.annotate(ko, "software_pipeline_async_stages", [0])
 
-    if config.offset_c:
-        # After tensorize: the tensorized store block is the C tile's writer now.
-        sch.storage_align(sch.get_sblock(store_name + "_o"), 0, axis=-2,
-                          factor=config.block_n + config.offset_c, offset=0)
-    return sch.mod
+def _fragment_layout_map(ndim: int):
+    """A warp-scope buffer [..., rows, cols] -> [..., row tile, col tile, lane, slot]
+    (16x16 fragments; a split-K accumulator has its slice index in front)."""
+
+    def to_fragments(*idx):
+        i, j = idx[-2:]
+        return (*idx[:-2], i // MMA_TILE, j // MMA_TILE, *mma_fragment_layout(i % MMA_TILE, j % MMA_TILE))
+
+    return tvm.tirx.IndexMap.from_func(to_fragments, ndim=ndim, index_dtype="int32")
+
+
+def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+    """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
+    chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
+    and the ldmatrix reads of 8 rows both hit 8 distinct bank groups); returns (ko, ki)."""
+    names = mma_intrinsics(SMEM)
+    # The 16x16x16 MMA is the innermost block; the tile loops above it are scheduled.
+    i, j, kk = loops
+    i, i_mma = sch.split(i, [None, MMA_TILE])
+    j, j_mma = sch.split(j, [None, MMA_TILE])
+    kk, k_mma = sch.split(kk, [None, MMA_TILE])
+    sch.reorder(i, j, kk, i_mma, j_mma, k_mma)
+    tile = sch.blockize(i_mma)
+    by, tz, ko, ki, _ = _tile_block(sch, (i, j, kk), config, (1, 1, 1))
+    c_frag, a_shared, b_shared, a_frag, b_frag = _stage_operands(
+        sch, tile, by, tz, ko, ki, config, ("warp", "warp", "warp"), inline_out)
+    sch.annotate(a_shared, "permuted_layout", 1)
+    sch.annotate(b_shared, "permuted_layout", 1)
+
+    def fragment_tiles(block):
+        rows, cols = sch.get_loops(block)[-2:]
+        r_o, r_i = sch.split(rows, [None, MMA_TILE])
+        c_o, c_i = sch.split(cols, [None, MMA_TILE])
+        sch.reorder(r_o, c_o, r_i, c_i)
+        return r_i
+
+    load_a, load_b = fragment_tiles(a_frag), fragment_tiles(b_frag)
+    sch.transform_layout(a_frag, ("write", 0), _fragment_layout_map(2))
+    sch.transform_layout(b_frag, ("write", 0), _fragment_layout_map(2))
+    sch.transform_layout(c_frag, ("read", 0), _fragment_layout_map(3 if config.split_k > 1 else 2))
+    store = fragment_tiles(c_frag)
+    frag_names = [sch.get(b).name_hint for b in (a_frag, b_frag)]
+    store_name = sch.get(c_frag).name_hint
+
+    init = sch.decompose_reduction(tile, ko)
+    sch.tensorize(load_a, names.load_a)
+    sch.tensorize(load_b, names.load_b)
+    for name in frag_names:  # ldmatrix addresses follow the swizzle of the tiles they read
+        sch.annotate(sch.get_sblock(name + "_o"), "permuted_layout", 1)
+    sch.tensorize(sch.get_loops(gemm)[-3], names.mma)
+    sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], names.fill)
+    sch.tensorize(store, names.store)
+    _align_c_tile(sch, store_name, config)
+    return ko, ki
 
 
 # use_async_copy: copies inside a pipeline's async stage become cp.async (no effect elsewhere).

@@ -1,8 +1,8 @@
-"""The workload x WMMA-shape x config matrix shared by the codegen (CPU) and GPU tests."""
+"""The workload x Tensor Core variant x config matrix shared by the codegen (CPU) and GPU tests."""
 
-from tc_autotune import conv2d_space, workloads
+from tc_autotune import workloads
 from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.space import WMMA_SHAPES
+from tc_autotune.space import KNOBS, WMMA_SHAPES, ConfigSpace
 
 WORKLOADS = {
     "tutorial": "tutorial",
@@ -12,20 +12,31 @@ WORKLOADS = {
     "dilation2": "n=2,h=20,c=32,k=64,r=3,dilation=2,pad=2",
 }
 
-
-def sample_configs(spec, shape, n, seed=0, arch="sm_90"):
-    """``n`` seeded random valid configs of one WMMA shape."""
-    space = conv2d_space(workloads.get(spec), gpu_for_arch(arch))
-    picked = [c for c in space.sample(60 * n, seed=seed) if c.wmma == shape]
-    assert len(picked) >= n, f"space of {spec} has too few valid {shape} configs"
-    return picked[:n]
+# variant -> (intrinsic, fragment shape): WMMA at every shape, and ldmatrix + mma.sync.
+VARIANTS = {**{shape: ("wmma", shape) for shape in WMMA_SHAPES}, "mma": ("mma", "m16n16k16")}
 
 
-def cases(configs_per_shape, seed=0):
-    """(id, spec, config) for every workload, every WMMA shape, several configs."""
+def variant_space(spec, variant, arch="sm_90") -> ConfigSpace:
+    """The space of one workload with the intrinsic and fragment shape pinned to ``variant``."""
+    intrinsic, shape = VARIANTS[variant]
+    knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": (shape,)}
+    if intrinsic == "mma":  # swizzled tiles take no padding
+        knobs.update(offset_a=(0,), offset_b=(0,))
+    return ConfigSpace(workloads.get(spec), gpu_for_arch(arch), knobs=knobs)
+
+
+def sample_configs(spec, variant, n, seed=0, arch="sm_90"):
+    """``n`` seeded random valid configs of one variant."""
+    picked = variant_space(spec, variant, arch).sample(n, seed=seed)
+    assert len(picked) >= n, f"space of {spec} has too few valid {variant} configs"
+    return picked
+
+
+def cases(configs_per_variant, seed=0):
+    """(id, spec, config) for every workload, every variant, several configs."""
     out = []
     for name, spec in WORKLOADS.items():
-        for shape in WMMA_SHAPES:
-            for i, config in enumerate(sample_configs(spec, shape, configs_per_shape, seed)):
-                out.append((f"{name}-{shape}-{i}", spec, config))
+        for variant in VARIANTS:
+            for i, config in enumerate(sample_configs(spec, variant, configs_per_variant, seed)):
+                out.append((f"{name}-{variant}-{i}", spec, config))
     return out

@@ -1,4 +1,5 @@
-"""CUDA code generation for the test matrix: WMMA calls of the right shape, nvcc accepts it."""
+"""CUDA code generation for the test matrix: WMMA calls of the right shape or ldmatrix +
+mma.sync on swizzled tiles, and nvcc accepts it."""
 
 import re
 
@@ -11,17 +12,23 @@ from matrix import cases
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 
-CASES = cases(configs_per_shape=2, seed=11)
+CASES = cases(configs_per_variant=2, seed=11)
 
 
 @pytest.mark.parametrize("spec,config", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_kernel_source_uses_wmma_and_compiles_for_sm90(spec, config):
+def test_kernel_source_uses_its_intrinsic_and_compiles_for_sm90(spec, config):
     kernel = build_conv2d(spec, config, target="sm_90")
     m, n, k = config.wmma_mnk
     src = kernel.cuda_source
-    assert "wmma::mma_sync" in src
-    frags = set(re.findall(r"fragment<nvcuda::wmma::(\w+), (\d+), (\d+), (\d+)", src))
-    assert frags == {(kind, str(m), str(n), str(k)) for kind in ("matrix_a", "matrix_b", "accumulator")}
+    if config.intrinsic == "wmma":
+        assert "wmma::mma_sync" in src and "mma.sync" not in src
+        frags = set(re.findall(r"fragment<nvcuda::wmma::(\w+), (\d+), (\d+), (\d+)", src))
+        assert frags == {(kind, str(m), str(n), str(k)) for kind in ("matrix_a", "matrix_b", "accumulator")}
+    else:
+        assert "nvcuda::wmma" not in src
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src  # A
+        assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src  # B (K x N, N contiguous)
     threads = re.search(r"__launch_bounds__\((\d+)\)", src)
     assert int(threads.group(1)) == config.threads
     # nvcc produced a real sm_90 cubin (ELF), not an empty file
@@ -127,3 +134,54 @@ def test_split_k_is_refused_where_the_grid_is_full_or_a_slice_empty():
     config = replace(short.default_config(), chunk=1, wmma="m16n16k16", stages=1, frag_buffers=1)
     assert short.why_invalid(replace(config, split_k=2)) is None
     assert "leaves a K slice empty" in short.why_invalid(replace(config, split_k=4))
+
+
+def test_mma_intrinsic_swizzles_the_shared_tiles_instead_of_padding_them():
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    wl = workloads.get("tutorial")
+    space = conv2d_space(wl)
+    wmma = replace(space.default_config(), wmma="m16n16k16", chunk=4, stages=3, frag_buffers=2,
+                   offset_a=8, offset_b=8, vec_a=8, vec_b=8)
+    mma = replace(wmma, intrinsic="mma", offset_a=0, offset_b=0)
+    assert space.why_invalid(wmma) is None and space.why_invalid(mma) is None
+    src = build_conv2d(wl, mma, target="sm_90").cuda_source
+    # cp.async writes and ldmatrix reads address the tiles through (chunk ^ row % 8): XOR in
+    # the shared-memory offsets, none in the WMMA kernel of the same tiling.
+    assert src.count(" ^ ") >= 4 and " ^ " not in build_conv2d(wl, wmma, target="sm_90").cuda_source
+    assert "cp.async.wait_group 1;" in src
+    # Unpadded tiles: three stages of the fp16 A (block_m x 64) and B (64 x block_n) tiles.
+    assert mma.smem_bytes == 3 * 2 * 64 * (mma.block_m + mma.block_n) < wmma.smem_bytes
+
+
+def test_mma_intrinsic_is_refused_where_it_cannot_work():
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+    from tc_autotune.gpu import gpu_for_arch
+
+    wl = workloads.get("tutorial")
+    space = conv2d_space(wl)
+    mma = replace(space.default_config(), intrinsic="mma", wmma="m16n16k16", chunk=2,
+                  offset_a=0, offset_b=0, stages=1, frag_buffers=1, split_k=1)
+    assert space.why_invalid(mma) is None
+    assert "not wmma=m32n8k16" in space.why_invalid(replace(mma, wmma="m32n8k16"))
+    assert "offset_a and offset_b must be 0" in space.why_invalid(replace(mma, offset_b=8))
+    assert "multiples of 32" in space.why_invalid(replace(mma, chunk=1))
+    turing = conv2d_space(wl, gpu_for_arch("sm_75"))
+    assert "sm_80 or newer" in turing.why_invalid(replace(mma, warp_row_tiles=2))
+
+
+def test_mma_fragment_layout_is_the_m16n8k16_register_layout():
+    from tc_autotune.intrinsics import mma_fragment_layout
+
+    places = {mma_fragment_layout(i, j): (i, j) for i in range(16) for j in range(16)}
+    assert len(places) == 256 and {lane for lane, _ in places} == set(range(32))
+    # PTX ISA, m16n8k16 A fragment: lane 0 holds (0,0),(0,1),(8,0),(8,1),(0,8),(0,9),(8,8),(8,9).
+    assert [places[(0, slot)] for slot in range(8)] == [(0, 0), (0, 1), (8, 0), (8, 1),
+                                                       (0, 8), (0, 9), (8, 8), (8, 9)]
+    # lane 5: group 1 (rows 1 and 9), columns 2 * (5 % 4) + {0, 1} (and + 8)
+    assert [places[(5, slot)] for slot in range(8)] == [(1, 2), (1, 3), (9, 2), (9, 3),
+                                                       (1, 10), (1, 11), (9, 10), (9, 11)]

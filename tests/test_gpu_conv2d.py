@@ -6,11 +6,11 @@ import pytest
 from tc_autotune import build_conv2d, workloads
 from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_error
 
-from matrix import WORKLOADS, cases
+from matrix import WORKLOADS, cases, variant_space
 
 pytestmark = pytest.mark.gpu
 
-CASES = cases(configs_per_shape=3, seed=5)
+CASES = cases(configs_per_variant=3, seed=5)
 DTYPE_VARIANTS = [("float16", "float16"), ("float32", "float32"), ("float32", "float16")]
 
 
@@ -83,3 +83,20 @@ def test_split_k_variants_match_reference(name):
                 check(wl, config)
                 checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_mma_pipelined_and_split_variants_match_reference(name):
+    """ldmatrix + mma.sync on swizzled tiles: one config per stage count and split/unsplit K,
+    the first two also with fp16 output."""
+    from tc_autotune.gpu import default_gpu
+
+    wl = workloads.get(WORKLOADS[name])
+    picked = {}
+    for config in variant_space(WORKLOADS[name], "mma", default_gpu().arch).sample(400, seed=3):
+        picked.setdefault((config.stages, config.split_k > 1), config)
+    assert len(picked) >= 4
+    for i, config in enumerate(picked.values()):
+        check(wl, config)
+        if i < 2:
+            check(wl.replace(out_dtype="float16"), config)
