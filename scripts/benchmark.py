@@ -39,7 +39,9 @@ def main(argv=None) -> int:
                         help="log(s) to draw tuning curves from (default: the --log files)")
     parser.add_argument("--sweep", action="append", metavar="KNOB=V1,V2,...",
                         help="ablation: vary knobs of each workload's best (else default) config")
-    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=50, help="timed repeats per kernel (median)")
+    parser.add_argument("--min-repeat-ms", type=float, default=10,
+                        help="each repeat runs back-to-back launches for at least this long (10)")
     args = parser.parse_args(argv)
     try:
         knobs = _parse_sweep(args.sweep or [])
@@ -57,13 +59,15 @@ def main(argv=None) -> int:
         seen = set()
         names += [e.name for e in entries if not (e.workload in seen or seen.add(e.workload))]
     if knobs:
-        rows = benchmark.sweep(names or DEFAULT_WORKLOADS, knobs, logs=args.log, repeat=args.repeat)
+        rows = benchmark.sweep(names or DEFAULT_WORKLOADS, knobs, logs=args.log, repeat=args.repeat,
+                               min_repeat_ms=args.min_repeat_ms)
         print(benchmark.sweep_table(rows))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump([r.as_dict() for r in rows], f, indent=1)
         return 0
-    rows = benchmark.benchmark(names or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat)
+    rows = benchmark.benchmark(names or DEFAULT_WORKLOADS, logs=args.log, repeat=args.repeat,
+                               min_repeat_ms=args.min_repeat_ms)
     table = benchmark.markdown_table(rows)
     print(table)
     if args.plot_dir:

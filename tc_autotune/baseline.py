@@ -5,6 +5,7 @@ PyTorch is optional: ``available()`` says whether it can run here.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -49,7 +50,7 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray)
 
 
 def checked_cudnn_time(workload: Conv2dWorkload, data, weight, reference, number: int = 20,
-                       repeat: int = 30) -> tuple[float | None, float]:
+                       repeat: int = 30, min_repeat_ms: float = 10) -> tuple[float | None, float]:
     """(median seconds or None, relative error): cuDNN is timed only when its result is right."""
     from .reference import relative_l2_error
 
@@ -57,11 +58,13 @@ def checked_cudnn_time(workload: Conv2dWorkload, data, weight, reference, number
     err = relative_l2_error(out, reference)
     if not err < 1e-2:
         return None, err
-    return median(time_launches(run, number, repeat)), err
+    return median(time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms)), err
 
 
-def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10) -> list[float]:
-    """Seconds per ``run()``, one entry per repeat (each the mean of ``number`` launches).
+def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10,
+                  min_repeat_ms: float = 0) -> list[float]:
+    """Seconds per ``run()``, one entry per repeat (each the mean of ``number`` launches,
+    raised until a repeat lasts ``min_repeat_ms``, as TVM's time_evaluator does for ours).
 
     The launches are captured in a CUDA graph and replayed, so small convolutions are
     timed on the GPU rather than on PyTorch's per-call host overhead (~15-20 us), which
@@ -77,6 +80,15 @@ def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10) -> 
             run()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    if min_repeat_ms > 0:  # steady state: enough back-to-back launches per timed repeat
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        end.synchronize()
+        per_launch_ms = max(start.elapsed_time(end) / number, 1e-4)
+        number = min(max(number, math.ceil(min_repeat_ms / per_launch_ms)), 4096)
     try:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

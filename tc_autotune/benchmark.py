@@ -40,9 +40,11 @@ class BenchRow:
 
 
 def checked_kernel_time(kernel, workload, data, weight, reference, number: int = 20,
-                        repeat: int = 50) -> tuple[float | None, float]:
+                        repeat: int = 50, min_repeat_ms: float = 10) -> tuple[float | None, float]:
     """(median seconds or None, relative error): run once on NaN-poisoned output, check
-    against ``reference``, and time only a kernel whose result is right."""
+    against ``reference``, and time only a kernel whose result is right.  Each repeat runs
+    at least ``min_repeat_ms`` of back-to-back launches (cuDNN is timed the same way), so
+    10 us kernels are timed in steady state and not on a handful of launches."""
     import tvm
 
     dev = tvm.cuda(0)
@@ -53,10 +55,12 @@ def checked_kernel_time(kernel, workload, data, weight, reference, number: int =
     if not err < 1e-2:
         log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
         return None, err
-    return float(np.median(time_kernel(kernel, d, w, out, number=number, repeat=repeat))), err
+    times = time_kernel(kernel, d, w, out, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return float(np.median(times)), err
 
 
-def benchmark(names, logs=None, number: int = 20, repeat: int = 50) -> list[BenchRow]:
+def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
+              min_repeat_ms: float = 10) -> list[BenchRow]:
     """Time default (and, with ``logs``, best logged) configs and cuDNN for each workload."""
     from .apply import apply_history_best
 
@@ -69,15 +73,15 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50) -> list[Benc
         reference = conv2d_reference(wl, data, weight)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
         default = build_conv2d(wl, conv2d_space(wl).default_config())
-        row.default_s, row.default_err = checked_kernel_time(default, wl, data, weight, reference, number, repeat)
+        timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        row.default_s, row.default_err = checked_kernel_time(default, wl, data, weight, reference, **timing)
         if logs:
             with apply_history_best(logs):
                 tuned = build_conv2d(wl)
             row.tuned_config = tuned.config.as_dict()
-            row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, data, weight, reference, number, repeat)
+            row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, data, weight, reference, **timing)
         if baseline.available():
-            row.cudnn_s, row.cudnn_err = baseline.checked_cudnn_time(wl, data, weight, reference,
-                                                                     number, repeat)
+            row.cudnn_s, row.cudnn_err = baseline.checked_cudnn_time(wl, data, weight, reference, **timing)
         log.info("%s: %s", name, row)
         rows.append(row)
     return rows
@@ -100,7 +104,8 @@ class SweepRow:
         return asdict(self)
 
 
-def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: int = 50) -> list[SweepRow]:
+def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: int = 50,
+          min_repeat_ms: float = 10) -> list[SweepRow]:
     """Ablation: each workload's base config with every combination of ``knobs`` values,
     each checked and timed, with cuDNN from the same process beside them.  Kernels are
     compiled in parallel (nvcc runs as subprocesses) before any is timed."""
@@ -113,6 +118,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
     from .kernel import compile_conv2d
 
     gpu = default_gpu()
+    timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     rows = []
     for name in names:
         wl = get(name)
@@ -123,7 +129,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
         reference = conv2d_reference(wl, data, weight)
         cudnn_s = None
         if baseline.available():
-            cudnn_s, _ = baseline.checked_cudnn_time(wl, data, weight, reference, number, repeat)
+            cudnn_s, _ = baseline.checked_cudnn_time(wl, data, weight, reference, **timing)
         variants = []  # (row, config)
         for combo in itertools.product(*knobs.values()):
             changes = dict(zip(knobs, combo))
@@ -134,7 +140,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
         with ThreadPoolExecutor(max_workers=8) as pool:
             kernels = list(pool.map(lambda v: compile_conv2d(wl, v[1], gpu), valid))
         for (row, _), kernel in zip(valid, kernels):
-            row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, number, repeat)
+            row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, **timing)
             log.info("%s %s: %s ms", name, row.changes, _ms(row.seconds))
         rows += [row for row, _ in variants]
     return rows

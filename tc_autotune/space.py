@@ -110,6 +110,10 @@ def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
+# What the mma path requires of other knobs (the tuner's moves into it set these too).
+MMA_REQUIRES = {"wmma": "m16n16k16", "offset_a": 0, "offset_b": 0}
+
+
 def _why_not_mma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
     """The mma path: 16x16x16 tiles, sm_80's m16n8k16, and shared tiles whose rows the
     XOR swizzle can permute (multiples of 32 fp16; it replaces the padding offsets)."""

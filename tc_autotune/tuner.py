@@ -21,7 +21,7 @@ from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from
                          indices_from_positions, positions_from_configs, positions_from_indices,
                          prior_score, radices, valid_mask)
 from .measure import MeasureResult
-from .space import ConfigSpace, Conv2dConfig, conv2d_space
+from .space import MMA_REQUIRES, ConfigSpace, Conv2dConfig, conv2d_space
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
@@ -342,6 +342,7 @@ class XGBTuner(Tuner):
             shift = rng.integers(1, rad[knob])
             cand = pos.copy()
             cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
+            cand = _with_mma_requirements(space, cand)
             ok = valid_mask(space, cand)
             cand_scores = np.full(chains, -np.inf)
             cand_scores[ok] = score(cand[ok])
@@ -376,6 +377,19 @@ class XGBTuner(Tuner):
         if pool.size:
             starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
         return starts
+
+
+def _with_mma_requirements(space, pos: np.ndarray) -> np.ndarray:
+    """Rows on the mma path get the knob values it requires (offsets 0, 16x16x16), so a
+    single-knob move from a good WMMA config reaches its mma twin instead of an invalid point."""
+    names = list(space.knobs)
+    if "mma" not in space.knobs["intrinsic"]:
+        return pos
+    on_mma = pos[:, names.index("intrinsic")] == space.knobs["intrinsic"].index("mma")
+    for knob, value in MMA_REQUIRES.items():
+        if value in space.knobs[knob]:
+            pos[on_mma, names.index(knob)] = space.knobs[knob].index(value)
+    return pos
 
 
 @dataclass
