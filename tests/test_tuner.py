@@ -338,3 +338,37 @@ def test_xgb_first_batch_starts_with_the_default_config():
         space = space_of(name)
         batch = XGBTuner(space, seed=0).next_batch(16)
         assert batch[0] == space.default_config() and len(set(batch)) == 16
+
+
+def test_a_move_onto_the_mma_path_lands_on_a_valid_config():
+    """Switching a good WMMA config (padded tiles) to intrinsic=mma in one annealing step must
+    give its swizzled twin, not an invalid point the search would reject."""
+    from dataclasses import replace
+
+    from tc_autotune.cost_model import indices_from_positions, positions_from_configs
+    from tc_autotune.tuner import _with_mma_requirements
+
+    space = space_of("tutorial")
+    wmma = replace(space.default_config(), wmma="m32n8k16", warp_row_tiles=4, warp_col_tiles=2,
+                   chunk=2, offset_a=8, offset_b=16, split_k=1)
+    assert space.is_valid(wmma)
+    moved = replace(wmma, intrinsic="mma")
+    assert not space.is_valid(moved)
+    pos = _with_mma_requirements(space, positions_from_configs(space, [wmma, moved]))
+    kept, repaired = (space.get(int(i)) for i in indices_from_positions(space, pos))
+    assert kept == wmma  # WMMA rows are left alone
+    assert repaired == replace(moved, wmma="m16n16k16", offset_a=0, offset_b=0)
+    assert space.is_valid(repaired)
+
+
+def test_fragment_load_conflict_features_rate_swizzled_and_padded_tiles():
+    from dataclasses import replace
+
+    space = space_of("tutorial")
+    base = replace(space.default_config(), wmma="m16n16k16", chunk=4)  # block_k = 64
+    rows = [replace(base, offset_a=o, offset_b=o) for o in (0, 8, 16)]
+    rows.append(replace(base, offset_a=0, offset_b=0, intrinsic="mma"))
+    x = config_features(space, rows)
+    ways = x[:, [FEATURE_NAMES.index("a_conflict_ways"), FEATURE_NAMES.index("b_conflict_ways")]]
+    # 128-byte rows: 8-way; 144-byte rows: conflict-free; 160-byte rows: 2-way; swizzled: free.
+    assert ways[:, 0].tolist() == [8, 1, 2, 1]
