@@ -1,10 +1,12 @@
 """CUDA source -> cubin with nvcc, cached on disk by content hash.
 
-TVM 0.27 keeps CUDA kernels as source until the module is loaded, then calls
-the global ``tvm_callback_cuda_compile``.  We compile eagerly at build time (so
-errors surface there, in parallel build workers, and on machines without a GPU)
-and register a callback that serves the cached cubin, so loading on the GPU
-costs no compilation.  The disk cache is the only hand-off between the two.
+TVM 0.27 compiles CUDA kernels through the global ``tvm_callback_cuda_compile``:
+at build time where it has a CUDA runtime (its default callback uses NVRTC, whose
+ptxas makes different code), else when the module is loaded.  We compile eagerly
+with nvcc (so errors surface at build time, in parallel build workers, and on
+machines without a GPU) and register, before any build, a callback that serves
+the cached cubin: every kernel is nvcc's, whatever ran before it in the process.
+The disk cache is the only hand-off between the two.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def _callback_arch() -> str:
 
 
 def install_compile_callback() -> None:
-    """Make TVM load CUDA modules through ``compile_cubin`` (cache first, then nvcc)."""
+    """Make TVM compile (at build or load time) through ``compile_cubin``: cache first, then nvcc."""
     import tvm_ffi
 
     if find_nvcc() is None:  # keep TVM's own NVRTC path
