@@ -114,7 +114,9 @@ def main(argv=None) -> int:
 
 def report(summary, gpu) -> str:
     lines = [f"== {summary.workload} on {gpu.name}: {summary.trials} trials in {summary.elapsed:.0f} s, "
-             f"{summary.errors} errors {summary.error_counts} -> {summary.log}"]
+             f"{summary.errors} errors {summary.error_counts} -> {summary.log}",
+             f"   resumed from {summary.resumed} earlier records on this GPU; "
+             f"{summary.other_records} records of other workloads or GPUs to learn from"]
     if summary.best_config is None:
         lines.append("   no valid config measured")
         return "\n".join(lines)

@@ -34,6 +34,8 @@ class TuneSummary:
     workload: Conv2dWorkload
     log: str
     trials: int = 0
+    resumed: int = 0  # earlier records of this workload on this GPU (never re-measured)
+    other_records: int = 0  # of other workloads or GPUs: the xgb tuner's training data
     errors: int = 0
     elapsed: float = 0.0
     best_config: Conv2dConfig | None = None
@@ -59,13 +61,10 @@ def make_tuner(name: str, space, seed: int | None = None):
     return classes[name](space, seed=seed)
 
 
-def _history(log_path: str, transfer_logs, gpu: GpuInfo):
-    """Earlier records of this GPU (same name, or same arch for records without one)."""
-    out = []
-    for record in records.load([log_path, *transfer_logs]):
-        if record.gpu == gpu.name or (record.gpu is None and record.arch == gpu.arch):
-            out.append(record)
-    return out
+def _earlier_records(log_path: str, transfer_logs) -> list:
+    """Every record of the log and the transfer logs: the tuner keeps this workload's on
+    this GPU as history and learns from the rest (other workloads, other GPUs)."""
+    return list(records.load([log_path, *transfer_logs]))
 
 
 def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str = "xgb",
@@ -76,7 +75,8 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     """Tune ``workload`` for ``n_trial`` new measurements, appending each to ``log_path``.
 
     Configs already in the log for this workload and GPU are not measured again and
-    seed the model; records of other workloads (the log and ``transfer_logs``) pre-train it.
+    seed the model; the other records of the log and ``transfer_logs`` (other workloads,
+    and this one on other GPUs) pre-train it.
     ``deadline`` (time.time()) stops the search after the batch that crosses it.
     ``measurer_factory(space, options)`` replaces the GPU measurer (tests use a synthetic one);
     an open ``measurer`` (with ``use_space``) is reused across workloads and left open.
@@ -90,12 +90,13 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     log_path = str(log_path)
     space = conv2d_space(workload, gpu)
     search = make_tuner(tuner, space, seed)
-    history = _history(log_path, transfer_logs, gpu)
-    search.load_history(history)
-    same = sum(r.workload == workload for r in history)
-    log.info("%s: space of %d configs; resuming with %d records of it, %d of other workloads",
-             workload, len(space), same, len(history) - same)
+    earlier = _earlier_records(log_path, transfer_logs)
     summary = TuneSummary(workload, log_path)
+    summary.resumed = search.load_history(earlier)
+    summary.other_records = len(earlier) - summary.resumed
+    log.info("%s: space of %d configs; resuming with %d records of it on this GPU; %d others "
+             "(other workloads or GPUs) to learn from", workload, len(space), summary.resumed,
+             summary.other_records)
     start = time.time()
     provenance = None
 

@@ -127,10 +127,12 @@ class Tuner:
 
     # ---- earlier measurements ----------------------------------------------------
     def load_history(self, records) -> int:
-        """Take records (``.workload``, ``.config`` entity dict, ``.result``) measured before.
+        """Take records (``.workload``, ``.config`` entity dict, ``.result``, ``.gpu``) measured before.
 
-        Those of this workload (and GPU arch, where the record names one) join the
-        history: never re-measured, and the best counts.  Others go to
+        Those of this workload measured on this GPU join the history: never re-measured,
+        and the best counts.  "This GPU" is the GPU's name; a record without one (older
+        logs, bare records) is taken by arch.  Everything else, other workloads and this
+        workload on other GPUs (an H100 log while tuning on an H200, both sm_90), goes to
         ``_add_transfer`` (used by model-based tuners).  Returns how many joined the history.
         """
         added = 0
@@ -142,19 +144,18 @@ class Tuner:
                 continue
             if not 0 <= index < len(self.space):
                 continue
-            arch = getattr(record, "arch", None)
-            same_gpu = not (isinstance(arch, str) and arch.startswith("sm_") and arch != self.space.gpu.arch)
-            if workload == self.workload and same_gpu:
+            source = _measured_on(record)
+            if workload == self.workload and source in (self.space.gpu.name, self.space.gpu.arch, None):
                 config = self.space.get(index)
                 if not _entity_matches(record.config, config):
                     continue  # logged with another knob table: the index means another config
                 self._record(config, record.result)
                 added += 1
             else:
-                self._add_transfer(workload, arch, index, record.result)
+                self._add_transfer(workload, source, index, record.result)
         return added
 
-    def _add_transfer(self, workload, arch, index: int, result: MeasureResult) -> None:
+    def _add_transfer(self, workload, source, index: int, result: MeasureResult) -> None:
         """A record of another workload or GPU; plain tuners have no use for it."""
 
     # ---- shared pickers ----------------------------------------------------------
@@ -206,6 +207,15 @@ class Tuner:
                 parts.append(idx[valid_mask(self.space, positions_from_indices(self.space, idx))])
             self._all_valid = np.concatenate(parts)
         return self._all_valid
+
+
+def _measured_on(record) -> str | None:
+    """The GPU a record was measured on: its name, else its arch ("sm_90"), else None."""
+    gpu = getattr(record, "gpu", None)
+    if isinstance(gpu, str) and gpu:
+        return gpu
+    arch = getattr(record, "arch", None)
+    return arch if isinstance(arch, str) and arch.startswith("sm_") else None
 
 
 def _entity_matches(entity: dict, config: Conv2dConfig) -> bool:
@@ -277,8 +287,8 @@ class XGBTuner(Tuner):
         self._refit()
         return added
 
-    def _add_transfer(self, workload, arch, index, result) -> None:
-        self._transfer.add(workload, arch, index, result)
+    def _add_transfer(self, workload, source, index, result) -> None:
+        self._transfer.add(workload, source, index, result)
 
     def _refit(self) -> None:
         done = len(self._history_x)
@@ -396,20 +406,21 @@ def _with_mma_requirements(space, pos: np.ndarray) -> np.ndarray:
 class _TransferSet:
     """Records of other workloads (or GPUs), kept as indices and featurised on demand."""
 
-    rows: dict = field(default_factory=dict)  # (workload, arch) -> ([index], [throughput])
+    rows: dict = field(default_factory=dict)  # (workload, source GPU) -> ([index], [throughput])
     _cache: tuple | None = None
 
-    def add(self, workload, arch, index: int, result: MeasureResult) -> None:
-        indices, tput = self.rows.setdefault((workload, arch), ([], []))
+    def add(self, workload, source, index: int, result: MeasureResult) -> None:
+        indices, tput = self.rows.setdefault((workload, source), ([], []))
         indices.append(index)
         tput.append(workload.flops / result.seconds if result.ok else 0.0)
         self._cache = None
 
     def arrays(self, gpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(features, throughputs, group ids >= 1), one group per (workload, arch)."""
+        """(features, throughputs, group ids >= 1), one group per (workload, source GPU):
+        the ranking objective compares configs only within what one GPU measured."""
         if self._cache is None:
             xs, ys, gs = [], [], []
-            for group, ((workload, _arch), (indices, tput)) in enumerate(self.rows.items(), start=1):
+            for group, ((workload, _source), (indices, tput)) in enumerate(self.rows.items(), start=1):
                 space = conv2d_space(workload, gpu)
                 xs.append(features_from_positions(space, positions_from_indices(space, indices)))
                 ys.append(np.asarray(tput, dtype=np.float64))

@@ -62,3 +62,28 @@ def test_records_of_other_workloads_are_used_not_remeasured(tmp_path):
     tune(log, 16)
     assert {w for w, _ in SyntheticMeasurer.calls} == {WL}
     assert len(list(records.load(log))) == 32
+
+
+def test_another_gpu_of_the_same_arch_is_transfer_data_not_history(tmp_path):
+    """An H100 log passed while tuning on an H200 (both sm_90): its configs are not taken as
+    measured here (the default still comes first, its best gets re-measured), but they teach
+    the model; the H200 log holds H200 measurements only."""
+    from dataclasses import replace
+
+    from tc_autotune.space import conv2d_space
+
+    h100_log, h200_log = tmp_path / "h100.jsonl", tmp_path / "h200.jsonl"
+    h100 = replace(GPU, name="Synthetic H100")
+    h200 = replace(GPU, name="Synthetic H200")
+    tune_workload(WL, 32, h100_log, gpu=h100, compare_cudnn=False, measurer_factory=SyntheticMeasurer,
+                  batch_size=8, seed=0)
+    h100_best = records.load_best(h100_log, WL)[0]
+    SyntheticMeasurer.calls = []
+    summary = tune_workload(WL, 16, h200_log, gpu=h200, compare_cudnn=False, transfer_logs=[h100_log],
+                            measurer_factory=SyntheticMeasurer, batch_size=8, seed=0)
+    space = conv2d_space(WL, h200)
+    measured = [i for _, i in SyntheticMeasurer.calls]
+    assert measured[0] == space.index(space.default_config())
+    assert space.index(h100_best) in measured
+    assert (summary.trials, summary.resumed, summary.other_records) == (16, 0, 32)
+    assert {r.gpu for r in records.load(h200_log)} == {"Synthetic H200"}

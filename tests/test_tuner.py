@@ -12,7 +12,7 @@ import logging
 import math
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -95,6 +95,7 @@ class FakeRecord:
     config: dict
     result: MeasureResult
     arch: str | None = None
+    gpu: str | None = None
 
 
 def records_of(space: ConfigSpace, n: int, seed: int) -> list[FakeRecord]:
@@ -263,6 +264,24 @@ def test_load_history_prevents_remeasuring_and_sets_the_best():
         third = SyntheticMeasure(space)
         tuner.tune(48, third)
         assert not set(third.measured) & set(first.measured)
+
+
+def test_records_of_another_gpu_of_the_same_arch_only_train_the_model():
+    """History is what this GPU measured (by name; by arch for nameless records): the same
+    configs timed on another sm_90 part are training data and may be measured again."""
+    space = space_of("rfc-3x3-b32")
+    assert space.gpu.arch == "sm_90"
+    measured = records_of(space, 24, seed=0)
+    here = [replace(r, gpu=space.gpu.name) for r in measured]
+    elsewhere = [replace(r, gpu="another sm_90 GPU", arch="sm_90") for r in measured]
+    nameless = [replace(r, arch="sm_90") for r in measured]
+    for batch, joined in ((here, 24), (nameless, 24), (elsewhere, 0)):
+        tuner = XGBTuner(space, seed=0)
+        assert tuner.load_history(batch) == joined
+        assert len(tuner.history) == joined and tuner.model.fitted
+    tuner = XGBTuner(space, seed=0)
+    tuner.load_history(elsewhere)
+    assert tuner.next_batch(16)[0] == space.default_config()  # nothing measured here yet
 
 
 def test_measure_must_answer_every_config():
