@@ -20,6 +20,7 @@ from .space import KNOBS, MAX_ACCUMULATOR_FRAGMENTS, WMMA_SHAPES, ConfigSpace, C
 _WMMA_NAMES = tuple(WMMA_SHAPES)
 _NAMED_KNOBS = {"wmma": _WMMA_NAMES, "intrinsic": KNOBS["intrinsic"]}  # values -> their position
 _MMA = KNOBS["intrinsic"].index("mma")
+_WGMMA = KNOBS["intrinsic"].index("wgmma")
 _WMMA_MNK = np.array([WMMA_SHAPES[name] for name in _WMMA_NAMES], dtype=np.int64)  # (3, 3)
 _LOG2_KNOBS = ("block_row_warps", "block_col_warps", "warp_row_tiles", "warp_col_tiles", "chunk")
 _MAX_THREADS_PER_SM = 2048
@@ -117,6 +118,10 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     mma = v["intrinsic"] == _MMA
     ok &= ~mma | ((v["wmma"] == _WMMA_NAMES.index("m16n16k16")) & (int(gpu.arch[3:]) >= 80)
                   & (v["offset_a"] == 0) & (v["offset_b"] == 0) & (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0))
+    wgmma = v["intrinsic"] == _WGMMA
+    ok &= ~wgmma | ((gpu.arch == "sm_90") & (v["wmma"] == _WMMA_NAMES.index("m16n16k16"))
+                    & (v["offset_a"] == 0) & (v["offset_b"] == 0) & (v["block_row_warps"] == 4)
+                    & (v["chunk"] == 4) & (v["frag_buffers"] == 1) & (v["warp_col_tiles"] * 16 % 64 == 0))
     ok &= v["frag_buffers"] <= v["chunk"]
     for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
         ok &= tile <= 2 * (-(-size // 16) * 16)
@@ -165,9 +170,11 @@ def _prior_of(space: ConfigSpace, v: dict[str, np.ndarray]) -> np.ndarray:
            * _lookup({1: 0.9, 2: 0.95}, v["vec_c"]))
     chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
     shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
-    # Padded rows matter to WMMA; the mma path swizzles instead (H100: ~1.1x over WMMA).
-    mma = v["intrinsic"] == _MMA
-    offsets = np.where(mma, 1.1, _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"]))
+    # Padded rows matter to WMMA; the mma path swizzles instead (H100: ~1.1x over WMMA), and
+    # wgmma (Hopper) runs 1.1-1.4x faster than mma (H200, tuned configs of the seed workloads).
+    swizzled = _lookup({_MMA: 1.1, _WGMMA: 1.3}, v["intrinsic"], default=0.0)
+    offsets = np.where(swizzled > 0, swizzled,
+                       _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"]))
     stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
@@ -182,17 +189,18 @@ FEATURE_NAMES = (
     "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
     "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", "mma", "prior",
+    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", "mma", "wgmma",
+    "prior",
 )
 
 
 def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Shared-memory bank-conflict ways of the A and B fragment loads (8 rows of 16 bytes):
     a padded row stride of s 16-byte units puts the rows on 8 / gcd(s, 8) distinct bank
-    groups; the swizzled tiles of the mma path are conflict-free.  Transferable where the raw
-    offsets are not: offset 0 is bad for WMMA but the only choice for mma."""
-    mma = v["intrinsic"] == _MMA
-    ways = [np.where(mma, 1, np.gcd((v[size] + v[offset]) // 8, 8))
+    groups; the swizzled tiles of the mma and wgmma paths are conflict-free.  Transferable where
+    the raw offsets are not: offset 0 is bad for WMMA but the only choice for mma and wgmma."""
+    swizzled = v["intrinsic"] != _NAMED_KNOBS["intrinsic"].index("wmma")
+    ways = [np.where(swizzled, 1, np.gcd((v[size] + v[offset]) // 8, 8))
             for size, offset in (("bk", "offset_a"), ("bn", "offset_b"))]
     return tuple(w.astype(np.float64) for w in ways)
 
@@ -225,7 +233,7 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
         f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])), f(v["intrinsic"] == _MMA),
-        _prior_of(space, v),
+        f(v["intrinsic"] == _WGMMA), _prior_of(space, v),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 

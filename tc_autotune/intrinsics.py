@@ -380,3 +380,108 @@ def mma_intrinsics(smem_scope: str = "shared.dyn") -> IntrinsicNames:
         "mma": _mma_sync,
         "store": lambda: _mma_store(smem_scope),
     })
+
+
+# ---- wgmma (the "wgmma" intrinsic knob; Hopper, compiled for sm_90a) --------------------
+# A warpgroup (4 consecutive warps) computes a 64 x N tile with wgmma.mma_async, reading A
+# and B straight from shared memory through matrix descriptors.  Warp w of the group owns
+# rows 16w..16w+15; its accumulators are WMMA 16x16 fp32 accumulator fragments, whose 8
+# values per thread (x[0..7]) sit where the m16n8k16 layout above puts them, which is also
+# where wgmma writes them (per 8 columns: rows r and r + 8, two adjacent columns).  So the
+# WMMA fill and store intrinsics serve wgmma, and TVM's warp-memory lowering (which cannot
+# hand a custom call a pointer to registers) is not involved.
+# Shared tiles use the 128-byte swizzle (16-byte chunk c of a 128-byte row r sits at c ^ r%8,
+# TVM's permuted layout for 64-element fp16 rows): A is K-major, 64-row slabs of (row, 64 k);
+# B is MN-major in 64-column atoms, (N / 64, 64 k, 64 n), its atom stride passed in bytes.
+WGMMA_M = 64  # rows of one warpgroup instruction
+WGMMA_K = 64  # k of one call: a 128-byte swizzled row of fp16, four k16 instructions
+WGMMA_ATOM = 64  # columns of one B atom
+_ACC_FRAGMENT = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
+
+
+def _wgmma_source(n: int) -> str:
+    """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them."""
+    regs = ",".join(f"%{i}" for i in range(n // 2))
+    outs = ", ".join(f'"+f"(c[first + {i // 8}].x[{i % 8}])' for i in range(n // 2))
+    da, db = n // 2, n // 2 + 1
+    return f"""
+__device__ __forceinline__ void tc_wgmma_m64n{n}k64({_ACC_FRAGMENT}* c, int first, const void* a,
+                                                    const void* b, unsigned b_atom_bytes) {{
+  // c[first], c[first + 1], ...: this warp's 16 x {n} accumulators, 16 columns per fragment.
+  // Descriptors: start address, leading byte offset (B: the atom stride; unused for A),
+  // stride byte offset (8 swizzled rows: 1024 B), 128-byte swizzle; in 16-byte units.
+  const unsigned long long a0 = (unsigned long long)((__cvta_generic_to_shared(a) & 0x3FFFF) >> 4)
+      | (1ull << 16) | (64ull << 32) | (1ull << 62);
+  const unsigned long long b0 = (unsigned long long)((__cvta_generic_to_shared(b) & 0x3FFFF) >> 4)
+      | ((unsigned long long)((b_atom_bytes & 0x3FFFF) >> 4) << 16) | (64ull << 32) | (1ull << 62);
+  asm volatile("fence.proxy.async.shared::cta;\\nwgmma.fence.sync.aligned;\\n" ::: "memory");
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {{  // k16 steps: +32 B along the A rows, +16 rows (2048 B) of B
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, 1;\\n"
+                 : {outs} : "l"(a0 + 2 * k), "l"(b0 + 128 * k));
+  }}
+  asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;\\n" ::: "memory");
+}}
+"""
+
+
+def _wgmma(n: int, smem_scope: str):
+    """C[16 x n] (this warp's rows of a warpgroup slab) += A[16 x 64] @ B[64 x n]."""
+    from tvm.backend.cuda.op import cuda_func_call
+
+    atoms = n // WGMMA_ATOM
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (MMA_TILE, WGMMA_K), "float16", align=64, offset_factor=1, scope=smem_scope)
+        B = T.match_buffer(b, (atoms, WGMMA_K, WGMMA_ATOM), "float16", align=64, offset_factor=1,
+                           scope=smem_scope)
+        C = T.match_buffer(c, (MMA_TILE, n), "float32", align=64, offset_factor=MMA_TILE,
+                           scope="wmma.accumulator")
+        with T.sblock("root"):
+            T.reads(C[0:MMA_TILE, 0:n], A[0:MMA_TILE, 0:WGMMA_K], B[0:atoms, 0:WGMMA_K, 0:WGMMA_ATOM])
+            T.writes(C[0:MMA_TILE, 0:n])
+            for i, j, k in T.grid(MMA_TILE, n, WGMMA_K):
+                with T.sblock("C"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    C[vi, vj] = C[vi, vj] + T.Cast("float32", A[vi, vk]) * T.Cast(
+                        "float32", B[vj // WGMMA_ATOM, vk, vj % WGMMA_ATOM])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        a1 = T.int32()
+        a0 = T.int32()
+        b2 = T.int32()
+        b1 = T.int32()
+        b0 = T.int32()
+        c1 = T.int32()
+        c0 = T.int32()
+        A = T.match_buffer(a, (MMA_TILE, WGMMA_K), "float16", align=64, offset_factor=1, scope=smem_scope,
+                           strides=[a1, a0])
+        B = T.match_buffer(b, (atoms, WGMMA_K, WGMMA_ATOM), "float16", align=64, offset_factor=1,
+                           scope=smem_scope, strides=[b2, b1, b0])
+        C = T.match_buffer(c, (MMA_TILE, n), "float32", align=64, offset_factor=MMA_TILE,
+                           scope="wmma.accumulator", strides=[c1, c0])
+        with T.sblock("root"):
+            T.reads(C[0:MMA_TILE, 0:n], A[0:MMA_TILE, 0:WGMMA_K], B[0:atoms, 0:WGMMA_K, 0:WGMMA_ATOM])
+            T.writes(C[0:MMA_TILE, 0:n])
+            # The instruction reads the warpgroup's 64 rows: from this warp's 16 rows back to
+            # the first of its slab (the template stores the four warps' rows as one slab).
+            T.evaluate(cuda_func_call(
+                f"tc_wgmma_m64n{n}k64", C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
+                A.access_ptr("r", offset=-(A.elem_offset // (MMA_TILE * a1) % (WGMMA_M // MMA_TILE))
+                             * MMA_TILE * a1),
+                B.access_ptr("r"), b2 * 2, source_code=_wgmma_source(n)))
+
+    return desc, impl
+
+
+def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn") -> str:
+    """Register (once per process) and name the wgmma intrinsic for warpgroup tiles n wide."""
+    name = f"{_PREFIX}_wgmma_m64n{n}k64_{smem_scope.replace('.', '_')}"
+    with _REGISTERING:
+        try:
+            TensorIntrin.get(name)
+        except Exception:  # not registered yet in this process
+            TensorIntrin.register(name, *_wgmma(n, smem_scope))
+    return name

@@ -51,7 +51,8 @@ class Conv2dKernel:
 
     def _function(self):
         cuda.install_compile_callback()  # loading compiles: serve our cached cubin
-        return self.executable.mod["main"]
+        with self.target:  # ... for this kernel's arch (sm_90a for wgmma)
+            return self.executable.mod["main"]
 
     def _as_tensor(self, value, shape, dtype, name, dev):
         if isinstance(value, np.ndarray):
@@ -123,6 +124,11 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
     return compile_conv2d(workload, resolve_config(workload, config, gpu), gpu)
 
 
+def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
+    """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
+    return gpu.arch + "a" if config.intrinsic == "wgmma" else gpu.arch
+
+
 def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
                    nvcc_timeout: float | None = None) -> Conv2dKernel:
     """Lower a resolved config and compile its cubin (into the disk cache).
@@ -131,9 +137,10 @@ def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
     at build time through whatever callback is registered then (else NVRTC), and the binary
     must not depend on what the process happened to build or run before (BENCHMARKS 7e).
     """
-    target = tvm.target.Target({"kind": "cuda", "arch": gpu.arch})
+    target = tvm.target.Target({"kind": "cuda", "arch": build_arch(config, gpu)})
     cuda.install_compile_callback()
     with target:  # the callback compiles for this target's arch
         executable = lower_conv2d(workload, config, target)
-    cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), gpu.arch, nvcc_timeout)
+    cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
+                               nvcc_timeout)
     return Conv2dKernel(workload, config, target, executable, cubin)

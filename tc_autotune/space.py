@@ -39,8 +39,9 @@ KNOBS: dict[str, tuple] = {
     "stages": (1, 2, 3, 4),  # shared-memory buffers of the k-loop; >= 2: cp.async pipeline
     "frag_buffers": (1, 2),  # 2: load the next k-slice's fragments during the MMAs
     "split_k": (1, 2, 4, 8, 16),  # K slices in parallel blocks, summed by a second kernel
-    # mma: ldmatrix + mma.sync on XOR-swizzled shared tiles instead of WMMA on padded ones
-    "intrinsic": ("wmma", "mma"),
+    # mma: ldmatrix + mma.sync on XOR-swizzled shared tiles instead of WMMA on padded ones;
+    # wgmma: Hopper warpgroup MMA reading 128-byte-swizzled shared tiles (sm_90 only)
+    "intrinsic": ("wmma", "mma", "wgmma"),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
@@ -110,8 +111,12 @@ def _round_up(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
-# What the mma path requires of other knobs (the tuner's moves into it set these too).
+# What the mma and wgmma paths require of other knobs (the tuner's moves into them set these).
 MMA_REQUIRES = {"wmma": "m16n16k16", "offset_a": 0, "offset_b": 0}
+# wgmma: the four warps along M are one warpgroup; a k-step is one 128-byte swizzled row of
+# 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to double-buffer).
+WGMMA_REQUIRES = {**MMA_REQUIRES, "block_row_warps": 4, "chunk": 4, "frag_buffers": 1}
+INTRINSIC_REQUIRES = {"mma": MMA_REQUIRES, "wgmma": WGMMA_REQUIRES}
 
 
 def _why_not_mma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
@@ -126,6 +131,20 @@ def _why_not_mma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
     if config.block_k % 32 or config.block_n % 32:
         return (f"intrinsic=mma: block_k={config.block_k} and block_n={config.block_n} "
                 "must be multiples of 32 (swizzled rows)")
+    return None
+
+
+def _why_not_wgmma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
+    """The wgmma path: Hopper only, a warpgroup of four warps along M, 64-deep k-steps, and
+    warpgroup tiles of whole 64-column swizzle atoms (warp_col_tiles 4 or 8)."""
+    if gpu.arch != "sm_90":
+        return f"intrinsic=wgmma is a Hopper instruction (sm_90), not {gpu.arch}"
+    for knob, value in WGMMA_REQUIRES.items():
+        if getattr(config, knob) != value:
+            return f"intrinsic=wgmma needs {knob}={value!r}, not {getattr(config, knob)!r}"
+    if config.warp_col_tiles * 16 % 64:
+        return (f"intrinsic=wgmma: warp_col_tiles={config.warp_col_tiles} gives a warpgroup "
+                f"{config.warp_col_tiles * 16} columns, not a multiple of the 64-column swizzle atom")
     return None
 
 
@@ -235,8 +254,8 @@ class ConfigSpace:
             blocks = -(-m // config.block_m) * -(-n // config.block_n)
             if blocks >= 2 * gpu.sm_count:
                 return f"split_k={config.split_k}: {blocks} blocks already fill the GPU twice over"
-        if config.intrinsic == "mma":
-            reason = _why_not_mma(config, gpu)
+        if config.intrinsic != "wmma":
+            reason = (_why_not_mma if config.intrinsic == "mma" else _why_not_wgmma)(config, gpu)
             if reason:
                 return reason
         if config.frag_buffers > config.chunk:

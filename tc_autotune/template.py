@@ -12,7 +12,8 @@ from __future__ import annotations
 import tvm
 from tvm import te
 
-from .intrinsics import MMA_TILE, mma_fragment_layout, mma_intrinsics, wmma_intrinsics
+from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
+                         wgmma_intrinsic, wmma_intrinsics)
 from .space import Conv2dConfig
 from .workloads import Conv2dWorkload
 
@@ -150,7 +151,7 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
         _schedule_split_k_sum(sch, out_block)
         z, i, j, kk = sch.get_loops(gemm)
         sch.bind(z, "blockIdx.z")
-    schedule_tiles = _schedule_mma if config.intrinsic == "mma" else _schedule_wmma
+    schedule_tiles = {"wmma": _schedule_wmma, "mma": _schedule_mma, "wgmma": _schedule_wgmma}[config.intrinsic]
     ko, ki = schedule_tiles(sch, gemm, (i, j, kk), config, inline_out=config.split_k == 1)
 
     if config.frag_buffers > 1:
@@ -184,22 +185,31 @@ def _tile_block(sch, loops, config: Conv2dConfig, tile_mnk):
     return by, tz, ko, ki, i_w
 
 
-def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: bool):
-    """Accumulators -> shared C tile (per block) -> global; global -> shared A/B tiles (per
-    ko) -> fragments (per chunk step); cooperative vector copies.  Returns the blocks:
-    (c_frag, a_shared, b_shared, a_frag, b_frag)."""
+def _stage_output(sch, gemm, by, tz, acc_scope: str, inline_out: bool):
+    """Accumulators (per warp) -> shared C tile (per block) -> global.  Returns (c_frag, c_shared)."""
     c_shared = sch.cache_write(gemm, 0, SMEM)
-    c_frag = sch.cache_write(gemm, 0, frag_scopes[2])
+    c_frag = sch.cache_write(gemm, 0, acc_scope)
     sch.reverse_compute_at(c_frag, tz, preserve_unit_loops=True)
     sch.reverse_compute_at(c_shared, by, preserve_unit_loops=True)
     if inline_out:
         sch.reverse_compute_inline(sch.get_sblock("out"))
+    return c_frag, c_shared
+
+
+def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: bool):
+    """Accumulators -> shared C tile (per block) -> global; global -> shared A/B tiles (per
+    ko) -> fragments (per chunk step, unless ``frag_scopes`` has None for A and B: wgmma
+    reads shared memory itself); cooperative vector copies.  Returns the blocks:
+    (c_frag, a_shared, b_shared, a_frag, b_frag), the fragments None when not staged."""
+    c_frag, c_shared = _stage_output(sch, gemm, by, tz, frag_scopes[2], inline_out)
     a_shared = sch.cache_read(gemm, 0, SMEM)
     b_shared = sch.cache_read(gemm, 1, SMEM)
-    a_frag = sch.cache_read(gemm, 0, frag_scopes[0])
-    b_frag = sch.cache_read(gemm, 1, frag_scopes[1])
-    sch.compute_at(a_frag, ki, preserve_unit_loops=True)
-    sch.compute_at(b_frag, ki, preserve_unit_loops=True)
+    a_frag = b_frag = None
+    if frag_scopes[0] is not None:
+        a_frag = sch.cache_read(gemm, 0, frag_scopes[0])
+        b_frag = sch.cache_read(gemm, 1, frag_scopes[1])
+        sch.compute_at(a_frag, ki, preserve_unit_loops=True)
+        sch.compute_at(b_frag, ki, preserve_unit_loops=True)
     sch.compute_at(a_shared, ko, preserve_unit_loops=True)
     sch.compute_at(b_shared, ko, preserve_unit_loops=True)
     sch.compute_inline(sch.get_sblock("A"))
@@ -309,6 +319,50 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     sch.tensorize(store, names.store)
     _align_c_tile(sch, store_name, config)
     return ko, ki
+
+
+def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+    """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
+    (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
+    columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
+    WMMA path's), while one wgmma takes 16 rows of each warp: the A tile's rows are permuted
+    in shared memory so that slab s of the four warps is one 64-row block.  Returns (ko, None)."""
+    n_wg = config.warp_col_tiles * MMA_TILE
+    names = wmma_intrinsics((MMA_TILE, MMA_TILE, MMA_TILE), SMEM)  # fill and store
+    i, j, kk = loops
+    bx, ty, slab, i_w = sch.split(i, [None, config.block_row_warps, config.warp_row_tiles, MMA_TILE])
+    by, tz, j_w = sch.split(j, [None, config.block_col_warps, n_wg])
+    ko, k_w = sch.split(kk, [None, WGMMA_K])
+    sch.reorder(bx, by, ty, tz, ko, slab, i_w, j_w, k_w)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(by, "blockIdx.y")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tz, "threadIdx.z")
+    c_frag, a_shared, b_shared, _, _ = _stage_operands(
+        sch, gemm, by, tz, ko, None, config, (None, None, "wmma.accumulator"), inline_out)
+    # A rows (block, warp, slab, row) -> (block, slab, warp, row); B in 64-column atoms,
+    # (N / 64, K, 64).  Both swizzled by TVM's permuted layout (last two dims: 64-wide rows).
+    bm, per_warp = config.block_m, config.warp_row_tiles * MMA_TILE
+    sch.transform_layout(a_shared, ("write", 0), lambda m, k: (
+        m // bm, m % per_warp // MMA_TILE, m % bm // per_warp, m % MMA_TILE, k))
+    sch.transform_layout(b_shared, ("write", 0), lambda k, n: (n // WGMMA_ATOM, k, n % WGMMA_ATOM))
+    sch.annotate(a_shared, "permuted_layout", 1)
+    sch.annotate(b_shared, "permuted_layout", 1)
+
+    store_name = sch.get(c_frag).name_hint
+    rows, cols = sch.get_loops(c_frag)[-2:]
+    s_ro, s_ri = sch.split(rows, [None, MMA_TILE])
+    s_co, s_ci = sch.split(cols, [None, MMA_TILE])
+    sch.reorder(s_ro, s_co, s_ri, s_ci)
+    sch.tensorize(s_ri, names.store)
+    init = sch.decompose_reduction(gemm, ko)
+    fill_rows, fill_cols = sch.get_loops(init)[-2:]
+    fill_o, fill_i = sch.split(fill_cols, [None, MMA_TILE])
+    sch.reorder(fill_o, fill_rows, fill_i)
+    sch.tensorize(fill_rows, names.fill)
+    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM))
+    _align_c_tile(sch, store_name, config)
+    return ko, None
 
 
 # use_async_copy: copies inside a pipeline's async stage become cp.async (no effect elsewhere).

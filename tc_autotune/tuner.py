@@ -21,7 +21,7 @@ from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from
                          indices_from_positions, positions_from_configs, positions_from_indices,
                          prior_score, radices, valid_mask)
 from .measure import MeasureResult
-from .space import MMA_REQUIRES, ConfigSpace, Conv2dConfig, conv2d_space
+from .space import INTRINSIC_REQUIRES, ConfigSpace, Conv2dConfig, conv2d_space
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
@@ -352,7 +352,7 @@ class XGBTuner(Tuner):
             shift = rng.integers(1, rad[knob])
             cand = pos.copy()
             cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
-            cand = _with_mma_requirements(space, cand)
+            cand = _with_intrinsic_requirements(space, cand)
             ok = valid_mask(space, cand)
             cand_scores = np.full(chains, -np.inf)
             cand_scores[ok] = score(cand[ok])
@@ -389,16 +389,19 @@ class XGBTuner(Tuner):
         return starts
 
 
-def _with_mma_requirements(space, pos: np.ndarray) -> np.ndarray:
-    """Rows on the mma path get the knob values it requires (offsets 0, 16x16x16), so a
-    single-knob move from a good WMMA config reaches its mma twin instead of an invalid point."""
+def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
+    """Rows on the mma or wgmma path get the knob values it requires (offsets 0, 16x16x16;
+    for wgmma also a 4-warp warpgroup, chunk 4, one fragment buffer), so a single-knob move
+    from a good WMMA config reaches its twin on that path instead of an invalid point."""
     names = list(space.knobs)
-    if "mma" not in space.knobs["intrinsic"]:
-        return pos
-    on_mma = pos[:, names.index("intrinsic")] == space.knobs["intrinsic"].index("mma")
-    for knob, value in MMA_REQUIRES.items():
-        if value in space.knobs[knob]:
-            pos[on_mma, names.index(knob)] = space.knobs[knob].index(value)
+    column = pos[:, names.index("intrinsic")]
+    for intrinsic, requires in INTRINSIC_REQUIRES.items():
+        if intrinsic not in space.knobs["intrinsic"]:
+            continue
+        on_path = column == space.knobs["intrinsic"].index(intrinsic)
+        for knob, value in requires.items():
+            if value in space.knobs[knob]:
+                pos[on_path, names.index(knob)] = space.knobs[knob].index(value)
     return pos
 
 

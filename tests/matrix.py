@@ -2,7 +2,7 @@
 
 from tc_autotune import workloads
 from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.space import KNOBS, WMMA_SHAPES, ConfigSpace
+from tc_autotune.space import INTRINSIC_REQUIRES, KNOBS, WMMA_SHAPES, ConfigSpace
 
 WORKLOADS = {
     "tutorial": "tutorial",
@@ -12,16 +12,17 @@ WORKLOADS = {
     "dilation2": "n=2,h=20,c=32,k=64,r=3,dilation=2,pad=2",
 }
 
-# variant -> (intrinsic, fragment shape): WMMA at every shape, and ldmatrix + mma.sync.
-VARIANTS = {**{shape: ("wmma", shape) for shape in WMMA_SHAPES}, "mma": ("mma", "m16n16k16")}
+# variant -> (intrinsic, fragment shape): WMMA at every shape, ldmatrix + mma.sync, and wgmma.
+VARIANTS = {**{shape: ("wmma", shape) for shape in WMMA_SHAPES}, "mma": ("mma", "m16n16k16"),
+            "wgmma": ("wgmma", "m16n16k16")}
 
 
 def variant_space(spec, variant, arch="sm_90") -> ConfigSpace:
     """The space of one workload with the intrinsic and fragment shape pinned to ``variant``."""
     intrinsic, shape = VARIANTS[variant]
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": (shape,)}
-    if intrinsic == "mma":  # swizzled tiles take no padding
-        knobs.update(offset_a=(0,), offset_b=(0,))
+    # swizzled tiles take no padding; wgmma also pins its warpgroup, chunk and fragment knobs
+    knobs.update({knob: (value,) for knob, value in INTRINSIC_REQUIRES.get(intrinsic, {}).items()})
     return ConfigSpace(workloads.get(spec), gpu_for_arch(arch), knobs=knobs)
 
 

@@ -1,5 +1,5 @@
-"""CUDA code generation for the test matrix: WMMA calls of the right shape or ldmatrix +
-mma.sync on swizzled tiles, and nvcc accepts it."""
+"""CUDA code generation for the test matrix: WMMA calls of the right shape, ldmatrix +
+mma.sync on swizzled tiles, or wgmma on swizzled slabs (sm_90a), and nvcc accepts it."""
 
 import re
 
@@ -24,6 +24,15 @@ def test_kernel_source_uses_its_intrinsic_and_compiles_for_sm90(spec, config):
         assert "wmma::mma_sync" in src and "mma.sync" not in src
         frags = set(re.findall(r"fragment<nvcuda::wmma::(\w+), (\d+), (\d+), (\d+)", src))
         assert frags == {(kind, str(m), str(n), str(k)) for kind in ("matrix_a", "matrix_b", "accumulator")}
+    elif config.intrinsic == "wgmma":
+        # the warpgroup instruction of its tile width, straight from shared memory (no fragment
+        # loads); WMMA accumulator fragments only (filled and stored by WMMA); built for sm_90a
+        width = config.warp_col_tiles * 16
+        assert f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.f16.f16" in src
+        assert "wgmma.wait_group.sync.aligned 0" in src and "fence.proxy.async.shared::cta" in src
+        assert "ldmatrix" not in src and "wmma::mma_sync" not in src and "load_matrix_sync" not in src
+        assert set(re.findall(r"fragment<nvcuda::wmma::(\w+),", src)) == {"accumulator"}
+        assert kernel.arch == "sm_90a"
     else:
         assert "nvcuda::wmma" not in src
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src
@@ -39,7 +48,8 @@ def test_kernel_source_uses_its_intrinsic_and_compiles_for_sm90(spec, config):
 def test_default_config_builds_for_every_preset_kind():
     for name in ("tutorial", "rfc-1x1-b1", "rfc-3x3-b512", "resnet50-res5-3x3-512-512-s2-b1"):
         kernel = build_conv2d(name, target="sm_90")  # a shipped log's best config where there is one
-        tensor_core_op = {"wmma": "wmma::mma_sync", "mma": "mma.sync.aligned.m16n8k16"}
+        tensor_core_op = {"wmma": "wmma::mma_sync", "mma": "mma.sync.aligned.m16n8k16",
+                          "wgmma": "wgmma.mma_async"}
         assert tensor_core_op[kernel.config.intrinsic] in kernel.cuda_source
 
 
@@ -199,3 +209,49 @@ def test_kernels_are_built_through_the_nvcc_callback():
     callback = tvm_ffi.get_global_func("tvm_callback_cuda_compile")
     with tvm.target.Target({"kind": "cuda", "arch": "sm_90"}):
         assert bytes(callback(kernel.cuda_source)) == kernel.cubin
+
+
+def test_wgmma_intrinsic_is_refused_where_it_cannot_work():
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+    from tc_autotune.gpu import gpu_for_arch
+
+    wl = workloads.get("tutorial")
+    space = conv2d_space(wl)
+    wgmma = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
+                    block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0,
+                    offset_b=0, stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8)
+    assert space.why_invalid(wgmma) is None
+    assert "block_row_warps=4" in space.why_invalid(replace(wgmma, block_row_warps=2))
+    assert "chunk=4" in space.why_invalid(replace(wgmma, chunk=2))
+    assert "frag_buffers=1" in space.why_invalid(replace(wgmma, frag_buffers=2))
+    assert "offset_b=0" in space.why_invalid(replace(wgmma, offset_b=8))
+    assert "64-column swizzle atom" in space.why_invalid(replace(wgmma, warp_col_tiles=2))
+    ampere = conv2d_space(wl, gpu_for_arch("sm_80"))
+    assert "Hopper instruction (sm_90), not sm_80" in ampere.why_invalid(wgmma)
+
+
+def test_wgmma_reads_each_warpgroup_slab_through_swizzled_descriptors():
+    """Two warpgroups of 64 columns, two 64-row slabs, three stages: each k-step issues one
+    call (four m64n64k16) per slab, the B atom stride is one 64 x 64 fp16 atom (8 KB), and the
+    A tile rows are stored slab-major so a slab is one 8 KB block."""
+    from dataclasses import replace
+
+    from tc_autotune import conv2d_space
+
+    wl = workloads.get("tutorial")
+    space = conv2d_space(wl)
+    config = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
+                     block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0,
+                     offset_b=0, offset_c=4, stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8,
+                     vec_c=4)
+    kernel = build_conv2d(wl, config, target="sm_90")
+    src = kernel.cuda_source
+    calls = re.findall(r"tc_wgmma_m64n64k64\(C_\w+, \((\w+) \* 4\), .*?, (\d+)\);", src)
+    assert calls and {stride for _, stride in calls} == {str(64 * 64 * 2)}
+    # main loop plus the pipeline's two drain steps, each over the slabs (fragments slab * 4 ...)
+    assert len(calls) == 3
+    assert "cp.async.wait_group 1;" in src and src.count(" ^ ") >= 2
+    assert config.smem_bytes == max(3 * 2 * 64 * (128 + 128), 128 * (128 + 4) * 4)
+    assert kernel.cubin[:4] == b"\x7fELF"

@@ -17,6 +17,10 @@ DTYPE_VARIANTS = [("float16", "float16"), ("float32", "float32"), ("float32", "f
 def check(workload, config, seed=0):
     import tvm
 
+    from tc_autotune.gpu import default_gpu
+
+    if config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
+        pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")
     dev = tvm.cuda(0)
     kernel = build_conv2d(workload, config)
     data, weight = random_inputs(workload, seed)
@@ -85,15 +89,19 @@ def test_split_k_variants_match_reference(name):
     assert checked >= 2
 
 
+@pytest.mark.parametrize("variant", ["mma", "wgmma"])
 @pytest.mark.parametrize("name", list(WORKLOADS))
-def test_mma_pipelined_and_split_variants_match_reference(name):
-    """ldmatrix + mma.sync on swizzled tiles: one config per stage count and split/unsplit K,
-    the first two also with fp16 output."""
+def test_swizzled_paths_pipelined_and_split_match_reference(name, variant):
+    """ldmatrix + mma.sync and wgmma on swizzled tiles: one config per stage count and
+    split/unsplit K, the first two also with fp16 output."""
     from tc_autotune.gpu import default_gpu
 
+    arch = default_gpu().arch
+    if variant == "wgmma" and arch != "sm_90":
+        pytest.skip(f"wgmma needs a Hopper GPU, this one is {arch}")
     wl = workloads.get(WORKLOADS[name])
     picked = {}
-    for config in variant_space(WORKLOADS[name], "mma", default_gpu().arch).sample(400, seed=3):
+    for config in variant_space(WORKLOADS[name], variant, arch).sample(400, seed=3):
         picked.setdefault((config.stages, config.split_k > 1), config)
     assert len(picked) >= 4
     for i, config in enumerate(picked.values()):

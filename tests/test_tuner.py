@@ -51,6 +51,8 @@ def synthetic_seconds(space: ConfigSpace, config: Conv2dConfig) -> float | None:
     eff *= _STAGES_EFF[config.stages] * (1.03 if config.frag_buffers == 2 else 1.0)
     if config.intrinsic == "mma":  # swizzled tiles: no padding needed, a little faster
         eff *= 1.1
+    elif config.intrinsic == "wgmma":  # Hopper warpgroup MMA (H200: 1.1-1.4x over mma)
+        eff *= 1.35
     else:
         eff *= (0.85 if config.offset_a == 0 else 1.0) * (0.9 if config.offset_b == 0 else 1.0)
     eff *= (config.vec_a / 8) ** 0.15 * (config.vec_b / 8) ** 0.15 * (config.vec_c / 4) ** 0.1
@@ -138,6 +140,23 @@ def test_vectorised_validity_agrees_with_the_space(name):
     mask = valid_mask(space, positions_from_indices(space, indices))
     expected = np.array([space.is_valid(space.get(int(i))) for i in indices])
     assert (mask == expected).all()
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("intrinsic", ["mma", "wgmma"])
+def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
+    """Near the mma and wgmma paths (16x16x16, unpadded; the warpgroup, chunk and fragment
+    knobs left free), where uniform samples of the whole space rarely land."""
+    from tc_autotune.space import KNOBS
+
+    knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,)}
+    space = ConfigSpace(workloads.get("tutorial"), gpu_for_arch(arch), knobs)
+    indices = np.random.default_rng(2).integers(0, len(space), 3000)
+    mask = valid_mask(space, positions_from_indices(space, indices))
+    expected = np.array([space.is_valid(space.get(int(i))) for i in indices])
+    assert (mask == expected).all()
+    assert expected.any() != (intrinsic == "wgmma" and arch == "sm_80")  # wgmma is Hopper-only
+    assert not expected.all()
 
 
 def _dataset(space, n, seed):
@@ -359,25 +378,27 @@ def test_xgb_first_batch_starts_with_the_default_config():
         assert batch[0] == space.default_config() and len(set(batch)) == 16
 
 
-def test_a_move_onto_the_mma_path_lands_on_a_valid_config():
-    """Switching a good WMMA config (padded tiles) to intrinsic=mma in one annealing step must
-    give its swizzled twin, not an invalid point the search would reject."""
+def test_a_move_onto_the_mma_or_wgmma_path_lands_on_a_valid_config():
+    """Switching a good WMMA config (padded tiles) to intrinsic=mma or wgmma in one annealing
+    step must give its twin on that path, not an invalid point the search would reject."""
     from dataclasses import replace
 
     from tc_autotune.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.tuner import _with_mma_requirements
+    from tc_autotune.tuner import _with_intrinsic_requirements
 
     space = space_of("tutorial")
-    wmma = replace(space.default_config(), wmma="m32n8k16", warp_row_tiles=4, warp_col_tiles=2,
-                   chunk=2, offset_a=8, offset_b=16, split_k=1)
+    wmma = replace(space.default_config(), wmma="m32n8k16", warp_row_tiles=4, warp_col_tiles=4,
+                   chunk=2, offset_a=8, offset_b=16, split_k=1, frag_buffers=2, vec_a=8, vec_b=8)
     assert space.is_valid(wmma)
-    moved = replace(wmma, intrinsic="mma")
-    assert not space.is_valid(moved)
-    pos = _with_mma_requirements(space, positions_from_configs(space, [wmma, moved]))
-    kept, repaired = (space.get(int(i)) for i in indices_from_positions(space, pos))
+    to_mma, to_wgmma = replace(wmma, intrinsic="mma"), replace(wmma, intrinsic="wgmma")
+    assert not space.is_valid(to_mma) and not space.is_valid(to_wgmma)
+    pos = _with_intrinsic_requirements(space, positions_from_configs(space, [wmma, to_mma, to_wgmma]))
+    kept, mma, wgmma = (space.get(int(i)) for i in indices_from_positions(space, pos))
     assert kept == wmma  # WMMA rows are left alone
-    assert repaired == replace(moved, wmma="m16n16k16", offset_a=0, offset_b=0)
-    assert space.is_valid(repaired)
+    assert mma == replace(to_mma, wmma="m16n16k16", offset_a=0, offset_b=0)
+    assert wgmma == replace(to_wgmma, wmma="m16n16k16", offset_a=0, offset_b=0, block_row_warps=4,
+                            chunk=4, frag_buffers=1)
+    assert space.is_valid(mma) and space.is_valid(wgmma), space.why_invalid(wgmma)
 
 
 def test_fragment_load_conflict_features_rate_swizzled_and_padded_tiles():
