@@ -93,10 +93,10 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     earlier = _earlier_records(log_path, transfer_logs)
     summary = TuneSummary(workload, log_path)
     summary.resumed = search.load_history(earlier)
-    summary.other_records = len(earlier) - summary.resumed
+    summary.other_records = search.other_records
     log.info("%s: space of %d configs; resuming with %d records of it on this GPU; %d others "
-             "(other workloads or GPUs) to learn from", workload, len(space), summary.resumed,
-             summary.other_records)
+             "(other workloads or GPUs) to learn from, of %d read", workload, len(space), summary.resumed,
+             summary.other_records, len(earlier))
     start = time.time()
     provenance = None
 

@@ -43,6 +43,7 @@ class Tuner:
         self.best_config: Conv2dConfig | None = None
         self.best_cost = math.inf
         self.trials = 0
+        self.other_records = 0  # records of other workloads or GPUs seen by load_history
         self.started_at: float | None = None  # time.monotonic() when tune() began
         self._measured: set[int] = set()  # indices in the history
         self._invalid: set[int] = set()  # passed the vectorised pre-filter, rejected by the space
@@ -133,7 +134,8 @@ class Tuner:
         and the best counts.  "This GPU" is the GPU's name; a record without one (older
         logs, bare records) is taken by arch.  Everything else, other workloads and this
         workload on other GPUs (an H100 log while tuning on an H200, both sm_90), goes to
-        ``_add_transfer`` (used by model-based tuners).  Returns how many joined the history.
+        ``_add_transfer`` (used by model-based tuners) and is counted in ``other_records``.
+        Returns how many joined the history.
         """
         added = 0
         for record in records:
@@ -153,6 +155,7 @@ class Tuner:
                 added += 1
             else:
                 self._add_transfer(workload, source, index, record.result)
+                self.other_records += 1
         return added
 
     def _add_transfer(self, workload, source, index: int, result: MeasureResult) -> None:

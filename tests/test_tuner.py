@@ -297,7 +297,8 @@ def test_records_of_another_gpu_of_the_same_arch_only_train_the_model():
     for batch, joined in ((here, 24), (nameless, 24), (elsewhere, 0)):
         tuner = XGBTuner(space, seed=0)
         assert tuner.load_history(batch) == joined
-        assert len(tuner.history) == joined and tuner.model.fitted
+        assert len(tuner.history) == joined and tuner.other_records == 24 - joined
+        assert tuner.model.fitted
     tuner = XGBTuner(space, seed=0)
     tuner.load_history(elsewhere)
     assert tuner.next_batch(16)[0] == space.default_config()  # nothing measured here yet
