@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .space import KNOBS, MAX_ACCUMULATOR_FRAGMENTS, WMMA_SHAPES, ConfigSpace, Conv2dConfig
+from .space import (KNOBS, MAX_ACCUMULATOR_FRAGMENTS, MMA_REQUIRES, WGMMA_REQUIRES, WMMA_SHAPES,
+                    ConfigSpace, Conv2dConfig)
 
 _WMMA_NAMES = tuple(WMMA_SHAPES)
 _NAMED_KNOBS = {"wmma": _WMMA_NAMES, "intrinsic": KNOBS["intrinsic"]}  # values -> their position
@@ -98,6 +99,14 @@ def block_tiles(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     return np.stack([v["bm"], v["bn"], v["bk"], v["warps"]], axis=1)
 
 
+def _meets(v: dict[str, np.ndarray], requires: dict) -> np.ndarray:
+    """Rows whose knobs hold the values an intrinsic requires (``space.MMA_REQUIRES`` ...)."""
+    ok = np.ones(len(v["intrinsic"]), dtype=bool)
+    for knob, value in requires.items():
+        ok &= v[knob] == (_NAMED_KNOBS[knob].index(value) if knob in _NAMED_KNOBS else value)
+    return ok
+
+
 def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     """Vectorised mirror of ``ConfigSpace.why_invalid``: a fast pre-filter for search.
 
@@ -116,12 +125,10 @@ def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     ok &= ~split | ((v["split_k"] - 1) * v["gk"] * v["bk"] < k)
     ok &= ~split | (v["gm"] * v["gn"] < 2 * gpu.sm_count)
     mma = v["intrinsic"] == _MMA
-    ok &= ~mma | ((v["wmma"] == _WMMA_NAMES.index("m16n16k16")) & (int(gpu.arch[3:]) >= 80)
-                  & (v["offset_a"] == 0) & (v["offset_b"] == 0) & (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0))
+    ok &= ~mma | (_meets(v, MMA_REQUIRES) & (int(gpu.arch[3:]) >= 80)
+                  & (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0))
     wgmma = v["intrinsic"] == _WGMMA
-    ok &= ~wgmma | ((gpu.arch == "sm_90") & (v["wmma"] == _WMMA_NAMES.index("m16n16k16"))
-                    & (v["offset_a"] == 0) & (v["offset_b"] == 0) & (v["block_row_warps"] == 4)
-                    & (v["chunk"] == 4) & (v["frag_buffers"] == 1) & (v["warp_col_tiles"] * 16 % 64 == 0))
+    ok &= ~wgmma | (_meets(v, WGMMA_REQUIRES) & (gpu.arch == "sm_90") & (v["warp_col_tiles"] * 16 % 64 == 0))
     ok &= v["frag_buffers"] <= v["chunk"]
     for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
         ok &= tile <= 2 * (-(-size // 16) * 16)

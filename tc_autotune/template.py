@@ -220,6 +220,16 @@ def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes
     return c_frag, a_shared, b_shared, a_frag, b_frag
 
 
+def _fragment_tiles(sch, block, rows: int, cols: int):
+    """Split a block's last two loops into (rows x cols) fragment tiles, tile loops outside;
+    returns the inner row loop, where a fragment load or store intrinsic is tensorized."""
+    r, c = sch.get_loops(block)[-2:]
+    r_o, r_i = sch.split(r, [None, rows])
+    c_o, c_i = sch.split(c, [None, cols])
+    sch.reorder(r_o, c_o, r_i, c_i)
+    return r_i
+
+
 def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
     if config.offset_c:
         # After tensorize: the tensorized store block is the C tile's writer now.
@@ -252,11 +262,7 @@ def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
 
     # Accumulator store: per warp tile, fragment by fragment.
     store_name = sch.get(c_frag).name_hint
-    s_rows, s_cols = sch.get_loops(c_frag)[-2:]
-    s_ro, s_ri = sch.split(s_rows, [None, wm])
-    s_co, s_ci = sch.split(s_cols, [None, wn])
-    sch.reorder(s_ro, s_co, s_ri, s_ci)
-    sch.tensorize(s_ri, names.store)
+    sch.tensorize(_fragment_tiles(sch, c_frag, wm, wn), names.store)
 
     init = sch.decompose_reduction(gemm, ko)
     sch.tensorize(sch.get_loops(init)[-2], names.fill)
@@ -294,18 +300,11 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     sch.annotate(a_shared, "permuted_layout", 1)
     sch.annotate(b_shared, "permuted_layout", 1)
 
-    def fragment_tiles(block):
-        rows, cols = sch.get_loops(block)[-2:]
-        r_o, r_i = sch.split(rows, [None, MMA_TILE])
-        c_o, c_i = sch.split(cols, [None, MMA_TILE])
-        sch.reorder(r_o, c_o, r_i, c_i)
-        return r_i
-
-    load_a, load_b = fragment_tiles(a_frag), fragment_tiles(b_frag)
+    load_a, load_b = (_fragment_tiles(sch, frag, MMA_TILE, MMA_TILE) for frag in (a_frag, b_frag))
     sch.transform_layout(a_frag, ("write", 0), _fragment_layout_map(2))
     sch.transform_layout(b_frag, ("write", 0), _fragment_layout_map(2))
     sch.transform_layout(c_frag, ("read", 0), _fragment_layout_map(3 if config.split_k > 1 else 2))
-    store = fragment_tiles(c_frag)
+    store = _fragment_tiles(sch, c_frag, MMA_TILE, MMA_TILE)
     frag_names = [sch.get(b).name_hint for b in (a_frag, b_frag)]
     store_name = sch.get(c_frag).name_hint
 
@@ -350,11 +349,7 @@ def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     sch.annotate(b_shared, "permuted_layout", 1)
 
     store_name = sch.get(c_frag).name_hint
-    rows, cols = sch.get_loops(c_frag)[-2:]
-    s_ro, s_ri = sch.split(rows, [None, MMA_TILE])
-    s_co, s_ci = sch.split(cols, [None, MMA_TILE])
-    sch.reorder(s_ro, s_co, s_ri, s_ci)
-    sch.tensorize(s_ri, names.store)
+    sch.tensorize(_fragment_tiles(sch, c_frag, MMA_TILE, MMA_TILE), names.store)
     init = sch.decompose_reduction(gemm, ko)
     fill_rows, fill_cols = sch.get_loops(init)[-2:]
     fill_o, fill_i = sch.split(fill_cols, [None, MMA_TILE])
