@@ -1,43 +1,59 @@
 #!/usr/bin/env python
 """Nightly tuning job: python scripts/nightly.py tuning_logs/nightly.toml [--report-only]
 
+The job file, the arguments and the job's paths (log, report and best-log folders) are checked
+before the lock is taken or the GPU is touched.
 Exit codes: 0 fine, 2 bad job file or arguments, 3 no CUDA GPU, 5 another run holds the lock,
-6 a workload regressed beyond the noise threshold or produced no valid record.
+6 a workload regressed beyond the noise threshold, re-timed slower than the default config,
+or produced no valid record.
 """
 
-import argparse
 import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
+from tc_autotune import cli  # noqa: E402  (no TVM import: fast argument errors)
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
+
+def parse_args(argv):
+    p = cli.script_parser("nightly.py", __doc__)
+    p.add_argument("job", type=cli.existing_path, help="job file (TOML or JSON)")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from the logs, no GPU")
+    p.add_argument("--budget-minutes", type=cli.positive_float, help="override the job's wall-clock budget")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="the tuner does not learn from the shipped histories (tuning_logs/history/)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p, p.parse_args(argv)
+
+
+def check_job_paths(job, report_only: bool) -> None:
+    """Raise cli.BadValue when a path the run will write cannot be written: found now, not
+    after hours of tuning (the lock sits beside the log, so its folder must be writable)."""
+    checks = [] if report_only else [("log", cli.appendable_log, job.log)]
+    checks += [("lock", cli.appendable_log, job.lock_path), ("report_dir", cli.writable_dir, job.report_dir)]
+    if not report_only:
+        checks.append(("best_log_dir", cli.writable_dir, job.best_log_dir))
+    for key, check, path in checks:
+        try:
+            check(path)
+        except cli.BadValue as err:
+            raise cli.BadValue(f"job file {job.path}: {key}: {err}") from None
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(prog="nightly.py", description=__doc__,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("job", help="job file (TOML or JSON)")
-    parser.add_argument("--report-only", action="store_true", help="rebuild the report from the logs, no GPU")
-    parser.add_argument("--budget-minutes", type=float, help="override the job's wall-clock budget")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    args = parser.parse_args(argv)
+    parser, args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from tc_autotune import nightly
 
     try:
         job = nightly.load_job(args.job)
-    except nightly.JobError as err:
-        print(f"nightly.py: {err}", file=sys.stderr)
-        return nightly.EXIT_BAD_JOB
+        check_job_paths(job, args.report_only)
+    except (nightly.JobError, cli.BadValue) as err:
+        parser.error(str(err))  # one line, exit 2
     if args.budget_minutes is not None:
-        if args.budget_minutes <= 0:
-            parser.error(f"--budget-minutes must be positive, got {args.budget_minutes}")
         job.budget_s = args.budget_minutes * 60
     try:
         with nightly.job_lock(job):
@@ -49,17 +65,18 @@ def main(argv=None) -> int:
                 if gpu is None:
                     print("nightly.py: no CUDA GPU found (use --report-only to rebuild the report)",
                           file=sys.stderr)
-                    return nightly.EXIT_NO_GPU
-            report = nightly.run_nightly(job, gpu=gpu, report_only=args.report_only)
+                    return cli.EXIT_NO_GPU
+            report = nightly.run_nightly(job, gpu=gpu, report_only=args.report_only,
+                                         transfer=not args.no_transfer)
     except nightly.LockedError as err:
         print(f"nightly.py: {err}", file=sys.stderr)
-        return nightly.EXIT_LOCKED
+        return cli.EXIT_LOCKED
     print(report.to_markdown())
     if report.failed:
         names = ", ".join(f"{r.name} ({r.status})" for r in report.failed)
         print(f"nightly.py: {names}", file=sys.stderr)
-        return nightly.EXIT_REGRESSION
-    return nightly.EXIT_OK
+        return cli.EXIT_REGRESSION
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":

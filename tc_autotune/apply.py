@@ -1,9 +1,11 @@
 """Applying the best record: which config ``build_conv2d`` uses when none is given.
 
 Logs given with ``apply_history_best`` come first, then the logs shipped in the
-repository's tuning_logs/ folder.  The first log set that has a successful
-record for the workload on this GPU's architecture wins; without one, the
-space's default config is used and a warning names the workload.
+repository's tuning_logs/ folder.  The first log set that has a successful,
+current-version record for the workload on this GPU's architecture wins (stale
+records, made by another template version, only where ``include_stale=True`` was
+asked for); without one, the space's default config is used and a warning names
+the workload.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import functools
 import logging
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
-from .gpu import GpuInfo
+from .gpu import GpuInfo, gpu_log_name
 from .space import Conv2dConfig, conv2d_space
 from .workloads import Conv2dWorkload
 
@@ -25,7 +28,9 @@ log = logging.getLogger(__name__)
 
 SHIPPED_LOGS = Path(__file__).resolve().parent.parent / "tuning_logs"
 
-_active_logs: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tc_autotune_logs", default=())
+# (log path, include stale records) of the enclosing apply_history_best blocks, innermost first
+_active_logs: contextvars.ContextVar[tuple[tuple[str, bool], ...]] = contextvars.ContextVar(
+    "tc_autotune_logs", default=())
 
 
 class NoTunedConfigWarning(UserWarning):
@@ -39,56 +44,94 @@ def _as_paths(logs) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def apply_history_best(logs):
+def apply_history_best(logs, include_stale: bool = False):
     """Within the block, ``build_conv2d(workload)`` uses the best record of ``logs``
-    (a log file, a directory of logs, or a list of those) before the shipped logs."""
+    (a log file, a directory of logs, or a list of those) before the shipped logs.
+
+    ``include_stale`` also accepts records made by another template version: their
+    times described another kernel, so they are skipped unless you ask.
+    """
     paths = _as_paths(logs)
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         raise FileNotFoundError(f"tuning log not found: {missing[0]}")
-    token = _active_logs.set(paths + _active_logs.get())
+    token = _active_logs.set(tuple((p, bool(include_stale)) for p in paths) + _active_logs.get())
     try:
         yield paths
     finally:
         _active_logs.reset(token)
 
 
-def active_logs() -> tuple[str, ...]:
-    """The log sets consulted, in order: those of enclosing apply_history_best blocks, then
-    the shipped logs (TC_AUTOTUNE_SHIPPED_LOGS overrides where those are)."""
+def shipped_logs_dir() -> Path | None:
+    """The shipped tuning_logs/ folder (TC_AUTOTUNE_SHIPPED_LOGS overrides; empty: none)."""
     shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS))
-    if not shipped or not Path(shipped).exists():
+    return Path(shipped) if shipped and Path(shipped).exists() else None
+
+
+def active_logs() -> tuple[tuple[str, bool], ...]:
+    """The log sets consulted, in order, with whether each may give stale records: those of
+    enclosing apply_history_best blocks, then this GPU's shipped log, then all shipped logs."""
+    shipped = shipped_logs_dir()
+    if shipped is None:
         return _active_logs.get()
     from .gpu import local_gpu
-    from .nightly import gpu_log_name
 
     gpu = local_gpu()  # this GPU's own shipped log first, then any of the same arch
-    own = Path(shipped) / gpu_log_name(gpu.name) if gpu else None
-    return _active_logs.get() + ((str(own),) if own and own.exists() else ()) + (shipped,)
+    own = shipped / gpu_log_name(gpu.name) if gpu else None
+    return _active_logs.get() + (((str(own), False),) if own and own.exists() else ()) + ((str(shipped), False),)
 
 
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo) -> tuple[Conv2dConfig, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first."""
     space = conv2d_space(workload, gpu)
-    for path in active_logs():
-        found = records.load_best(path, workload, target=gpu.arch)
+    for path, include_stale in active_logs():
+        found = records.load_best(path, workload, target=gpu.arch, include_stale=include_stale)
         if found and space.is_valid(found[0]):
             return found[0], found[1], path
     return None
 
 
-def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConfig:
+@dataclass(frozen=True)
+class ConfigChoice:
+    """The config ``build_conv2d`` uses and where it comes from: a tuning record, a zero-shot
+    prediction from the shipped histories, or the default config."""
+
+    config: Conv2dConfig
+    source: str  # record, zero-shot, default
+    seconds: float | None = None  # the record's time
+    log: str | None = None  # the log set the record came from
+
+
+def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True) -> ConfigChoice:
+    """The best record of the active logs; without one, the config the shipped histories'
+    cost model predicts for this unseen shape (``zero_shot``); without training data for
+    this GPU's arch, the default config.  The last two warn (``NoTunedConfigWarning``)."""
     found = best_config(workload, gpu)
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
-        return found[0]
-    warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the default config",
-                  NoTunedConfigWarning, stacklevel=3)
-    return conv2d_space(workload, gpu).default_config()
+        return ConfigChoice(found[0], "record", found[1], found[2])
+    from .zero_shot import zero_shot_config
+
+    predicted = zero_shot_config(workload, gpu)
+    if predicted is not None:
+        if warn:
+            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using a zero-shot config "
+                          "predicted from the shipped tuning histories (tune it for the best kernel)",
+                          NoTunedConfigWarning, stacklevel=3)
+        return ConfigChoice(predicted, "zero-shot")
+    if warn:
+        warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the default config",
+                      NoTunedConfigWarning, stacklevel=3)
+    return ConfigChoice(conv2d_space(workload, gpu).default_config(), "default")
+
+
+def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConfig:
+    """The config ``build_conv2d`` uses when given none (``choose_config``'s)."""
+    return choose_config(workload, gpu).config
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_kernel(workload: Conv2dWorkload, logs: tuple[str, ...]):
+def _cached_kernel(workload: Conv2dWorkload, logs: tuple[tuple[str, bool], ...]):
     from .kernel import build_conv2d
 
     return build_conv2d(workload)

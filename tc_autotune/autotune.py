@@ -1,7 +1,10 @@
 """One tuning job: resume from the log, search, record every measurement, compare with cuDNN.
 
 This is what ``scripts/tune.py`` (and nightly jobs) call: the roles (space,
-tuner, measurer, records) are wired together here and nowhere else.
+tuner, measurer, records) are wired together here and nowhere else.  Every run
+measures, in its first batch, the default config, the config apply would pick
+today and the best stale record's config, so a tuned best never loses to them;
+and it learns from the shipped histories of this GPU's arch unless told not to.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from . import records
 from .cuda import nvcc_version
@@ -35,7 +39,8 @@ class TuneSummary:
     log: str
     trials: int = 0
     resumed: int = 0  # earlier records of this workload on this GPU (never re-measured)
-    other_records: int = 0  # of other workloads or GPUs: the xgb tuner's training data
+    other_records: int = 0  # other workloads, GPUs, stale or shipped records: training data
+    default_seconds: float | None = None  # the default config, measured in this search
     errors: int = 0
     elapsed: float = 0.0
     best_config: Conv2dConfig | None = None
@@ -51,6 +56,40 @@ class TuneSummary:
             return self.cudnn_seconds / self.final_seconds
         return None
 
+    def describe(self, gpu_name: str) -> str:
+        """The end-of-job report ``tune.py`` prints."""
+        def timing(label, seconds, extra=""):
+            return (f"   {label}: {seconds * 1e3:.4f} ms = "
+                    f"{self.workload.flops / seconds / 1e12:.1f} TFLOP/s{extra}")
+
+        lines = [f"== {self.workload} on {gpu_name}: {self.trials} trials in {self.elapsed:.0f} s, "
+                 f"{self.errors} errors {self.error_counts} -> {self.log}",
+                 f"   resumed from {self.resumed} earlier records on this GPU; {self.other_records} records "
+                 "of other workloads, GPUs or template versions to learn from"]
+        if self.best_config is None:
+            return "\n".join(lines + ["   no valid config measured"])
+        lines.append(f"   best config: {self.best_config.as_dict()}")
+        lines.append(timing("best (search)", self.best_seconds))
+        if self.default_seconds:
+            lines.append(timing("default config (search)", self.default_seconds,
+                                f"; tuned is {self.default_seconds / self.best_seconds:.2f}x faster"))
+        if self.final_seconds:
+            lines.append(timing("best (re-timed)", self.final_seconds))
+        if self.cudnn_seconds:
+            lines.append(timing("cuDNN (PyTorch, same run)", self.cudnn_seconds,
+                                f"; cuDNN/tuned time ratio {self.cudnn_ratio:.2f}" if self.cudnn_ratio else ""))
+        return "\n".join(lines)
+
+
+@dataclass
+class Retimed:
+    """A best config re-timed in one process beside the default config and cuDNN (seconds,
+    None where not measured or wrong)."""
+
+    tuned_s: float | None
+    default_s: float | None = None
+    cudnn_s: float | None = None
+
 
 def make_tuner(name: str, space, seed: int | None = None):
     from . import tuner
@@ -61,22 +100,60 @@ def make_tuner(name: str, space, seed: int | None = None):
     return classes[name](space, seed=seed)
 
 
-def _earlier_records(log_path: str, transfer_logs) -> list:
-    """Every record of the log and the transfer logs: the tuner keeps this workload's on
-    this GPU as history and learns from the rest (other workloads, other GPUs)."""
-    return list(records.load([log_path, *transfer_logs]))
+def shipped_history_logs() -> list[Path]:
+    """The shipped logs the tuner learns from by default: tuning_logs/*.jsonl (best
+    records per GPU) and tuning_logs/history/*.jsonl (every measurement of earlier runs)."""
+    from .apply import shipped_logs_dir
+
+    shipped = shipped_logs_dir()
+    if shipped is None:
+        return []
+    return records.log_files([shipped, shipped / "history"]) if (shipped / "history").is_dir() \
+        else records.log_files(shipped)
+
+
+def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) -> list:
+    """Records of the shipped histories (this arch's, when ``shipped``) and of
+    ``transfer_logs`` (all of them), not counting the tuning log itself; exact duplicates
+    (a best log and its history) count once."""
+    found = []
+    if shipped:
+        files = [f for f in shipped_history_logs() if f.resolve() != Path(log_path).resolve()]
+        found += [r for r in records.load(files) if r.arch == arch]
+    found += records.load(list(transfer_logs))
+    unique = {records.identity(r): r for r in found}
+    return list(unique.values())
+
+
+def first_configs(space, earlier, gpu) -> list[Conv2dConfig]:
+    """What the first batch measures before the search picks anything: the config apply
+    would pick today (a record, a zero-shot prediction or the default), the best stale
+    record's config of this workload on this GPU (its old time no longer counts) and the
+    default config."""
+    from .apply import choose_config
+
+    picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
+    stale = [r for r in earlier if r.workload == space.workload and r.stale and r.ok and r.gpu == gpu.name]
+    for record in sorted(stale, key=lambda r: r.seconds)[:1]:
+        try:
+            picks.append(space.from_entity(record.config))
+        except ValueError:
+            pass
+    picks.append(space.default_config())
+    return picks
 
 
 def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str = "xgb",
                   batch_size: int = 16, early_stopping: int | None = None, seed: int | None = None,
-                  options: MeasureOptions | None = None, transfer_logs=(), compare_cudnn: bool = True,
-                  gpu: GpuInfo | None = None, deadline: float | None = None,
+                  options: MeasureOptions | None = None, transfer_logs=(), shipped_transfer: bool = True,
+                  compare_cudnn: bool = True, gpu: GpuInfo | None = None, deadline: float | None = None,
                   measurer_factory=None, measurer=None) -> TuneSummary:
     """Tune ``workload`` for ``n_trial`` new measurements, appending each to ``log_path``.
 
     Configs already in the log for this workload and GPU are not measured again and
-    seed the model; the other records of the log and ``transfer_logs`` (other workloads,
-    and this one on other GPUs) pre-train it.
+    seed the model; the log's other records, the shipped histories of this GPU's arch
+    (unless ``shipped_transfer`` is False) and the records of ``transfer_logs`` (other
+    workloads, this one on other GPUs, stale ones) pre-train it.
     ``deadline`` (time.time()) stops the search after the batch that crosses it.
     ``measurer_factory(space, options)`` replaces the GPU measurer (tests use a synthetic one);
     an open ``measurer`` (with ``use_space``) is reused across workloads and left open.
@@ -90,13 +167,19 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     log_path = str(log_path)
     space = conv2d_space(workload, gpu)
     search = make_tuner(tuner, space, seed)
-    earlier = _earlier_records(log_path, transfer_logs)
+    own = list(records.load(log_path))
+    transfer = _transfer_records(transfer_logs, shipped_transfer, log_path, gpu.arch)
     summary = TuneSummary(workload, log_path)
-    summary.resumed = search.load_history(earlier)
+    summary.resumed = search.load_history(own)
+    search.load_transfer(transfer)
     summary.other_records = search.other_records
-    log.info("%s: space of %d configs; resuming with %d records of it on this GPU; %d others "
-             "(other workloads or GPUs) to learn from, of %d read", workload, len(space), summary.resumed,
-             summary.other_records, len(earlier))
+    first = search.measure_first(first_configs(space, own + transfer, gpu))
+    log.info("%s: space of %d configs; resuming with %d records of it on this GPU; learning from %d others "
+             "(other workloads, GPUs or template versions; %d from %s); %d configs to measure first "
+             "(today's pick, stale best, default)", workload, len(space), summary.resumed,
+             summary.other_records, len(transfer),
+             " and ".join((["the shipped histories"] if shipped_transfer else [])
+                          + (["--transfer-log"] if transfer_logs else [])) or "nowhere else", len(first))
     start = time.time()
     provenance = None
 
@@ -126,6 +209,8 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     summary.trials = search.trials
     summary.errors = sum(n for name, n in summary.error_counts.items() if name != "NO_ERROR")
     summary.elapsed = time.time() - start
+    default = space.default_config()
+    summary.default_seconds = min((r.seconds for c, r in search.history if c == default and r.ok), default=None)
     best = search.best()
     if best:
         summary.best_config, summary.best_seconds = best
@@ -148,6 +233,14 @@ def _stop_at(deadline: float):
 
 def compare_with_cudnn(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50):
     """(tuned seconds, cuDNN seconds or None), both medians timed here, both checked first."""
+    timed = retime_against_default(workload, config, repeat=repeat, with_default=False)
+    return timed.tuned_s, timed.cudnn_s
+
+
+def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50,
+                           with_default: bool = True):
+    """A ``Retimed``: ``config``, the default config and cuDNN timed in this process on
+    the same inputs, each checked against the fp32 reference first (None where wrong)."""
     from . import baseline
     from .benchmark import checked_kernel_time
     from .kernel import build_conv2d
@@ -155,12 +248,18 @@ def compare_with_cudnn(workload: Conv2dWorkload, config: Conv2dConfig, repeat: i
 
     data, weight = random_inputs(workload, seed=1)
     reference = conv2d_reference(workload, data, weight)
-    tuned, err = checked_kernel_time(build_conv2d(workload, config), workload, data, weight, reference,
-                                     repeat=repeat)
-    if tuned is None:
-        log.error("%s: best config %s gives a wrong result (error %.3g) on fresh inputs", workload, config, err)
-        return None, None
-    cudnn = None
+
+    def timed(cfg):
+        seconds, err = checked_kernel_time(build_conv2d(workload, cfg), workload, data, weight, reference,
+                                           repeat=repeat)
+        if seconds is None:
+            log.error("%s: config %s gives a wrong result (error %.3g) on fresh inputs", workload, cfg, err)
+        return seconds
+
+    result = Retimed(timed(config))
+    if with_default:
+        default = conv2d_space(workload).default_config()
+        result.default_s = result.tuned_s if default == config else timed(default)
     if baseline.available():
-        cudnn, _ = baseline.checked_cudnn_time(workload, data, weight, reference, repeat=repeat)
-    return tuned, cudnn
+        result.cudnn_s, _ = baseline.checked_cudnn_time(workload, data, weight, reference, repeat=repeat)
+    return result

@@ -1,11 +1,14 @@
-"""Side-by-side timings: default config, best logged config and cuDNN, in one process.
+"""Side-by-side timings: default config, applied config and cuDNN, in one process.
 
-Every kernel that is timed is first checked against the fp32 reference.
+The applied config is what ``build_conv2d`` would use (``apply.choose_config``): the best
+record of the given and shipped logs, else a zero-shot prediction, else the default; the
+table says which.  Every kernel that is timed is first checked against the fp32 reference.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass
 
@@ -32,11 +35,17 @@ class BenchRow:
     tuned_s: float | None = None
     tuned_err: float | None = None
     tuned_config: dict | None = None
+    tuned_source: str | None = None  # record, zero-shot or default (apply.choose_config)
     cudnn_s: float | None = None
     cudnn_err: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def slower_than_default(self) -> bool:
+        """The applied kernel loses to the untuned default by more than 3% (timing noise)."""
+        return bool(self.tuned_s and self.default_s and self.tuned_s > 1.03 * self.default_s)
 
 
 def checked_kernel_time(kernel, workload, data, weight, reference, number: int = 20,
@@ -61,9 +70,12 @@ def checked_kernel_time(kernel, workload, data, weight, reference, number: int =
 
 def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
               min_repeat_ms: float = 10) -> list[BenchRow]:
-    """Time default (and, with ``logs``, best logged) configs and cuDNN for each workload."""
-    from .apply import apply_history_best
+    """Time the default config, the applied config (best record of ``logs`` and the shipped
+    logs, else zero-shot, else default) and cuDNN for each workload, on the same inputs."""
+    from .apply import apply_history_best, choose_config
+    from .gpu import default_gpu
 
+    gpu = default_gpu()
     rows = []
     for name in names:
         wl = get(name)
@@ -72,13 +84,17 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
         t0 = time.time()
         reference = conv2d_reference(wl, data, weight)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
-        default = build_conv2d(wl, conv2d_space(wl).default_config())
         timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        default_config = conv2d_space(wl, gpu).default_config()
+        default = build_conv2d(wl, default_config)
         row.default_s, row.default_err = checked_kernel_time(default, wl, data, weight, reference, **timing)
-        if logs:
-            with apply_history_best(logs):
-                tuned = build_conv2d(wl)
-            row.tuned_config = tuned.config.as_dict()
+        with apply_history_best(logs or []):
+            choice = choose_config(wl, gpu, warn=False)
+        row.tuned_config, row.tuned_source = choice.config.as_dict(), choice.source
+        if choice.config == default_config:
+            row.tuned_s, row.tuned_err = row.default_s, row.default_err
+        else:
+            tuned = build_conv2d(wl, choice.config)
             row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, data, weight, reference, **timing)
         if baseline.available():
             row.cudnn_s, row.cudnn_err = baseline.checked_cudnn_time(wl, data, weight, reference, **timing)
@@ -170,19 +186,30 @@ def _ratio(cudnn_s, ours_s):
     return f"{cudnn_s / ours_s:.2f}" if (cudnn_s and ours_s) else "-"
 
 
+def _geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
 def markdown_table(rows: list[BenchRow]) -> str:
-    tuned = any(r.tuned_s for r in rows)
-    head = "| workload | default ms | default TFLOP/s |"
-    head += " tuned ms | tuned TFLOP/s |" if tuned else ""
-    head += " cuDNN ms | cuDNN TFLOP/s | cuDNN / " + ("tuned" if tuned else "default") + " |"
+    """One line per workload, then the geomeans of cuDNN time / ours and the losses to the
+    default (the applied kernel slower than the untuned default by more than 3%)."""
+    head = ("| workload | default ms | default TFLOP/s | applied ms | applied TFLOP/s | applied from "
+            "| cuDNN ms | cuDNN TFLOP/s | cuDNN / default | cuDNN / applied |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in rows:
-        ours = r.tuned_s if tuned else r.default_s
-        line = f"| {r.workload} | {_ms(r.default_s)} | {_tf(r.flops, r.default_s)} |"
-        if tuned:
-            line += f" {_ms(r.tuned_s)} | {_tf(r.flops, r.tuned_s)} |"
-        line += f" {_ms(r.cudnn_s)} | {_tf(r.flops, r.cudnn_s)} | {_ratio(r.cudnn_s, ours)} |"
-        lines.append(line)
+        mark = " (slower than default)" if r.slower_than_default else ""
+        lines.append(f"| {r.workload} | {_ms(r.default_s)} | {_tf(r.flops, r.default_s)} | {_ms(r.tuned_s)} | "
+                     f"{_tf(r.flops, r.tuned_s)} | {r.tuned_source or '-'}{mark} | {_ms(r.cudnn_s)} | "
+                     f"{_tf(r.flops, r.cudnn_s)} | {_ratio(r.cudnn_s, r.default_s)} | "
+                     f"{_ratio(r.cudnn_s, r.tuned_s)} |")
+    timed = [r for r in rows if r.cudnn_s and r.tuned_s and r.default_s]
+    if timed:
+        applied = _geomean(r.cudnn_s / r.tuned_s for r in timed)
+        default = _geomean(r.cudnn_s / r.default_s for r in timed)
+        lines += ["", f"Geomean cuDNN / ours over {len(timed)} workloads: applied {applied:.3f}, "
+                      f"default {default:.3f}. Applied slower than default (>3%): "
+                      f"{sum(r.slower_than_default for r in timed)} of {len(timed)}."]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ generated on machines without a GPU.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 # Opt-in dynamic shared memory per block and SM counts of common parts, by arch.
@@ -63,6 +64,11 @@ def local_gpu() -> GpuInfo | None:
         )
     except Exception:  # no driver, no runtime library: treat as no GPU
         return None
+
+
+def gpu_log_name(gpu_name: str) -> str:
+    """File name of a GPU's best log: 'NVIDIA H200' -> 'nvidia-h200.jsonl'."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") + ".jsonl"
 
 
 def default_gpu() -> GpuInfo:

@@ -2,10 +2,12 @@
 
 A nightly run resumes every workload of the job from the shared log (configs
 already measured on this GPU are never re-measured; records of the other
-workloads pre-train the cost model), stops after the batch that spends the
-budget, compacts the best records into ``tuning_logs/<gpu>.jsonl``, re-times
-each workload's best beside cuDNN and writes a markdown + JSON report.  Its exit
-status says whether a workload regressed against the previous report.
+workloads and the shipped histories pre-train the cost model), stops after the
+batch that spends the budget, merges the best records into
+``tuning_logs/<gpu>.jsonl`` (never dropping one it holds), re-times each
+workload's best beside the default config and cuDNN and writes a markdown + JSON
+report.  Its exit status says whether a workload regressed against the previous
+report or lost to the untuned default.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import records
+from .autotune import Retimed
+from .gpu import gpu_log_name
 from .workloads import Conv2dWorkload, get
 
 log = logging.getLogger(__name__)
@@ -71,9 +75,7 @@ def load_job(path) -> Job:
         raise JobError(f"cannot read job file {path}: {err.strerror}") from None
     try:
         if path.suffix == ".toml":
-            import tomllib
-
-            raw = tomllib.loads(text)
+            raw = _toml().loads(text)
         else:
             raw = json.loads(text)
     except Exception as err:  # tomllib/json decode errors
@@ -121,6 +123,15 @@ def load_job(path) -> Job:
     )
 
 
+def _toml():
+    """The TOML reader: tomllib (Python 3.11+), else tomli (a dependency on 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    return tomllib
+
+
 @contextlib.contextmanager
 def job_lock(job: Job):
     """Exclusive, non-blocking: a second run of the same job fails at once."""
@@ -142,24 +153,24 @@ def job_lock(job: Job):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def gpu_log_name(gpu_name: str) -> str:
-    """File name of a GPU's compacted best log: 'NVIDIA H200' -> 'nvidia-h200.jsonl'."""
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") + ".jsonl"
-
-
 # ---- the report -------------------------------------------------------------------
 @dataclass
 class ReportRow:
     name: str
     workload: str
     flops: int
+    gpu: str | None = None  # the GPU these figures are of
     trials_run: int = 0
     records: int = 0
-    best_s: float | None = None  # best time in the log for this GPU
+    stale: int = 0  # records of another template version (not applied)
+    best_s: float | None = None  # best current-version time in the logs for this GPU
     retimed_s: float | None = None  # the best config re-timed in this run
+    default_s: float | None = None  # the default config, same run
     cudnn_s: float | None = None
     previous_s: float | None = None
-    status: str = "ok"  # ok, no valid record, regression, not reached
+    # ok, no valid record, regression, slower than default, not reached; no record (report-only
+    # without a nightly log: the job never ran here, so nothing failed)
+    status: str = "ok"
 
     @property
     def current_s(self) -> float | None:
@@ -180,6 +191,14 @@ class ReportRow:
     def cudnn_ratio(self) -> float | None:
         return self.cudnn_s / self.current_s if (self.cudnn_s and self.current_s) else None
 
+    @property
+    def default_ratio(self) -> float | None:
+        """default time / tuned time: below 1 means the tuned config lost to the default."""
+        return self.default_s / self.current_s if (self.default_s and self.current_s) else None
+
+
+FAILING = ("regression", "slower than default", "no valid record")
+
 
 @dataclass
 class Report:
@@ -189,43 +208,57 @@ class Report:
     budget_s: float
     rows: list[ReportRow] = field(default_factory=list)
     mode: str = "tune"  # or report-only
+    sources: list[str] = field(default_factory=list)  # logs the figures come from
+    best_log_changes: list[str] = field(default_factory=list)  # what the merge did
 
     @property
     def failed(self) -> list[ReportRow]:
-        return [r for r in self.rows if r.status in ("regression", "no valid record")]
+        return [r for r in self.rows if r.status in FAILING]
 
     def to_json(self) -> str:
         data = asdict(self)
         for row, raw in zip(self.rows, data["rows"]):
-            raw.update(tflops=row.tflops, change=row.change, cudnn_ratio=row.cudnn_ratio)
+            raw.update(tflops=row.tflops, change=row.change, cudnn_ratio=row.cudnn_ratio,
+                       default_ratio=row.default_ratio)
         return json.dumps(data, indent=1)
 
     def to_markdown(self) -> str:
         def ms(s):
             return f"{s * 1e3:.4f}" if s else "-"
 
+        def ratio(x):
+            return f"{x:.2f}" if x else "-"
+
         lines = [f"# Nightly tuning report: {self.gpu or 'no GPU'} ({self.started})", "",
-                 f"Mode {self.mode}; {self.elapsed_s / 60:.1f} of {self.budget_s / 60:.0f} budget minutes.", "",
-                 "| workload | trials run | records | best ms | TFLOP/s | change | cuDNN ms | cuDNN / ours | status |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+                 f"Mode {self.mode}; {self.elapsed_s / 60:.1f} of {self.budget_s / 60:.0f} budget minutes; "
+                 f"from {', '.join(self.sources) or 'no log'}.", "",
+                 "| workload | GPU | trials run | records | stale | best ms | TFLOP/s | change | default ms "
+                 "| default / ours | cuDNN ms | cuDNN / ours | status |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in self.rows:
             change = f"{r.change:+.1%}" if r.change is not None else "-"
-            ratio = f"{r.cudnn_ratio:.2f}" if r.cudnn_ratio else "-"
             tflops = f"{r.tflops:.1f}" if r.tflops else "-"
-            lines.append(f"| {r.name} | {r.trials_run} | {r.records} | {ms(r.current_s)} | {tflops} | "
-                         f"{change} | {ms(r.cudnn_s)} | {ratio} | {r.status} |")
+            lines.append(f"| {r.name} | {r.gpu or '-'} | {r.trials_run} | {r.records} | {r.stale} | "
+                         f"{ms(r.current_s)} | {tflops} | {change} | {ms(r.default_s)} | "
+                         f"{ratio(r.default_ratio)} | {ms(r.cudnn_s)} | {ratio(r.cudnn_ratio)} | {r.status} |")
+        stale = [r for r in self.rows if r.stale]
+        if stale:
+            lines += ["", f"Stale records (made by another template version; not applied, kept as training "
+                          f"data): {', '.join(f'{r.name} ({r.stale})' for r in stale)}."]
+        if self.best_log_changes:
+            lines += ["", "Best log:"] + [f"- {change}" for change in self.best_log_changes]
         return "\n".join(lines) + "\n"
 
 
-def previous_report(report_dir: Path) -> dict[str, float]:
-    """workload spec -> time of the newest earlier report (empty when there is none)."""
+def previous_report(report_dir: Path) -> dict[tuple[str, str | None], float]:
+    """(workload spec, GPU) -> time in the newest earlier report (empty when there is none)."""
     reports = sorted(report_dir.glob("report-*.json")) if report_dir.exists() else []
     for path in reversed(reports):
         try:
             data = json.loads(path.read_text())
-            return {row["workload"]: (row.get("retimed_s") or row.get("best_s"))
+            return {(row["workload"], row.get("gpu") or data.get("gpu")): (row.get("retimed_s") or row.get("best_s"))
                     for row in data["rows"] if row.get("retimed_s") or row.get("best_s")}
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             log.warning("skipping unreadable report %s", path)
     return {}
 
@@ -240,14 +273,25 @@ def write_report(report: Report, report_dir: Path) -> tuple[Path, Path]:
 
 
 # ---- the run ----------------------------------------------------------------------
-def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=None,
-                retime=None, now=time.time) -> Report:
-    """Tune (unless ``report_only``), compact, re-time, compare, report.
+def _sources(job: Job, gpu) -> list[Path]:
+    """The logs a report reads: the job's log and its best logs (this GPU's, or all of them
+    without a GPU), so a fresh clone without a nightly log still reports the shipped bests."""
+    if gpu is not None:
+        best = [job.best_log_dir / gpu_log_name(gpu.name)]
+    else:
+        best = sorted(job.best_log_dir.glob("*.jsonl")) if job.best_log_dir.exists() else []
+    return [p for p in [job.log, *best] if p.is_file()]
 
-    ``retime(workload, config) -> (seconds, cudnn_seconds)`` re-measures a best config
-    (default: ``autotune.compare_with_cudnn``); tests pass synthetic ones.
+
+def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=None,
+                retime=None, now=time.time, transfer: bool = True) -> Report:
+    """Tune (unless ``report_only``), merge the best log, re-time, compare, report.
+
+    ``retime(workload, config) -> autotune.Retimed`` re-measures a best config beside the default
+    and cuDNN (default: ``autotune.retime_against_default``); tests pass synthetic ones.
+    ``transfer``: the tuner learns from the shipped histories too (``--no-transfer``: not).
     """
-    from .autotune import compare_with_cudnn, tune_workload
+    from .autotune import retime_against_default, tune_workload
     from .measure import LocalMeasurer
 
     start = now()
@@ -255,18 +299,18 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     previous = previous_report(job.report_dir)
     report = Report(gpu=getattr(gpu, "name", None), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                     elapsed_s=0.0, budget_s=job.budget_s, mode="report-only" if report_only else "tune")
-    rows = {}
+    trials: dict[str, int] = {}
+    reached: set[str] = set()
+    never_run = report_only and not job.log.is_file()
+    if never_run:
+        log.warning("no nightly log at %s (the job has not run here): reporting from the best logs in %s",
+                    job.log, job.best_log_dir)
     measurer = None
     with contextlib.ExitStack() as stack:  # one build pool and GPU runner for the whole job
-        for entry in job.entries:
-            row = ReportRow(entry.name, str(entry.workload), entry.workload.flops,
-                            previous_s=previous.get(str(entry.workload)))
-            rows[entry.name] = row
-            if report_only:
-                continue
+        for entry in ([] if report_only else job.entries):
             if now() >= deadline:
-                row.status = "not reached"
                 continue
+            reached.add(entry.name)
             if measurer is None:
                 from .space import conv2d_space
 
@@ -274,41 +318,69 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
                     conv2d_space(entry.workload, gpu), None))
             summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
                                     early_stopping=None, seed=0, gpu=gpu, deadline=deadline,
-                                    compare_cudnn=False, measurer=measurer)
-            row.trials_run = summary.trials
+                                    compare_cudnn=False, measurer=measurer, shipped_transfer=transfer)
+            trials[entry.name] = summary.trials
 
     if not report_only and gpu is not None:
-        job.best_log_dir.mkdir(parents=True, exist_ok=True)
-        written = records.pick_best(job.log, job.best_log_dir / gpu_log_name(gpu.name), gpu=gpu.name)
-        log.info("compacted %d best records into %s", written, job.best_log_dir / gpu_log_name(gpu.name))
+        best_log = job.best_log_dir / gpu_log_name(gpu.name)
+        changes = records.merge_best(best_log, records.load(job.log), gpu.name)
+        report.best_log_changes = [c.describe() for c in changes]
+        for change in report.best_log_changes:
+            log.info("best log %s: %s", best_log, change)
 
-    all_records = list(records.load(job.log))
+    sources = _sources(job, gpu)
+    report.sources = [str(p) for p in sources]
+    all_records = list({records.identity(r): r for r in records.load(sources)}.values())  # a best
+    # log repeats records of the nightly log: count each measurement once
+    gpus = [gpu.name] if gpu is not None else sorted({r.gpu for r in all_records if r.gpu}) or [None]
+    rows = []
     for entry in job.entries:
-        row = rows[entry.name]
-        mine = [r for r in all_records if r.workload == entry.workload
-                and (gpu is None or r.gpu == gpu.name)]
-        row.records = len(mine)
-        best = records.load_best(mine, entry.workload)
-        if best is None:
-            if row.status != "not reached":
-                row.status = "no valid record"
-            continue
-        config, row.best_s = best
-        if report_only or row.status == "not reached":
-            continue
-        retime_fn = retime or compare_with_cudnn
-        row.retimed_s, row.cudnn_s = retime_fn(entry.workload, config)
-        if _regressed(row, job):  # confirm with a second measurement before crying wolf
-            row.retimed_s = min(row.retimed_s, retime_fn(entry.workload, config)[0] or float("inf"))
-            if _regressed(row, job):
-                row.status = "regression"
-    report.rows = list(rows.values())
+        for gpu_name in gpus:
+            row = ReportRow(entry.name, str(entry.workload), entry.workload.flops, gpu=gpu_name,
+                            trials_run=trials.get(entry.name, 0),
+                            previous_s=previous.get((str(entry.workload), gpu_name)))
+            rows.append(row)
+            if not report_only and entry.name not in reached:
+                row.status = "not reached"
+            mine = [r for r in all_records if r.workload == entry.workload and r.gpu == gpu_name]
+            row.records, row.stale = len(mine), sum(r.stale for r in mine)
+            best = records.load_best(mine, entry.workload)
+            if best is None:
+                if row.status != "not reached":  # a job that never ran here has failed nothing
+                    row.status = "no record" if never_run else "no valid record"
+                continue
+            config, row.best_s = best
+            if report_only or row.status == "not reached":
+                continue
+            _retime(row, config, entry.workload, retime or retime_against_default, job)
+    report.rows = rows
     report.elapsed_s = now() - start
     md, js = write_report(report, job.report_dir)
     log.info("report: %s", md)
     return report
 
 
+def _retime(row: ReportRow, config, workload, retime, job: Job) -> None:
+    """Re-time the best config beside the default and cuDNN; a loss to the previous report or
+    to the default is confirmed by a second measurement before it counts."""
+    first = retime(workload, config)
+    row.retimed_s, row.default_s, row.cudnn_s = first.tuned_s, first.default_s, first.cudnn_s
+    if _regressed(row, job) or _lost_to_default(row, job):  # confirm before crying wolf
+        again = retime(workload, config)
+        row.retimed_s = min(row.retimed_s or float("inf"), again.tuned_s or float("inf"))
+        if again.default_s and row.default_s:
+            row.default_s = min(row.default_s, again.default_s)
+        if _regressed(row, job):
+            row.status = "regression"
+        elif _lost_to_default(row, job):
+            row.status = "slower than default"
+
+
 def _regressed(row: ReportRow, job: Job) -> bool:
     return bool(row.retimed_s and row.previous_s
                 and row.retimed_s > row.previous_s * (1 + job.regression_threshold))
+
+
+def _lost_to_default(row: ReportRow, job: Job) -> bool:
+    return bool(row.retimed_s and row.default_s
+                and row.retimed_s > row.default_s * (1 + job.regression_threshold))

@@ -11,7 +11,7 @@ A line looks like::
     {"input": ["cuda -arch=sm_90", "conv2d_nhwc_tensorcore.cuda", ["n=256,h=14,..."], {}],
      "config": {"index": 123, "entity": [["block_row_warps", "ot", 2], ...]},
      "result": [[1.2e-4, 1.3e-4], 0, 2.5, 1732240000.0],
-     "error_msg": "", "version": 1, "tvm_version": "0.27.0",
+     "error_msg": "", "version": 2, "template_version": 1, "tvm_version": "0.27.0",
      "provenance": {"gpu": "NVIDIA H100", "compute_capability": "9.0", "cuda": "12.4",
                     "tc_autotune": "0.1.0"}}
 
@@ -19,14 +19,17 @@ The config is stored by knob *value* as well as by index, so a log stays
 readable when candidate lists change: ``load_best`` rebuilds the config from the
 values and skips (with a warning) records that no longer fit the space.
 
-Writers from several processes may share one log: ``append`` holds an exclusive
-``flock`` on the file for the single ``write`` of each call.  This module does
-not import tvm, so reading logs stays fast.
+``template_version`` names the kernel generator that made the timed kernel
+(``generator.TEMPLATE_VERSION``); a record of another version, or of none (written
+before versions existed), is *stale*: selection skips it unless asked to keep it.
+
+Writers from several processes may share one log; the file handling (locking,
+fencing torn lines, size caps, atomic replacement) is ``journal``'s.  This module
+does not import tvm, so reading logs stays fast.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import importlib.metadata
 import json
@@ -34,17 +37,20 @@ import logging
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from . import journal
+from .generator import TEMPLATE_VERSION
 from .measure import MeasureErrorNo, MeasureResult
-from .workloads import Conv2dWorkload, get as get_workload
+from .workloads import Conv2dWorkload, display_name, get as get_workload
 
 logger = logging.getLogger(__name__)
 
-RECORD_VERSION = 1
+# 2: records carry template_version (1-readers skip them: they cannot tell stale ones)
+RECORD_VERSION = 2
+BAD_LINE_WARNINGS = 3  # per file; the rest are summarised in one line
 TASK_NAME = "conv2d_nhwc_tensorcore.cuda"
 LOG_SUFFIXES = (".jsonl", ".log")
 
@@ -115,16 +121,26 @@ class Record:
     # TVM that produced the timing; None means "the installed one" when written.
     # Metadata, not identity: left out of equality.
     tvm_version: str | None = field(default=None, compare=False)
+    # The kernel generator's version (generator.TEMPLATE_VERSION); None: written before
+    # versions existed.  Anything but the current version is stale.
+    template_version: int | None = field(default=None, compare=False)
 
     @classmethod
     def from_measurement(cls, target, space, config, result: MeasureResult,
                          provenance: dict | None = None) -> "Record":
-        """A record for ``config`` of ``space`` (a ConfigSpace); ``target`` may be a tvm Target."""
+        """A record for ``config`` of ``space`` (a ConfigSpace), made by today's generator;
+        ``target`` may be a tvm Target."""
         if not isinstance(target, str):
             arch = target_arch(target)
             target = f"cuda -arch={arch}" if arch else str(target)
         return cls(target, space.workload, space.to_entity(config), result,
-                   dict(provenance) if provenance is not None else make_provenance(space.gpu))
+                   dict(provenance) if provenance is not None else make_provenance(space.gpu),
+                   template_version=TEMPLATE_VERSION)
+
+    @property
+    def stale(self) -> bool:
+        """Measured on a kernel another generator version made: its time may not hold today."""
+        return self.template_version != TEMPLATE_VERSION
 
     @property
     def seconds(self) -> float:
@@ -163,7 +179,9 @@ class Record:
             "tvm_version": self.tvm_version if self.tvm_version is not None else tvm_version(),
             "provenance": self.provenance,
         }
-        return json.dumps(obj, separators=(",", ":"))
+        if self.template_version is not None:
+            obj["template_version"] = self.template_version
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
     @classmethod
     def from_json(cls, line: str) -> "Record":
@@ -179,10 +197,13 @@ class Record:
             raise ValueError(f"missing field(s): {', '.join(missing)}")
 
         version = obj["version"]
-        if not _is_int(version):
-            raise ValueError(f"version must be an integer, got {version!r}")
+        if not _is_int(version) or version < 1:
+            raise ValueError(f"version must be a positive integer, got {version!r}")
         if version > RECORD_VERSION:
             raise ValueError(f"record version {version} is newer than this reader's {RECORD_VERSION}")
+        template = obj.get("template_version")
+        if template is not None and (not _is_int(template) or template < 1):
+            raise ValueError(f"template_version must be a positive integer, got {template!r}")
 
         inp = obj["input"]
         if not (isinstance(inp, list) and len(inp) == 4):
@@ -209,9 +230,10 @@ class Record:
         entity = config["entity"]
         if not isinstance(entity, list) or not all(
             isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) and isinstance(e[1], str)
+            and (_is_int(e[2]) or isinstance(e[2], str))
             for e in entity
         ):
-            raise ValueError("config entity must be a list of [knob, kind, value]")
+            raise ValueError("config entity must be a list of [knob, kind, integer or string value]")
 
         res = obj["result"]
         if not (isinstance(res, list) and len(res) == 4):
@@ -219,15 +241,20 @@ class Record:
         costs, error_no, all_cost, timestamp = res
         if not isinstance(costs, list) or not all(_is_number(c) for c in costs):
             raise ValueError(f"result costs must be a list of numbers, got {costs!r}")
+        # A time of 0, below 0, NaN or inf is no measurement: as the best it would take over apply.
+        if not all(math.isfinite(c) and c > 0 for c in costs):
+            raise ValueError(f"result costs must be finite and positive seconds, got {costs!r}")
         if not _is_int(error_no):
             raise ValueError(f"error_no must be an integer, got {error_no!r}")
         try:
             error_no = MeasureErrorNo(error_no)
         except ValueError:
             raise ValueError(f"unknown error_no {error_no}") from None
+        if error_no == MeasureErrorNo.NO_ERROR and not costs:
+            raise ValueError("a successful result needs at least one cost")
         for name, value in (("all_cost", all_cost), ("timestamp", timestamp)):
-            if not _is_number(value):
-                raise ValueError(f"result {name} must be a number, got {value!r}")
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"result {name} must be a finite non-negative number, got {value!r}")
         error_msg = obj.get("error_msg", "")
         if not isinstance(error_msg, str):
             raise ValueError(f"error_msg must be a string, got {type(error_msg).__name__}")
@@ -245,7 +272,7 @@ class Record:
             all_cost=float(all_cost),
             timestamp=float(timestamp),
         )
-        return cls(target, workload, config, result, provenance, tvm_ver)
+        return cls(target, workload, config, result, provenance, tvm_ver, template)
 
 
 def _is_int(value) -> bool:
@@ -260,60 +287,19 @@ def _is_number(value) -> bool:
 def append(path, records: Iterable[Record]) -> int:
     """Append ``records`` to the log at ``path``; returns how many were written.
 
-    Safe with concurrent writers: the whole call is one ``write`` under an
-    exclusive ``flock`` of the log, then fsynced, so lines never interleave and a
-    crash loses at most this call.  If a previous writer died mid-line, a newline
-    is added first so the torn line does not swallow the new one.
+    Safe with concurrent writers and with writers killed mid-append (see ``journal``):
+    lines never interleave, a crash loses at most this call, and a torn line left by
+    a dead writer is fenced off before these records are written.
     """
-    lines = [r.to_json() + "\n" for r in records]
-    if not lines:
-        return 0
-    data = "".join(lines).encode("utf-8")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab+") as f:  # append mode; '+' only to peek at the last byte
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            size = os.fstat(f.fileno()).st_size
-            if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
-                data = b"\n" + data
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    return len(lines)
+    return journal.append_lines(path, (r.to_json().encode("utf-8") for r in records), _is_whole_record)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` all at once: readers see the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _is_whole_record(line: bytes) -> bool:
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make shipped logs private
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+        Record.from_json(line.decode("utf-8"))
+    except ValueError:
+        return False
+    return True
 
 
 # ---- reading ----------------------------------------------------------------
@@ -336,21 +322,34 @@ def log_files(paths) -> list[Path]:
 def load(paths) -> Iterator[Record]:
     """Yield the records of one or more logs (files, directories, or a list of them).
 
-    Missing paths yield nothing.  A corrupt line (garbage, a truncated last line,
-    the wrong shape) is skipped with one warning naming file, line and reason, so
-    one bad write never costs the rest of a long tuning log.
+    Missing paths yield nothing.  A corrupt line (garbage, the wrong shape, an
+    impossible value, a line over ``journal.MAX_LINE_BYTES``) is skipped with a
+    warning naming file, line and reason (the first few per file, then one summary),
+    so one bad write never costs the rest of a long tuning log.  An unfinished last
+    line (a writer is appending, or died) is not a record and not an error.
     """
     for file in log_files(paths):
-        with open(file, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):
-                if not raw.strip():
+        bad: list[int] = []
+        for lineno, raw, complete in journal.read_lines(file):
+            if raw is not None and not raw.strip():
+                continue
+            try:
+                if raw is None:
+                    raise ValueError(f"line longer than {journal.MAX_LINE_BYTES} bytes")
+                record = Record.from_json(raw.decode("utf-8"))
+            except ValueError as err:  # UnicodeDecodeError is a ValueError too
+                if not complete:
+                    logger.info("%s:%d: ignoring an unfinished last line", file, lineno)
                     continue
-                try:
-                    record = Record.from_json(raw.decode("utf-8"))
-                except ValueError as err:  # UnicodeDecodeError is a ValueError too
+                bad.append(lineno)
+                if len(bad) <= BAD_LINE_WARNINGS:
                     logger.warning("%s:%d: skipping bad record: %s", file, lineno, err)
-                    continue
-                yield record
+                continue
+            yield record
+        if len(bad) > BAD_LINE_WARNINGS:
+            more = bad[BAD_LINE_WARNINGS:]
+            shown = ", ".join(map(str, more[:10])) + (", ..." if len(more) > 10 else "")
+            logger.warning("%s: skipped %d more bad record(s) (lines %s)", file, len(more), shown)
 
 
 def _records(logs) -> Iterable[Record]:
@@ -362,11 +361,12 @@ def _records(logs) -> Iterable[Record]:
     return logs
 
 
-def load_best(logs, workload, target=None):
+def load_best(logs, workload, target=None, include_stale: bool = False):
     """``(Conv2dConfig, seconds)`` of the fastest successful record for ``workload``, or None.
 
     ``logs`` is anything ``load`` takes (or an iterable of Records).  ``target``
     narrows to one arch: None (any), "sm_90", "cuda -arch=sm_90" or a tvm Target.
+    Stale records (another generator version) are skipped unless ``include_stale``.
     Records whose config no longer fits the space are skipped with a warning, so
     a stale log cannot hand the builder an unbuildable config.
     """
@@ -380,11 +380,14 @@ def load_best(logs, workload, target=None):
         if want_arch is None:
             raise ValueError(f"cannot tell the CUDA arch (sm_XX) of target {str(target)!r}")
     best = None
-    skipped, first_reason = 0, ""
+    skipped, stale, first_reason = 0, 0, ""
     for record in _records(logs):
         if record.workload != workload or not record.ok:
             continue
         if want_arch is not None and record.arch != want_arch:
+            continue
+        if record.stale and not include_stale:
+            stale += 1
             continue
         seconds = record.seconds
         if best is not None and seconds >= best[1]:
@@ -399,29 +402,35 @@ def load_best(logs, workload, target=None):
     if skipped:
         logger.warning("skipped %d record(s) of %s whose config is outside the current space "
                        "(first: %s)", skipped, workload, first_reason)
+    if stale:
+        logger.info("skipped %d stale record(s) of %s (made by another template version than %d)",
+                    stale, workload, TEMPLATE_VERSION)
     return best
 
 
-def _identity(record: Record) -> tuple:
+def identity(record: Record) -> tuple:
+    """What makes two records the same measurement (read twice from two logs)."""
     r = record.result
     return (record.target, record.workload, record.config.get("index"), r.costs,
             int(r.error_no), r.timestamp)
 
 
-def best_records(records: Iterable[Record], top_k: int = 1) -> dict[tuple, list[Record]]:
+def best_records(records: Iterable[Record], top_k: int = 1,
+                 include_stale: bool = False) -> dict[tuple, list[Record]]:
     """``{(workload, arch): [the top_k fastest successful Records]}``, fastest first.
 
-    Exact duplicates (the same measurement read twice, e.g. a best-log inside the
-    log directory) count once so they cannot crowd out the runner-up.
+    Stale records count only with ``include_stale``.  Exact duplicates (the same
+    measurement read twice, e.g. a best-log inside the log directory) count once so
+    they cannot crowd out the runner-up.
     """
     if not _is_int(top_k) or top_k < 1:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
     groups: dict[tuple, list[Record]] = {}
     seen: set[tuple] = set()
     for record in records:
-        if not record.ok:
+        if not record.ok or (record.stale and not include_stale):
             continue
-        ident = _identity(record)
+        ident = identity(record)
         if ident in seen:
             continue
         seen.add(ident)
@@ -429,20 +438,118 @@ def best_records(records: Iterable[Record], top_k: int = 1) -> dict[tuple, list[
     return {key: sorted(group, key=lambda r: r.seconds)[:top_k] for key, group in groups.items()}
 
 
-def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None) -> int:
+def _serialise(chosen: list[Record]) -> bytes:
+    chosen = sorted(chosen, key=lambda r: (str(r.workload), r.arch or "", r.gpu or "", r.seconds))
+    return "".join(r.to_json() + "\n" for r in chosen).encode("utf-8")
+
+
+def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None,
+              include_stale: bool = False) -> int:
     """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k per workload/arch
-    (only records measured on the GPU named ``gpu``, when given).
+    (only records measured on the GPU named ``gpu``, when given; stale ones only with
+    ``include_stale``).
 
     ``out_log`` is replaced atomically (temp file, fsync, rename), so a crash
     leaves the old or the new file, never a half one.  Do not point concurrent
     ``append`` calls at ``out_log``: lines appended to the old file are lost.
     Returns the number of records written.
     """
-    best = best_records((r for r in load(in_log) if gpu is None or r.gpu == gpu), top_k)
+    best = best_records((r for r in load(in_log) if gpu is None or r.gpu == gpu), top_k, include_stale)
     chosen = [r for group in best.values() for r in group]
-    chosen.sort(key=lambda r: (str(r.workload), r.seconds, r.arch or ""))
-    _write_atomic(Path(out_log), "".join(r.to_json() + "\n" for r in chosen))
+    journal.replace_atomic(Path(out_log), _serialise(chosen))
     return len(chosen)
+
+
+@dataclass(frozen=True)
+class BestLogChange:
+    """What ``merge_best`` did to one (workload, arch) of a best log."""
+
+    workload: Conv2dWorkload
+    arch: str | None
+    action: str  # added, faster, replaced stale, kept
+    before_s: float | None
+    after_s: float | None
+
+    def describe(self) -> str:
+        ms = lambda s: "-" if s is None else f"{s * 1e3:.4f} ms"  # noqa: E731
+        return (f"{display_name(self.workload)} ({self.arch}): {self.action}, "
+                f"{ms(self.before_s)} -> {ms(self.after_s)}")
+
+
+def merge_best(best_log, candidates: Iterable[Record], gpu: str) -> list[BestLogChange]:
+    """Fold the best current-version record that ``gpu`` measured of each (workload, arch)
+    among ``candidates`` into ``best_log``, never losing what it holds.
+
+    A candidate replaces the log's records of its (workload, arch) on ``gpu`` when it
+    is faster than the log's best current one, or when the log has only stale ones;
+    everything else in the log stays as it is (workloads nobody measured, other GPUs).
+    The file is rewritten atomically, the previous one kept as ``<best_log>.bak``, and
+    only when something changed.  Returns the changes (``kept``: a candidate that lost).
+    """
+    best_log = Path(best_log)
+    held = list(load(best_log)) if best_log.exists() else []
+    fresh = best_records((r for r in candidates if r.gpu == gpu), top_k=1)
+    changes: list[BestLogChange] = []
+    for (workload, arch), (record,) in sorted(fresh.items(), key=lambda kv: str(kv[0][0])):
+        mine = [r for r in held if (r.workload, r.arch) == (workload, arch) and r.gpu == gpu and r.ok]
+        current = [r.seconds for r in mine if not r.stale]
+        before = min(current) if current else min((r.seconds for r in mine), default=None)
+        if current and record.seconds >= min(current):
+            changes.append(BestLogChange(workload, arch, "kept", before, before))
+            continue
+        action = "faster" if current else ("replaced stale" if mine else "added")
+        held = [r for r in held if not any(r is m for m in mine)] + [record]
+        changes.append(BestLogChange(workload, arch, action, before, record.seconds))
+    if any(c.action != "kept" for c in changes):
+        journal.replace_atomic(best_log, _serialise(held), backup=True)
+    return changes
+
+
+@dataclass
+class LogSummary:
+    """One (workload, GPU) of some logs: how many records, of which template versions,
+    how many stale, and the best current and stale times."""
+
+    workload: Conv2dWorkload
+    gpu: str | None
+    arch: str | None
+    records: int = 0
+    ok: int = 0
+    stale: int = 0
+    versions: set = field(default_factory=set)  # template versions seen (None: unversioned)
+    best_s: float | None = None  # best current-version time
+    best_stale_s: float | None = None
+
+
+def summarize(logs) -> list[LogSummary]:
+    """Per (workload, GPU) counts of ``logs``: what ``scripts/records.py`` prints."""
+    rows: dict[tuple, LogSummary] = {}
+    for record in _records(logs):
+        key = (str(record.workload), record.gpu or "", record.arch or "")
+        row = rows.setdefault(key, LogSummary(record.workload, record.gpu, record.arch))
+        row.records += 1
+        row.stale += record.stale
+        row.versions.add(record.template_version)
+        if not record.ok:
+            continue
+        row.ok += 1
+        attr = "best_stale_s" if record.stale else "best_s"
+        if getattr(row, attr) is None or record.seconds < getattr(row, attr):
+            setattr(row, attr, record.seconds)
+    return [rows[key] for key in sorted(rows)]
+
+
+def summary_table(rows: list[LogSummary]) -> str:
+    """Markdown table of ``summarize``'s rows (times in ms)."""
+    ms = lambda s: "-" if s is None else f"{s * 1e3:.4f}"  # noqa: E731
+    lines = [f"template version today: {TEMPLATE_VERSION}", "",
+             "| workload | GPU | arch | records | ok | stale | versions | best ms | best stale ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        versions = ",".join(sorted("none" if v is None else str(v) for v in r.versions))
+        lines.append(f"| {display_name(r.workload)} | {r.gpu or '-'} | {r.arch or '-'} | {r.records} | {r.ok} | {r.stale} "
+                     f"| {versions} | {ms(r.best_s)} | {ms(r.best_stale_s)} |")
+    return "\n".join(lines)
 
 
 def measured_indices(records: Iterable[Record], workload, gpu=None) -> set[int]:
@@ -462,6 +569,8 @@ def measured_indices(records: Iterable[Record], workload, gpu=None) -> set[int]:
 
 __all__ = [
     "RECORD_VERSION", "TASK_NAME", "Record", "append", "load", "log_files", "load_best",
-    "best_records", "pick_best", "measured_indices", "make_provenance", "target_arch",
+    "best_records", "pick_best", "merge_best", "BestLogChange", "measured_indices", "summarize",
+    "summary_table", "LogSummary",
+    "make_provenance", "target_arch",
     "tvm_version", "tc_autotune_version",
 ]

@@ -9,6 +9,7 @@ template's constraints and says *why* a config is rejected.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import asdict, dataclass, fields
@@ -181,7 +182,8 @@ class ConfigSpace:
         index, scale = 0, 1
         for (name, candidates), radix in zip(self.knobs.items(), self._radices):
             value = getattr(config, name)
-            if value not in candidates:
+            # by type too: True == 1 and 2.0 == 2 in Python, but neither is a knob value
+            if not any(type(value) is type(c) and value == c for c in candidates):
                 raise ValueError(f"{name}={value!r} is not in the space (candidates: {list(candidates)})")
             index += candidates.index(value) * scale
             scale *= radix
@@ -284,25 +286,54 @@ class ConfigSpace:
     # ---- a config that needs no tuning -------------------------------------
     def default_config(self) -> Conv2dConfig:
         """The valid config the analytic prior (``cost_model.prior_score``) rates highest,
-        among those with the usual shared-memory offsets: good enough to run untuned."""
-        import numpy as np
+        among those with the usual shared-memory offsets: good enough to run untuned.
+        Ties go to the lowest index.  Memoised per (workload, GPU, knob table)."""
+        return _default_config(self.workload, self.gpu, tuple(self.knobs.items()))
 
-        from .cost_model import prior_score, valid_mask
 
-        fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
-        grid = [[c.index(fixed[name])] if fixed.get(name) in c else range(len(c))
-                for name, c in self.knobs.items()]
-        pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(self.knobs))
-        pos = pos[valid_mask(self, pos)]
-        if len(pos) == 0:  # tiny or odd shapes: any valid config
-            return next(c for c in self if self.is_valid(c))
-        scales = np.cumprod([1] + self._radices[:-1])
-        order = np.lexsort((pos @ scales, -prior_score(self, pos)))
-        for i in pos[order][:64] @ scales:
-            config = self.get(int(i))
-            if self.is_valid(config):
-                return config
-        return next(c for c in self if self.is_valid(c))
+@functools.lru_cache(maxsize=256)
+def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Conv2dConfig:
+    """``ConfigSpace.default_config`` without enumerating the ~10M offset-fixed configs.
+
+    The vector-width rules are per knob (each vec knob's alignment and thread-split
+    rules involve only itself and the tile) and the prior grows with each width, so
+    the best config of every other-knob combination uses, per vec knob, its widest
+    width that is valid with the other two at 1.  That leaves ~200k rows to score.
+    """
+    import numpy as np
+
+    from .cost_model import prior_score, valid_mask
+
+    space = ConfigSpace(workload, gpu, dict(knobs))
+    names = list(space.knobs)
+    fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
+    vecs = [name for name in ("vec_a", "vec_b", "vec_c") if len(space.knobs[name]) > 1]
+    grid = [[c.index(fixed[name])] if fixed.get(name) in c else
+            [0] if name in vecs else range(len(c)) for name, c in space.knobs.items()]
+    pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(names))
+    chosen = np.zeros((len(pos), len(vecs)), dtype=np.int64)
+    for j, name in enumerate(vecs):  # widest valid width of this knob, the others at their first
+        col, best = names.index(name), np.full(len(pos), -1, dtype=np.int64)
+        for p in range(len(space.knobs[name])):
+            trial = pos.copy()
+            trial[:, col] = p
+            width = np.asarray(space.knobs[name][p])
+            better = valid_mask(space, trial) & ((best < 0) | (width > np.asarray(space.knobs[name])[best]))
+            best[better] = p
+        chosen[:, j] = best
+    pos = pos[(chosen >= 0).all(axis=1)]
+    for j, name in enumerate(vecs):
+        pos[:, names.index(name)] = chosen[(chosen >= 0).all(axis=1)][:, j]
+    pos = pos[valid_mask(space, pos)]
+    if len(pos) == 0:  # tiny or odd shapes: any valid config
+        return next(c for c in space if space.is_valid(c))
+    scales = np.cumprod([1] + space._radices[:-1])
+    order = np.lexsort((pos @ scales, -prior_score(space, pos)))
+    for i in pos[order][:64] @ scales:
+        config = space.get(int(i))
+        if space.is_valid(config):
+            return config
+    return next(c for c in space if space.is_valid(c))
 
 
 def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:

@@ -49,6 +49,8 @@ class Tuner:
         self._invalid: set[int] = set()  # passed the vectorised pre-filter, rejected by the space
         self._trials_at_best = 0
         self._all_valid: np.ndarray | None = None
+        self._first: list[Conv2dConfig] = []  # must be measured before anything the search picks
+        self._reserved: set[int] = set()  # indices of this batch's queued configs: not to be picked
 
     @property
     def workload(self):
@@ -63,6 +65,20 @@ class Tuner:
         return None if self.best_config is None else (self.best_config, self.best_cost)
 
     # ---- the loop ---------------------------------------------------------------
+    def measure_first(self, configs) -> list[Conv2dConfig]:
+        """Queue configs that the next batches start with, e.g. the default config and
+        what apply would pick today, so the tuned best can never lose to them.  None,
+        repeats, invalid and already measured configs are dropped; returns the queue."""
+        queued = {self.space.index(c) for c in self._first}
+        for config in configs:
+            if config is None or not self.space.is_valid(config):
+                continue
+            i = self.space.index(config)
+            if i not in self._measured and i not in queued:
+                queued.add(i)
+                self._first.append(config)
+        return list(self._first)
+
     def tune(self, n_trial: int, measure, batch_size: int = 16, early_stopping: int | None = None,
              callbacks=()) -> tuple[Conv2dConfig, float] | None:
         """Measure up to ``n_trial`` new configs; return the best (config, seconds) or None.
@@ -82,7 +98,11 @@ class Tuner:
                     _log.info("%s: early stop, no improvement in %d trials", self.workload, early_stopping)
                     break
                 n = min(n, left)
-            configs = self._checked(self.next_batch(n)[:n])
+            first, self._first = self._first[:n], self._first[n:]
+            self._reserved = {self.space.index(c) for c in first}
+            picks = self.next_batch(n - len(first)) if len(first) < n else []
+            self._reserved = set()
+            configs = self._checked(first + picks)[:n]
             if not configs:
                 _log.info("%s: no unmeasured valid config left", self.workload)
                 break
@@ -128,42 +148,66 @@ class Tuner:
 
     # ---- earlier measurements ----------------------------------------------------
     def load_history(self, records) -> int:
-        """Take records (``.workload``, ``.config`` entity dict, ``.result``, ``.gpu``) measured before.
+        """Take records (``.workload``, ``.config`` entity dict, ``.result``, ``.gpu``,
+        ``.stale``) of the log being resumed.
 
-        Those of this workload measured on this GPU join the history: never re-measured,
-        and the best counts.  "This GPU" is the GPU's name; a record without one (older
-        logs, bare records) is taken by arch.  Everything else, other workloads and this
-        workload on other GPUs (an H100 log while tuning on an H200, both sm_90), goes to
-        ``_add_transfer`` (used by model-based tuners) and is counted in ``other_records``.
-        Returns how many joined the history.
+        Current-version records of this workload measured on this GPU join the history:
+        never re-measured, and the best counts.  "This GPU" is the GPU's name; a record
+        without one (older logs, bare records) is taken by arch.  Everything else (other
+        workloads, this workload on other GPUs, stale records made by another template
+        version) goes to ``_add_transfer`` (used by model-based tuners) and is counted in
+        ``other_records``.  Returns how many joined the history.
         """
         added = 0
         for record in records:
-            try:
-                workload = get_workload(record.workload)
-                index = int(record.config["index"])
-            except (AttributeError, KeyError, TypeError, ValueError):
+            parsed = self._parse(record)
+            if parsed is None:
                 continue
-            if not 0 <= index < len(self.space):
-                continue
-            source = _measured_on(record)
-            if workload == self.workload and source in (self.space.gpu.name, self.space.gpu.arch, None):
+            workload, source, index = parsed
+            if (workload == self.workload and source in (self.space.gpu.name, self.space.gpu.arch, None)
+                    and not getattr(record, "stale", False)):
                 config = self.space.get(index)
                 if not _entity_matches(record.config, config):
                     continue  # logged with another knob table: the index means another config
                 self._record(config, record.result)
                 added += 1
             else:
-                self._add_transfer(workload, source, index, record.result)
+                self._add_transfer(workload, _group_source(record, source), index, record.result)
                 self.other_records += 1
         return added
+
+    def load_transfer(self, records) -> int:
+        """Take records of other logs (e.g. the shipped histories) as training data only:
+        even this workload's on this GPU are measured again if picked, so the best of a
+        tuning log is always one of its own records.  Returns how many were taken."""
+        taken = 0
+        for record in records:
+            parsed = self._parse(record)
+            if parsed is not None:
+                workload, source, index = parsed
+                self._add_transfer(workload, _group_source(record, source), index, record.result)
+                taken += 1
+        self.other_records += taken
+        return taken
+
+    def _parse(self, record) -> tuple | None:
+        """(workload, source GPU, index) of a record whose index fits its workload's space."""
+        try:
+            workload = get_workload(record.workload)
+            index = int(record.config["index"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+        if not 0 <= index < len(self.space):  # every workload's space has the same knob table
+            return None
+        return workload, _measured_on(record), index
 
     def _add_transfer(self, workload, source, index: int, result: MeasureResult) -> None:
         """A record of another workload or GPU; plain tuners have no use for it."""
 
     # ---- shared pickers ----------------------------------------------------------
     def _free(self, i: int, taken: set[int]) -> bool:
-        return i not in self._measured and i not in taken and i not in self._invalid
+        return (i not in self._measured and i not in taken and i not in self._invalid
+                and i not in self._reserved)
 
     def _confirm(self, i: int) -> Conv2dConfig | None:
         """The config at index ``i`` if the space says it is valid (the pre-filter is only a hint)."""
@@ -219,6 +263,12 @@ def _measured_on(record) -> str | None:
         return gpu
     arch = getattr(record, "arch", None)
     return arch if isinstance(arch, str) and arch.startswith("sm_") else None
+
+
+def _group_source(record, source):
+    """The ranking group of a transfer record: its GPU, and whether it is stale (times of
+    another generator version are only compared with each other)."""
+    return (source, bool(getattr(record, "stale", False)))
 
 
 def _entity_matches(entity: dict, config: Conv2dConfig) -> bool:
@@ -289,6 +339,11 @@ class XGBTuner(Tuner):
         added = super().load_history(records)
         self._refit()
         return added
+
+    def load_transfer(self, records) -> int:
+        taken = super().load_transfer(records)
+        self._refit()
+        return taken
 
     def _add_transfer(self, workload, source, index, result) -> None:
         self._transfer.add(workload, source, index, result)

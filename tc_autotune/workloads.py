@@ -279,6 +279,25 @@ def preset_names(batch_sizes=RFC_BATCHES) -> list[str]:
     return names
 
 
+def preset_name(workload: Conv2dWorkload) -> str | None:
+    """The preset that names ``workload`` ("rfc-3x3-b32"), or None: for tables people read."""
+    if workload == TUTORIAL:
+        return "tutorial"
+    batch = workload.batch
+    for kind in ("1x1", "3x3"):
+        if rfc_workload(kind, batch) == workload:
+            return f"rfc-{kind}-b{batch}"
+    for layer in RESNET50_LAYERS:
+        if resnet50_layer(layer, batch) == workload:
+            return f"resnet50-{layer}-b{batch}"
+    return None
+
+
+def display_name(workload: Conv2dWorkload) -> str:
+    """The preset name where there is one, else the spec string."""
+    return preset_name(workload) or str(workload)
+
+
 def get(name_or_spec) -> Conv2dWorkload:
     """A workload from a preset name, a spec string, or a workload (returned as is)."""
     if isinstance(name_or_spec, Conv2dWorkload):

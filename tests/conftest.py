@@ -20,4 +20,14 @@ def pytest_configure(config):
     import os
     import tempfile
 
-    os.environ["TC_AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="tc_autotune_test_cache_")
+    config._tc_autotune_cache = tempfile.mkdtemp(prefix="tc_autotune_test_cache_")
+    os.environ["TC_AUTOTUNE_CACHE_DIR"] = config._tc_autotune_cache
+
+
+def pytest_unconfigure(config):
+    """Leave nothing behind in /tmp (the cubin and zero-shot model caches of this session)."""
+    import shutil
+
+    cache = getattr(config, "_tc_autotune_cache", None)
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)

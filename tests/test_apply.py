@@ -88,3 +88,46 @@ def test_conv2d_builds_once_per_workload_and_log_set(tmp_path):
     with pytest.warns(NoTunedConfigWarning):
         first = _cached_kernel(WL, ())
     assert _cached_kernel(WL, ()) is first and _cached_kernel.cache_info().hits == 1
+
+
+def test_stale_records_are_not_applied_unless_asked_for(tmp_path):
+    """A record made by another template version timed another kernel (issue 11)."""
+    from dataclasses import replace
+
+    space = conv2d_space(WL, GPU)
+    current, old = space.sample(2, seed=11)
+    log = tmp_path / "tune.jsonl"
+    write_log(log, [(current, MeasureResult((2e-3,)))])
+    stale = replace(records.Record.from_measurement("cuda -arch=sm_90", space, old, MeasureResult((1e-6,))),
+                    template_version=None)
+    records.append(log, [stale])
+    with apply_history_best(log):
+        assert build_conv2d(WL, target="sm_90").config == current
+    with apply_history_best(log, include_stale=True):
+        assert build_conv2d(WL, target="sm_90").config == old
+
+
+def test_an_unseen_shape_gets_a_zero_shot_config_from_the_shipped_histories(monkeypatch):
+    from pathlib import Path
+
+    from tc_autotune.apply import choose_config
+
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(Path(__file__).resolve().parents[1] / "tuning_logs"))
+    unseen = workloads.get("n=3,h=20,c=96,k=160,r=3,pad=1,out_dtype=float16")
+    with pytest.warns(NoTunedConfigWarning, match="zero-shot config"):
+        choice = choose_config(unseen, GPU)
+    assert choice.source == "zero-shot" and conv2d_space(unseen, GPU).is_valid(choice.config)
+    assert choose_config(unseen, GPU, warn=False) == choice  # deterministic
+    assert choice.config != conv2d_space(unseen, GPU).default_config()
+
+
+def test_benchmark_table_reports_geomeans_and_losses_to_the_default():
+    from tc_autotune.benchmark import BenchRow, markdown_table
+
+    rows = [BenchRow("a", 10**12, default_s=2e-4, tuned_s=1e-4, tuned_source="record", cudnn_s=1e-4),
+            BenchRow("b", 10**12, default_s=1e-4, tuned_s=1.1e-4, tuned_source="zero-shot", cudnn_s=0.5e-4)]
+    table = markdown_table(rows)
+    assert "| a | 0.2000 | 5000.0 | 0.1000 | 10000.0 | record | 0.1000 | 10000.0 | 0.50 | 1.00 |" in table
+    assert "| zero-shot (slower than default) |" in table
+    assert "Geomean cuDNN / ours over 2 workloads: applied 0.674, default 0.500." in table
+    assert "Applied slower than default (>3%): 1 of 2." in table

@@ -5,8 +5,10 @@ import pytest
 
 from tc_autotune import records, workloads
 from tc_autotune.autotune import tune_workload
+from tc_autotune.generator import TEMPLATE_VERSION
 from tc_autotune.gpu import GpuInfo
-from tc_autotune.measure import MeasureErrorNo
+from tc_autotune.measure import MeasureErrorNo, MeasureResult
+from tc_autotune.space import conv2d_space
 
 from synthetic import SyntheticMeasurer
 
@@ -15,8 +17,9 @@ WL = workloads.get("rfc-3x3-b32")
 
 
 @pytest.fixture(autouse=True)
-def clear_calls():
+def clear_calls(monkeypatch):
     SyntheticMeasurer.calls = []
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", "")  # no shipped logs unless a test makes some
 
 
 def tune(log, n, **kw):
@@ -85,3 +88,47 @@ def test_another_gpu_of_the_same_arch_is_transfer_data_not_history(tmp_path):
     assert measured[0] == space.index(space.default_config())
     assert (summary.trials, summary.resumed, summary.other_records) == (16, 0, 32)
     assert {r.gpu for r in records.load(h200_log)} == {"Synthetic H200"}
+
+
+def _record(workload, config, seconds, gpu=GPU, template=TEMPLATE_VERSION):
+    space = conv2d_space(workload, gpu)
+    return records.Record(f"cuda -arch={gpu.arch}", workload, space.to_entity(config),
+                          MeasureResult((seconds,), timestamp=1.7e9), {"gpu": gpu.name},
+                          template_version=template)
+
+
+def test_first_batch_measures_todays_pick_the_stale_best_and_the_default(tmp_path, monkeypatch):
+    """So a tuned best can never lose to what apply picks today or to the untuned default,
+    and a stale best (measured on another template version) is measured again."""
+    space = conv2d_space(WL, GPU)
+    default = space.default_config()
+    shipped_pick, stale_pick, other = [c for c in space.sample(8, seed=5) if c != default][:3]
+    shipped = tmp_path / "shipped"
+    records.append(shipped / "synthetic-gpu.jsonl", [_record(WL, shipped_pick, 1e-4)])
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(shipped))
+    log = tmp_path / "tune.jsonl"
+    records.append(log, [_record(WL, stale_pick, 1e-6, template=None),   # stale: not history
+                         _record(WL, other, 2e-6, template=None)])
+    summary = tune(log, 8)
+    measured = [i for _, i in SyntheticMeasurer.calls]
+    assert measured[:3] == [space.index(c) for c in (shipped_pick, stale_pick, default)]
+    assert summary.resumed == 0 and summary.other_records >= 2
+    assert summary.default_seconds is not None and summary.best_seconds <= summary.default_seconds
+    fresh = [r for r in records.load(log) if not r.stale]
+    assert {r.config["index"] for r in fresh} >= {space.index(stale_pick), space.index(default)}
+
+
+def test_transfer_from_the_shipped_histories_of_this_arch_by_default(tmp_path, monkeypatch):
+    other_wl = workloads.get("rfc-1x1-b32")
+    configs = conv2d_space(other_wl, GPU).sample(6, seed=1)
+    sm80 = GpuInfo(name="Synthetic A100", arch="sm_80", sm_count=108)
+    shipped = tmp_path / "shipped"
+    records.append(shipped / "history" / "old.jsonl", [_record(other_wl, c, 1e-4 * (i + 1))
+                                                       for i, c in enumerate(configs[:4])])
+    records.append(shipped / "synthetic-gpu.jsonl", [_record(other_wl, configs[0], 1e-4)])  # duplicate
+    records.append(shipped / "a100.jsonl", [_record(other_wl, c, 1e-4, gpu=sm80)
+                                            for c in conv2d_space(other_wl, sm80).sample(2, seed=2)])
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(shipped))
+    assert tune(tmp_path / "a.jsonl", 8).other_records == 4  # sm_90 only, the duplicate once
+    assert tune(tmp_path / "b.jsonl", 8, shipped_transfer=False).other_records == 0  # --no-transfer
+    assert {r.gpu for r in records.load(tmp_path / "a.jsonl")} == {GPU.name}  # nothing copied in

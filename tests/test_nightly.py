@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tc_autotune import nightly, records, workloads
+from tc_autotune.autotune import Retimed
 from tc_autotune.gpu import GpuInfo
 
 from synthetic import SyntheticMeasurer
@@ -29,10 +30,15 @@ def write_job(tmp_path, budget_minutes=10, names=("rfc-3x3-b1", "rfc-1x1-b1"), t
     return path
 
 
-def fixed_retime(seconds_by_spec):
+def fixed_retime(seconds_by_spec, default_s=1e-3):
     def retime(workload, config):
-        return seconds_by_spec.get(str(workload), 1e-4), 5e-5
+        return Retimed(seconds_by_spec.get(str(workload), 1e-4), default_s, 5e-5)
     return retime
+
+
+@pytest.fixture(autouse=True)
+def no_shipped_logs(monkeypatch):
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", "")  # tests make the logs they need
 
 
 def run(job, **kw):
@@ -100,7 +106,9 @@ def test_run_tunes_compacts_and_reports(tmp_path):
     reports = sorted(job.report_dir.glob("report-*.json"))
     data = json.loads(reports[-1].read_text())
     assert [row["cudnn_ratio"] for row in data["rows"]] == [0.5, 0.5]
-    assert "| rfc-3x3-b1 | 16 | 16 |" in reports[-1].with_suffix(".md").read_text()
+    markdown = reports[-1].with_suffix(".md").read_text()
+    assert "| rfc-3x3-b1 | Synthetic GPU | 16 | 16 | 0 |" in markdown
+    assert "- rfc-3x3-b1 (sm_90): added, - -> " in markdown
 
 
 def test_budget_stops_cleanly_after_the_current_batch(tmp_path):
@@ -134,7 +142,7 @@ def test_regression_after_remeasuring_exits_6(tmp_path):
 
     def slower_once(workload, config):  # slow, but the confirmation run is fine: noise
         calls.append(1)
-        return (1.5e-4 if len(calls) == 1 else 1.0e-4), None
+        return Retimed(1.5e-4 if len(calls) == 1 else 1.0e-4)
 
     assert not run(job, retime=slower_once).failed and len(calls) == 2
     report = run(job, retime=fixed_retime({spec: 1.5e-4}))
@@ -156,8 +164,94 @@ def test_no_valid_record_is_a_failure(tmp_path, monkeypatch):
 def test_cli_exit_6_when_a_workload_has_no_valid_record(tmp_path):
     job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1", "rfc-1x1-b1")))
     run(job)
-    lines = job.log.read_text().splitlines()
-    job.log.write_text("\n".join(l for l in lines if '"n=1,h=14,w=14,c=1024' not in l) + "\n")
+    for log in (job.log, job.best_log_dir / "synthetic-gpu.jsonl"):
+        lines = log.read_text().splitlines()
+        log.write_text("\n".join(l for l in lines if '"n=1,h=14,w=14,c=1024' not in l) + "\n")
     proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 6 and "rfc-1x1-b1 (no valid record)" in proc.stderr
+
+
+# ---- never lose a record, never mislead (issue 16) and never slower than untuned (issue 11) ----
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_short_run_never_removes_the_best_logs_records(tmp_path):
+    """Finding 1: with 'NVIDIA H200' and a budget that reaches one workload, compaction used
+    to rewrite the shipped 28-record log from the nightly log alone (3 records left)."""
+    h200 = GpuInfo(name="NVIDIA H200", arch="sm_90", sm_count=132)
+    first = "resnet50-res2-3x3-64-64-b1"  # its shipped record is stale: any current one replaces it
+    job = nightly.load_job(write_job(tmp_path, names=(first, "rfc-1x1-b1", "tutorial")))
+    shipped = REPO / "tuning_logs" / "nvidia-h200.jsonl"
+    best_log = job.best_log_dir / "nvidia-h200.jsonl"
+    best_log.parent.mkdir(parents=True)
+    best_log.write_bytes(shipped.read_bytes())
+    held = list(records.load(best_log))
+    clock = iter(range(0, 10_000, 400))  # budget 600 s: only the first workload is reached
+    report = nightly.run_nightly(job, gpu=h200, measurer_factory=SyntheticMeasurer,
+                                 retime=fixed_retime({}), now=lambda: float(next(clock)))
+    assert [r.status for r in report.rows] == ["ok", "not reached", "not reached"]
+    after = list(records.load(best_log))
+    assert len(after) >= len(held) - 1  # at most the one workload's record was replaced
+    kept = {records.identity(r) for r in after}
+    lost = [r for r in held if records.identity(r) not in kept]
+    assert len(lost) == 1 and lost[0].workload == workloads.get(first) and lost[0].stale
+    assert best_log.with_name("nvidia-h200.jsonl.bak").read_bytes() == shipped.read_bytes()
+    assert any(line.startswith(f"{first} (sm_90): replaced stale") for line in report.best_log_changes)
+    assert "Best log:" in report.to_markdown()
+
+
+def test_report_only_on_a_fresh_clone_reports_from_the_shipped_logs(tmp_path):
+    """Finding 6: no nightly log (it is git-ignored) used to give 30 empty rows and exit 6."""
+    job_path = tmp_path / "nightly.toml"
+    job_path.write_text((REPO / "tuning_logs" / "nightly.toml").read_text())
+    for log in (REPO / "tuning_logs").glob("*.jsonl"):
+        (tmp_path / log.name).write_bytes(log.read_bytes())
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(job_path), "--report-only"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "no nightly log" in line]
+    assert len(said) == 1 and "reporting from the best logs" in said[0]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| tutorial |")]
+    assert {row.split(" | ")[1] for row in rows} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert any(" | ok |" in row and "0.2" in row for row in rows)  # the H100's current tuned record
+    assert "Stale records" in proc.stdout  # the H200's older records are named, not applied
+
+
+def test_a_best_that_loses_to_the_default_is_a_failure(tmp_path):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    calls = []
+
+    def loses(workload, config):
+        calls.append(1)
+        return Retimed(2e-4, 1e-4, 5e-5)
+
+    report = run(job, retime=loses)
+    assert [r.status for r in report.failed] == ["slower than default"] and len(calls) == 2
+    assert report.rows[0].default_ratio == pytest.approx(0.5)
+    assert run(job, retime=lambda w, c: Retimed(1.02e-4, 1e-4, 5e-5)).failed == []  # within noise
+
+
+def test_stale_records_are_counted_and_listed(tmp_path):
+    from dataclasses import replace
+
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    run(job)
+    first = next(records.load(job.log))
+    records.append(job.log, [replace(first, template_version=None)])
+    report = nightly.run_nightly(job, gpu=GPU, report_only=True)
+    assert report.rows[0].stale == 1
+    assert "Stale records (made by another template version" in report.to_markdown()
+
+
+def test_toml_jobs_read_without_tomllib(tmp_path, monkeypatch):
+    """Python 3.10 has no tomllib: the job file is read with tomli (a dependency there)."""
+    import tomllib
+    import types
+
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib now fails, as on 3.10
+    monkeypatch.setitem(sys.modules, "tomli", types.SimpleNamespace(loads=tomllib.loads))
+    job = nightly.load_job(write_job(tmp_path))
+    assert [e.name for e in job.entries] == ["rfc-3x3-b1", "rfc-1x1-b1"]
+    setup = (REPO / "setup.cfg").read_text()
+    assert 'tomli>=1.1; python_version < "3.11"' in setup and "python_requires = >=3.10" in setup

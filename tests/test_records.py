@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tc_autotune import journal
 from tc_autotune import records as rec
+from tc_autotune.generator import TEMPLATE_VERSION
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.measure import MeasureErrorNo, MeasureResult
 from tc_autotune.records import Record
@@ -34,11 +36,12 @@ PROV_A100 = {"gpu": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0", "cuda"
 
 
 def make(config_i=0, costs=(1e-4,), error_no=MeasureErrorNo.NO_ERROR, workload=WL,
-         arch="sm_90", provenance=PROV_H100, error_msg="", timestamp=1.7e9):
+         arch="sm_90", provenance=PROV_H100, error_msg="", timestamp=1.7e9, template=TEMPLATE_VERSION):
     space = conv2d_space(workload, gpu_for_arch(arch))
     config = space.to_entity(CONFIGS[config_i])
     result = MeasureResult(tuple(costs), MeasureErrorNo(error_no), error_msg, 2.5, timestamp)
-    return Record(f"cuda -arch={arch}", workload, config, result, dict(provenance))
+    return Record(f"cuda -arch={arch}", workload, config, result, dict(provenance),
+                  template_version=template)
 
 
 def warnings_of(caplog):
@@ -75,7 +78,9 @@ def test_json_shape():
     assert obj["input"] == ["cuda -arch=sm_90", "conv2d_nhwc_tensorcore.cuda", [str(WL)], {}]
     assert obj["config"] == SPACE.to_entity(CONFIGS[3])
     assert obj["result"] == [[2e-4, 4e-4], 0, 2.5, 1.7e9]
-    assert obj["version"] == rec.RECORD_VERSION == 1
+    assert obj["version"] == rec.RECORD_VERSION == 2
+    assert obj["template_version"] == TEMPLATE_VERSION
+    assert "template_version" not in json.loads(make(3, template=None).to_json())  # unversioned stays so
     assert isinstance(obj["tvm_version"], str) and obj["tvm_version"]
     assert obj["provenance"] == PROV_H100
     assert obj["error_msg"] == ""
@@ -130,7 +135,23 @@ def _mutate(obj_fn):
     (_mutate(lambda o: o["result"].pop()), "result must be"),
     (_mutate(lambda o: o.__setitem__("error_msg", 3)), "error_msg"),
     (_mutate(lambda o: o.__setitem__("provenance", "h100")), "provenance"),
-    (_mutate(lambda o: o.__setitem__("version", 2)), "newer"),
+    (_mutate(lambda o: o.__setitem__("version", 3)), "newer"),
+    # values that would let one bad line take over apply-best (issue 16, finding 4)
+    (_mutate(lambda o: o["result"].__setitem__(0, [0.0])), "finite and positive"),
+    (_mutate(lambda o: o["result"].__setitem__(0, [-1e-4])), "finite and positive"),
+    ('{"x": NaN}'.replace('{"x": NaN}', _mutate(lambda o: None).replace("[0.0001]", "[NaN]")), "finite and positive"),
+    (_mutate(lambda o: None).replace("[0.0001]", "[Infinity]"), "finite and positive"),
+    (_mutate(lambda o: o["result"].__setitem__(0, [])), "at least one cost"),
+    (_mutate(lambda o: o.__setitem__("version", -7)), "positive integer"),
+    (_mutate(lambda o: o.__setitem__("version", 0)), "positive integer"),
+    (_mutate(lambda o: o.__setitem__("version", True)), "positive integer"),
+    (_mutate(lambda o: o.__setitem__("template_version", 0)), "template_version"),
+    (_mutate(lambda o: o.__setitem__("template_version", "1")), "template_version"),
+    (_mutate(lambda o: o.__setitem__("template_version", True)), "template_version"),
+    (_mutate(lambda o: o["config"].__setitem__("index", True)), "index"),
+    (_mutate(lambda o: o["config"]["entity"][0].__setitem__(2, True)), "entity"),
+    (_mutate(lambda o: o["config"]["entity"][0].__setitem__(2, 2.0)), "entity"),
+    (_mutate(lambda o: o["result"].__setitem__(3, -5)), "timestamp"),
 ])
 def test_from_json_rejects_malformed(line, match):
     with pytest.raises(ValueError, match=match):
@@ -162,29 +183,93 @@ def test_corrupt_lines_are_skipped_with_a_warning(tmp_path, caplog):
         json.dumps(wrong_shape),                # line 5
         "   ",
         good[2].to_json(),
-        good[3].to_json()[:57],                 # line 8: truncated, no newline
+        good[3].to_json()[:57],                 # line 8: unfinished (no newline): not an error
     ]
     log.write_text("\n".join(lines))
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
+    with caplog.at_level(logging.INFO, logger=LOGGER):
         loaded = list(rec.load(log))
     assert loaded == good[:3]
     messages = [w.getMessage() for w in warnings_of(caplog)]
-    assert len(messages) == 3, messages
-    for lineno, reason in ((2, "not valid JSON"), (5, "wrong task name"), (8, "not valid JSON")):
+    assert len(messages) == 2, messages
+    for lineno, reason in ((2, "not valid JSON"), (5, "wrong task name")):
         assert any(f"{log}:{lineno}:" in m and reason in m for m in messages), (lineno, messages)
+    assert any(f"{log}:8: ignoring an unfinished last line" in r.getMessage() for r in caplog.records)
 
 
-def test_append_after_torn_line_keeps_new_records(tmp_path, caplog):
+def test_append_fences_a_torn_line_left_by_a_dead_writer(tmp_path, caplog):
     log = tmp_path / "tune.jsonl"
     rec.append(log, [make(0)])
+    torn = make(1).to_json()[:40]
     with open(log, "a") as f:  # a writer died mid-line
-        f.write(make(1).to_json()[:40])
+        f.write(torn)
     rec.append(log, [make(2), make(3)])
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         loaded = list(rec.load(log))
     assert loaded == [make(0), make(2), make(3)]
-    assert len(warnings_of(caplog)) == 1
-    assert f"{log}:2:" in warnings_of(caplog)[0].getMessage()
+    assert warnings_of(caplog) == []  # the torn bytes are no longer in the log ...
+    assert len(log.read_text().splitlines()) == 3
+    assert (tmp_path / "tune.jsonl.torn").read_text() == torn + "\n"  # ... but kept aside
+
+
+def test_append_completes_a_whole_record_that_lost_only_its_newline(tmp_path):
+    log = tmp_path / "tune.jsonl"
+    log.write_text(make(0).to_json())  # killed between the record and its newline
+    rec.append(log, [make(1)])
+    assert list(rec.load(log)) == [make(0), make(1)]
+    assert not (tmp_path / "tune.jsonl.torn").exists()
+
+
+def test_bad_line_warnings_are_summarised_per_file(tmp_path, caplog):
+    log = tmp_path / "tune.jsonl"
+    log.write_text(make(0).to_json() + "\n" + "garbage\n" * 20_000 + make(1).to_json() + "\n")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert list(rec.load(log)) == [make(0), make(1)]
+    messages = [w.getMessage() for w in warnings_of(caplog)]
+    assert len(messages) == rec.BAD_LINE_WARNINGS + 1
+    assert "skipped 19997 more bad record(s) (lines 5, 6," in messages[-1]
+
+
+def test_an_oversized_line_is_skipped_without_reading_it_whole(tmp_path, caplog):
+    import tracemalloc
+
+    log = tmp_path / "tune.jsonl"
+    huge = 50 * journal.MAX_LINE_BYTES  # 50 MB on one line
+    with open(log, "wb") as f:
+        f.write(make(0).to_json().encode() + b"\n" + b"{" + b"x" * huge + b"}\n" + make(1).to_json().encode() + b"\n")
+    tracemalloc.start()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        loaded = list(rec.load(log))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert loaded == [make(0), make(1)]
+    assert peak < 4 * journal.MAX_LINE_BYTES, peak
+    assert [f"{log}:2:" in m and "longer than" in m for m in map(lambda w: w.getMessage(), warnings_of(caplog))] \
+        == [True]
+
+
+def test_one_impossible_record_cannot_take_over_load_best(tmp_path, caplog):
+    log = tmp_path / "tune.jsonl"
+    rec.append(log, [make(1, costs=(2e-4,))])
+    good = json.loads(make(0).to_json())
+    with open(log, "a") as f:
+        for costs in ([0.0], [-1e-4], "[NaN]"):
+            bad = dict(good, result=[costs if isinstance(costs, list) else [1.0], 0, 1.0, 1.7e9])
+            line = json.dumps(bad)
+            f.write((line.replace("[1.0]", costs) if isinstance(costs, str) else line) + "\n")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert rec.load_best(log, WL) == (CONFIGS[1], pytest.approx(2e-4))
+    assert len(warnings_of(caplog)) == 3
+
+
+def test_a_bool_is_not_a_knob_value():
+    entity = SPACE.to_entity(CONFIGS[0])
+    values = {k: v for k, _, v in entity["entity"]}
+    if values["block_row_warps"] == 1:
+        values["block_row_warps"] = True
+    else:
+        values["frag_buffers"] = True
+    with pytest.raises(ValueError, match="not in the space"):
+        SPACE.from_dict(values)
 
 
 def test_invalid_utf8_line_is_skipped(tmp_path, caplog):
@@ -319,7 +404,7 @@ def test_load_best_skips_configs_outside_space(mixed_log, caplog):
     stale = make(0, costs=(1e-7,))
     entity = [[k, kind, 3 if k == "chunk" else v] for k, kind, v in stale.config["entity"]]
     rec.append(mixed_log, [Record(stale.target, WL, {"index": 0, "entity": entity}, stale.result,
-                                  stale.provenance)])
+                                  stale.provenance, template_version=TEMPLATE_VERSION)])
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert rec.load_best(mixed_log, WL, "sm_90") == (CONFIGS[1], pytest.approx(1e-4))
     messages = [w.getMessage() for w in warnings_of(caplog)]
@@ -377,6 +462,75 @@ def test_measured_indices(mixed_log):
     assert rec.measured_indices(mixed_log, WL, PROV_A100["gpu"]) == {idx[3], idx[4]}  # a path works
 
 
+# ---- template versions: stale records (issue 11) ----------------------------------
+def test_stale_records_are_skipped_unless_asked_for(mixed_log, caplog):
+    rec.append(mixed_log, [make(0, costs=(1e-6,), template=None),                 # unversioned
+                           make(2, costs=(2e-6,), template=TEMPLATE_VERSION + 1)])  # another generator
+    assert [r.stale for r in rec.load(mixed_log)][-2:] == [True, True]
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        assert rec.load_best(mixed_log, WL, "sm_90") == (CONFIGS[1], pytest.approx(1e-4))
+    assert any("skipped 2 stale record(s)" in r.getMessage() for r in caplog.records)
+    assert rec.load_best(mixed_log, WL, "sm_90", include_stale=True) == (CONFIGS[0], pytest.approx(1e-6))
+    assert rec.best_records(rec.load(mixed_log))[(WL, "sm_90")][0].seconds == pytest.approx(1e-4)
+    assert rec.best_records(rec.load(mixed_log), include_stale=True)[(WL, "sm_90")][0].seconds == 1e-6
+    out = mixed_log.parent / "best.jsonl"
+    rec.pick_best(mixed_log, out)
+    assert not any(r.stale for r in rec.load(out))
+    rec.pick_best(mixed_log, out, include_stale=True)
+    assert rec.load_best(out, WL, "sm_90", include_stale=True)[1] == 1e-6
+
+
+def test_summary_counts_versions_and_stale_records(mixed_log):
+    rec.append(mixed_log, [make(0, costs=(1e-6,), template=None)])
+    rows = {(str(r.workload), r.gpu): r for r in rec.summarize(mixed_log)}
+    row = rows[(str(WL), PROV_H100["gpu"])]
+    assert (row.records, row.ok, row.stale) == (5, 4, 1)
+    assert row.versions == {None, TEMPLATE_VERSION}
+    assert row.best_s == pytest.approx(1e-4) and row.best_stale_s == 1e-6
+    table = rec.summary_table(rec.summarize(mixed_log))
+    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 5 | 4 | 1 | 1,none | 0.1000 | 0.0010 |" in table
+
+
+def _best_log(tmp_path, *records_):
+    path = tmp_path / "best" / "gpu.jsonl"
+    rec.append(path, records_)
+    return path
+
+
+def test_merge_keeps_every_held_record_that_nothing_beat(tmp_path):
+    other = make(4, costs=(5e-5,), workload=OTHER_WL)
+    held = _best_log(tmp_path, make(1, costs=(1e-4,)), other)
+    changes = rec.merge_best(held, [make(2, costs=(2e-4,))], PROV_H100["gpu"])  # slower: no change
+    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("kept", 1e-4, 1e-4)]
+    assert list(rec.load(held)) == [make(1, costs=(1e-4,)), other]
+    assert not held.with_name("gpu.jsonl.bak").exists()  # nothing written
+    assert rec.merge_best(held, [], PROV_H100["gpu"]) == []  # a run that measured nothing
+    assert len(list(rec.load(held))) == 2
+
+
+def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp_path):
+    other = make(4, costs=(5e-5,), workload=OTHER_WL)
+    held = _best_log(tmp_path, make(1, costs=(1e-4,)), other)
+    before = held.read_bytes()
+    new = [make(2, costs=(9e-5,)),                                          # faster: replaces
+           make(3, costs=(1e-6,), template=None),                           # stale: never chosen
+           make(0, costs=(1e-7,), provenance=PROV_A100),                     # another GPU: ignored
+           make(0, costs=(7e-5,), workload=get("rfc-3x3-b1"))]               # new workload: added
+    changes = rec.merge_best(held, new, PROV_H100["gpu"])
+    assert sorted((str(c.workload), c.action) for c in changes) == sorted(
+        [(str(WL), "faster"), (str(get("rfc-3x3-b1")), "added")])
+    after = list(rec.load(held))
+    assert sorted(r.seconds for r in after) == [5e-5, 7e-5, 9e-5]
+    assert held.with_name("gpu.jsonl.bak").read_bytes() == before
+
+
+def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
+    held = _best_log(tmp_path, make(1, costs=(1e-6,), template=None))  # fast, but another kernel
+    changes = rec.merge_best(held, [make(2, costs=(3e-4,))], PROV_H100["gpu"])
+    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("replaced stale", 1e-6, 3e-4)]
+    assert [(r.seconds, r.stale) for r in rec.load(held)] == [(3e-4, False)]
+
+
 def test_records_written_before_the_newer_knobs_read_back_with_their_defaults():
     from dataclasses import replace
 
@@ -391,3 +545,62 @@ def test_records_written_before_the_newer_knobs_read_back_with_their_defaults():
     # The shipped log is such a log: every record still names a config of the space.
     shipped = rec.load(REPO / "tuning_logs" / "nvidia-h200.jsonl")
     assert shipped and all(conv2d_space(r.workload).from_entity(r.config) for r in shipped)
+
+
+_KILLABLE_WRITER = textwrap.dedent("""
+    import os
+    import sys
+    from tc_autotune import records as rec
+    from tc_autotune.generator import TEMPLATE_VERSION
+    from tc_autotune.gpu import gpu_for_arch
+    from tc_autotune.measure import MeasureResult
+    from tc_autotune.records import Record
+    from tc_autotune.space import conv2d_space
+    from tc_autotune.workloads import get
+
+    path, tag = sys.argv[1], sys.argv[2]
+    space = conv2d_space(get("tutorial"), gpu_for_arch("sm_90"))
+    entity = space.to_entity(space.sample(1, seed=0)[0])
+    pad = "y" * 200_000  # 200 KB records, 2 MB per append: the kernel can stop a write part-way
+    with open(f"{path}.done{tag}", "a") as done:
+        for i in range(10**6):
+            batch = [Record("cuda -arch=sm_90", space.workload, entity,
+                            MeasureResult((1e-4,), error_msg=f"{tag}:{i}:{j}:{pad}", timestamp=float(i)),
+                            {"gpu": f"writer {tag}"}, template_version=TEMPLATE_VERSION) for j in range(10)]
+            rec.append(path, batch)
+            done.write(f"{i}\\n")  # only after append returned: these must never be lost
+            done.flush()
+""")
+
+
+def test_kill_9_of_concurrent_writers_loses_no_record_and_leaves_no_torn_line(tmp_path, caplog):
+    import random
+    import signal
+
+    log = tmp_path / "shared.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    rng = random.Random(0)
+    for round_ in range(6):
+        procs = [subprocess.Popen([sys.executable, "-c", _KILLABLE_WRITER, str(log), f"{round_}-{w}"], env=env)
+                 for w in range(3)]
+        time.sleep(1.5 + rng.random())  # import, then append for a while
+        for p in procs:
+            time.sleep(rng.random() * 0.05)
+            p.send_signal(signal.SIGKILL)
+        for p in procs:
+            p.wait(timeout=30)
+    rec.append(log, [make(0)])  # the next writer fences whatever the last kill left
+    completed = {(tag, int(i)) for f in tmp_path.glob("shared.jsonl.done*")
+                 for tag, i in [(f.name.split("done")[1], line) for line in f.read_text().split()]}
+    assert completed, "the writers never completed an append: the test did not test anything"
+    lines = log.read_bytes().splitlines()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        loaded = list(rec.load(log))
+    assert len(loaded) == len(lines)  # every line is a whole record: no torn line counted or left
+    assert not warnings_of(caplog)
+    found = {}
+    for r in loaded[:-1]:
+        tag, i, j = r.result.error_msg.split(":")[:3]
+        found.setdefault((tag, int(i)), set()).add(int(j))
+    missing = [key for key in completed if found.get(key) != set(range(10))]
+    assert not missing, f"records of completed appends lost: {missing[:5]}"

@@ -23,7 +23,7 @@ def run(*args):
     (["--workload", "tutorial", "--trials", "0"], "'0' must be positive"),
     (["--workload", "tutorial", "--trials", "many"], "'many' is not an integer"),
     (["--workload", "tutorial", "--tuner", "genetic"], "invalid choice: 'genetic'"),
-    (["--workload", "tutorial", "--target", "ampere"], "bad --target 'ampere'"),
+    (["--workload", "tutorial", "--target", "ampere"], "--target: 'ampere' is not a CUDA arch"),
     ([], "--workload"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, needle):

@@ -1,0 +1,170 @@
+"""What the command-line scripts share: exit codes, a parser whose errors are one line,
+argument types for numbers, paths and workloads.
+
+Every script checks all of its input with these before it touches the GPU or builds a
+kernel, so a typo costs a second and one line on stderr, never a traceback after a
+measured batch.  Nothing here imports TVM (a bad argument must fail fast); the
+workload and knob checks import only the pure-Python ``workloads`` and ``space``.
+The path checks never create or modify anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+# Exit codes of all scripts (scripts/nightly.py's agree with tc_autotune.nightly.EXIT_*).
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # bad arguments or input files: one line naming the bad value
+EXIT_NO_GPU = 3
+EXIT_NOTHING_VALID = 4  # tune.py: no valid config was measured
+EXIT_LOCKED = 5  # nightly.py: another run holds the job's lock
+EXIT_REGRESSION = 6  # nightly.py: a workload regressed or has no valid record
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
+
+BadValue = argparse.ArgumentTypeError  # what the argument types raise; argparse prints its text
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit 2 (argparse's own
+    error also prints the usage, which buries the message in cron logs)."""
+
+    def error(self, message):
+        message = " ".join(str(message).splitlines())
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def script_parser(prog: str, doc: str | None) -> OneLineParser:
+    """The parser of a script: its module docstring (usage and exit codes) as description."""
+    return OneLineParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+# ---- numbers ------------------------------------------------------------------------
+def _number(kind, what: str, minimum: float, inclusive: bool):
+    bound = "not be negative" if (minimum == 0 and inclusive) else "be positive"
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise BadValue(f"{text!r} is not {what}") from None
+        if not math.isfinite(value):
+            raise BadValue(f"{text!r} must be a finite number")
+        if value < minimum or (value == minimum and not inclusive):
+            raise BadValue(f"{text!r} must {bound}")
+        return value
+
+    return parse
+
+
+positive_int = _number(int, "an integer", 0, inclusive=False)
+non_negative_int = _number(int, "an integer", 0, inclusive=True)
+positive_float = _number(float, "a number", 0, inclusive=False)
+non_negative_float = _number(float, "a number", 0, inclusive=True)
+
+
+# ---- paths --------------------------------------------------------------------------
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _creatable(path: Path, text: str, what: str) -> None:
+    """``path`` does not exist: can it (with any missing parent folders) be created?"""
+    ancestor = _nearest_existing(path.parent)
+    if not ancestor.is_dir():
+        raise BadValue(f"{text!r}: cannot create {what}: {str(ancestor)!r} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadValue(f"{text!r}: cannot create {what}: directory {str(ancestor)!r} is not writable")
+
+
+def appendable_log(text) -> str:
+    """A JSONL log that can be read (to resume) and appended to: an existing readable,
+    writable file, or a new file whose folder exists or can be created (appends create
+    missing parent folders).  Checked without creating or touching anything."""
+    path = Path(text)
+    if path.is_dir():
+        raise BadValue(f"{str(text)!r} is a directory, not a log file")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise BadValue(f"{str(text)!r} cannot be appended to: permission denied")
+        return str(text)
+    _creatable(path, str(text), "the log")
+    return str(text)
+
+
+def writable_file(text) -> str:
+    """An output file that can be (over)written: not a directory, writable if it exists,
+    else creatable."""
+    path = Path(text)
+    if path.is_dir():
+        raise BadValue(f"{str(text)!r} is a directory, not a file")
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise BadValue(f"{str(text)!r} is not writable: permission denied")
+        return str(text)
+    _creatable(path, str(text), "the file")
+    return str(text)
+
+
+def writable_dir(text) -> str:
+    """An output folder: an existing writable directory, or one that can be created."""
+    path = Path(text)
+    if path.exists():
+        if not path.is_dir():
+            raise BadValue(f"{str(text)!r} is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise BadValue(f"directory {str(text)!r} is not writable")
+        return str(text)
+    _creatable(path, str(text), "the directory")
+    return str(text)
+
+
+def existing_path(text) -> str:
+    """An input file or folder that exists and can be read (a mistyped log must not be
+    silently read as empty)."""
+    path = Path(text)
+    if not path.exists():
+        raise BadValue(f"{str(text)!r} does not exist")
+    if not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        raise BadValue(f"{str(text)!r} is not readable: permission denied")
+    return str(text)
+
+
+# ---- domain values ------------------------------------------------------------------
+def workload_name(text) -> str:
+    """A workload preset or spec that ``workloads.get`` accepts; returned as given (the
+    name labels report rows)."""
+    from .workloads import get
+
+    try:
+        get(text)
+    except ValueError as err:
+        raise BadValue(str(err)) from None
+    return text
+
+
+def cuda_arch(text) -> str:
+    """A CUDA architecture name such as sm_90."""
+    if not (text.startswith("sm_") and text[3:].isdigit()):
+        raise BadValue(f"{text!r} is not a CUDA arch such as sm_90")
+    return text
+
+
+def knob_values(text) -> tuple[str, list]:
+    """``KNOB=V1,V2,...`` with every value among the knob's candidates: (knob, values)."""
+    from .space import KNOBS
+
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or name not in KNOBS or not values.strip():
+        raise BadValue(f"{text!r}: expected KNOB=V1,V2 with KNOB one of {', '.join(KNOBS)}")
+    parsed = [int(v) if v.strip().isdigit() else v.strip() for v in values.split(",")]
+    outside = [v for v in parsed if v not in KNOBS[name]]
+    if outside:
+        raise BadValue(f"{name}: {outside} not among its values {list(KNOBS[name])}")
+    return name, parsed

@@ -1,0 +1,100 @@
+"""Which kernel generator made a record: the template version and its code fingerprint.
+
+A record's time describes the kernel that the template generated for its config
+*then*.  When the template, the intrinsics, the build arch or the nvcc flags change,
+the same config can become a different (faster or slower) kernel, and an old record
+would mislead ``apply`` into picking it.  So every record carries ``TEMPLATE_VERSION``,
+and records of another version are *stale*: skipped by apply-best unless asked for,
+used by the tuner only as training data.
+
+Forgetting to bump the version is caught by a test: ``fingerprint()`` hashes the CUDA
+source (plus build arch and nvcc flags) generated for ``PROBES``, a fixed set of
+(workload, config) pairs covering every intrinsic and knob path, and the test compares
+it with ``FINGERPRINTS[TEMPLATE_VERSION]``.  When the generated code changes on
+purpose: bump ``TEMPLATE_VERSION``, add its fingerprint (``python -m
+tc_autotune.generator`` prints it), never edit an older entry.
+
+This module imports TVM only inside ``fingerprint`` (records and the CLIs stay fast).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+TEMPLATE_VERSION = 1
+
+# version -> fingerprint of PROBES' generated code (never edit an entry; add one per bump).
+FINGERPRINTS = {
+    1: "",
+}
+
+_BASE = dict(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
+             wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=8, vec_b=8, vec_c=4)
+_SWIZZLED = dict(offset_a=0, offset_b=0)
+_WGMMA = dict(_SWIZZLED, intrinsic="wgmma", block_row_warps=4, chunk=4)
+
+# (workload, knob changes from _BASE): every intrinsic, WMMA shape, pipeline, split-K,
+# strided/dilated/odd shapes, fp16 output and fp32 input, all valid on sm_90.
+PROBES: tuple[tuple[str, dict], ...] = (
+    ("tutorial", {}),
+    ("rfc-3x3-b32", dict(wmma="m8n32k16", warp_row_tiles=4, stages=2)),
+    ("rfc-1x1-b32", dict(wmma="m32n8k16", warp_col_tiles=4, chunk=4, stages=3, frag_buffers=2)),
+    ("resnet50-res5-3x3-512-512-s2-b1", dict(split_k=4, stages=2)),
+    ("rfc-3x3-b256", dict(_SWIZZLED, intrinsic="mma", warp_col_tiles=4, stages=3, frag_buffers=2)),
+    ("rfc-3x3-b1", dict(_SWIZZLED, intrinsic="mma", stages=2, split_k=8, warp_row_tiles=1)),
+    ("tutorial", dict(_WGMMA, warp_col_tiles=8, block_col_warps=1, stages=3)),
+    ("rfc-1x1-b256", dict(_WGMMA, warp_col_tiles=4, stages=2)),
+    ("resnet50-conv1-b1", dict(vec_a=1, chunk=4)),
+    ("n=3,h=17,w=23,c=40,k=72,r=5,s=3,stride=2x1,pad=2x1,dilation=2,out_dtype=float16", dict(offset_c=8)),
+    ("n=8,h=14,c=256,k=256,r=3,pad=1,dtype=float32", dict(stages=2)),
+)
+PROBE_ARCH = "sm_90"
+
+
+def probe_kernels():
+    """The probes as (workload, config) pairs."""
+    from .space import Conv2dConfig
+    from .workloads import get
+
+    return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in PROBES]
+
+
+def generated_code(workload, config, arch: str = PROBE_ARCH) -> dict:
+    """What the generator makes of one config: build arch, nvcc flags and CUDA source."""
+    import tvm
+
+    from .cuda import NVCC_FLAGS
+    from .gpu import gpu_for_arch
+    from .kernel import build_arch
+    from .template import lower_conv2d
+
+    gpu = gpu_for_arch(arch)
+    build = build_arch(config, gpu)
+    executable = lower_conv2d(workload, config, tvm.target.Target({"kind": "cuda", "arch": build}))
+    return {"workload": str(workload), "config": config.as_dict(), "arch": build,
+            "nvcc_flags": list(NVCC_FLAGS), "source": executable.mod.imports[0].inspect_source()}
+
+
+def fingerprint() -> str:
+    """sha256 of the code generated for every probe (deterministic for one TVM version)."""
+    digest = hashlib.sha256()
+    for workload, config in probe_kernels():
+        digest.update(json.dumps(generated_code(workload, config), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def version_check(found: str | None = None) -> str | None:
+    """None when today's generated code is the one ``TEMPLATE_VERSION`` names, else what to do."""
+    found = found or fingerprint()
+    known = FINGERPRINTS.get(TEMPLATE_VERSION)
+    if found == known:
+        return None
+    return (f"the code generated for the probe configs changed (fingerprint {found}, version "
+            f"{TEMPLATE_VERSION} is {known!r}): records measured before are stale now, so bump "
+            f"TEMPLATE_VERSION to {TEMPLATE_VERSION + 1} and add FINGERPRINTS[{TEMPLATE_VERSION + 1}] = "
+            f"{found!r} in tc_autotune/generator.py")
+
+
+if __name__ == "__main__":
+    print(f"TEMPLATE_VERSION {TEMPLATE_VERSION}: fingerprint {fingerprint()}")

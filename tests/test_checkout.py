@@ -1,0 +1,42 @@
+"""A fresh clone works as the README says: ignore rules, temporary files, examples."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_gitignore_matches_nothing_that_is_tracked():
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(["git", "ls-files", "--cached", "--ignored", "--exclude-standard"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == ""
+
+
+def test_a_pytest_session_leaves_no_cache_directory_behind(tmp_path):
+    before = set(Path(tempfile.gettempdir()).glob("tc_autotune_test_cache_*"))
+    (tmp_path / "test_nothing.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
+    env = dict(os.environ)
+    env.pop("TC_AUTOTUNE_CACHE_DIR", None)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert set(Path(tempfile.gettempdir()).glob("tc_autotune_test_cache_*")) <= before
+
+
+def test_paths_in_the_readme_examples_exist_in_a_checkout():
+    """Every tuning_logs/... path a README command names is tracked (a fresh clone has it)."""
+    readme = (REPO / "README.md").read_text()
+    commands = "\n".join(block for block in re.findall(r"```bash\n(.*?)```", readme, re.S))
+    paths = set(re.findall(r"tuning_logs/[\w./-]+\.(?:jsonl|toml)", commands))
+    assert paths, "the README's commands name no tuning log"
+    for path in paths:
+        assert (REPO / path).is_file(), f"README example names {path}, which a fresh clone lacks"
