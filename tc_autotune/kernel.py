@@ -11,7 +11,7 @@ import tvm
 from . import cuda
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
 from .space import Conv2dConfig, conv2d_space
-from .template import lower_conv2d, workspace_shape
+from .template import lower_conv2d, workspace_shape, workspaces
 from .workloads import Conv2dWorkload, get
 
 log = logging.getLogger(__name__)
@@ -26,20 +26,24 @@ class Conv2dKernel:
     target: tvm.target.Target
     executable: object  # tvm.runtime.Executable
     cubin: bytes
-    _workspace: object = field(default=None, repr=False, compare=False)
+    _workspaces: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def workspace_shape(self) -> tuple[int, int, int] | None:
-        """fp32 split-K partial sums the kernel takes after ``out``; allocated once, reused."""
+        """fp32 split-K partial sums (the first workspace), None without split-K."""
         return workspace_shape(self.workload, self.config)
 
+    @property
+    def workspaces(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype) of each buffer the kernel takes after ``out``: split-K partial sums,
+        fp16 copies of fp32 data and weight.  Allocated on first use, reused by every call."""
+        return workspaces(self.workload, self.config)
+
     def _extra_args(self, dev) -> tuple:
-        shape = self.workspace_shape
-        if shape is None:
-            return ()
-        if self._workspace is None or self._workspace.device != dev:
-            self._workspace = tvm.runtime.empty(shape, "float32", device=dev)
-        return (self._workspace,)
+        specs = self.workspaces
+        if len(self._workspaces) != len(specs) or any(w.device != dev for w in self._workspaces):
+            self._workspaces = tuple(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in specs)
+        return self._workspaces
 
     @property
     def cuda_source(self) -> str:

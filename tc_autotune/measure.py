@@ -127,7 +127,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
             request = conn.recv()
         except EOFError:
             return
-        so_path, key, out_shape, out_dtype, workspace = request
+        so_path, key, out_shape, out_dtype, workspaces = request
         try:
             if key not in cache:
                 cache.clear()
@@ -138,7 +138,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
             module = tvm.runtime.load_module(so_path)
             func = module["main"]
             out = tvm.runtime.tensor(np.full(out_shape, np.nan, out_dtype), device=dev)
-            extra = () if workspace is None else (tvm.runtime.empty(workspace, "float32", device=dev),)
+            extra = tuple(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in workspaces)
             func(data, weight, out, *extra)
             dev.sync()
             err = relative_l2_error(out.numpy(), reference)
@@ -152,6 +152,14 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
         except Exception as err:
             conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
             return  # the CUDA context may be broken: let the parent start a fresh runner
+
+
+def _workspace_specs(workspaces) -> list[tuple[tuple[int, ...], str]]:
+    if workspaces is None:
+        return []
+    if workspaces and all(isinstance(d, int) for d in workspaces):  # a bare split-K shape
+        return [(tuple(workspaces), "float32")]
+    return [(tuple(shape), str(dtype)) for shape, dtype in workspaces]
 
 
 class _Runner:
@@ -187,10 +195,14 @@ class _Runner:
             self.process.join(5)
         self.process, self.conn = None, None
 
-    def run(self, so_path: str, key: str, workload, workspace=None) -> tuple[str, object]:
+    def run(self, so_path: str, key: str, workload, workspaces=None) -> tuple[str, object]:
+        """Check and time one exported kernel; ``workspaces`` is ``template.workspaces(...)``
+        (a list of (shape, dtype) allocated for the call), or for older callers the split-K
+        shape alone (fp32), or None."""
         if self.process is None or not self.process.is_alive():
             self._start()
-        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype, workspace))
+        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype,
+                        _workspace_specs(workspaces)))
         if not self.conn.poll(self.options.run_timeout):
             self.stop()
             return "timeout", f"no result within {self.options.run_timeout:.0f} s"
@@ -260,7 +272,7 @@ class LocalMeasurer:
         return self._pool.submit(_run_pickled, payload)
 
     def __call__(self, configs) -> list[MeasureResult]:
-        from .template import workspace_shape
+        from .template import workspaces
 
         results: list[MeasureResult | None] = [None] * len(configs)
         futures = {}
@@ -287,11 +299,11 @@ class LocalMeasurer:
             for future in done:
                 i, submitted = futures[future]
                 run_start = time.time()
-                results[i] = self._run_built(future, submitted, workspace_shape(self.workload, configs[i]))
+                results[i] = self._run_built(future, submitted, workspaces(self.workload, configs[i]))
                 deadline += time.time() - run_start
         return results
 
-    def _run_built(self, future, submitted: float, workspace=None) -> MeasureResult:
+    def _run_built(self, future, submitted: float, workspaces=None) -> MeasureResult:
         try:
             so_path, error, _build_s = future.result()
         except Exception as err:  # a worker died
@@ -301,7 +313,7 @@ class LocalMeasurer:
         if error:
             return MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, time.time() - submitted)
         try:
-            status, payload = self._runner.run(so_path, self._key, self.workload, workspace)
+            status, payload = self._runner.run(so_path, self._key, self.workload, workspaces)
         except RuntimeError as err:
             return MeasureResult((), MeasureErrorNo.RUN_ERROR, str(err), time.time() - submitted)
         finally:

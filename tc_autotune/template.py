@@ -5,9 +5,17 @@ The im2col matrix A (M x K) and the reshaped weight B (K x N) are defined padded
 to the block tile, so any batch and channel count works; both are inlined into
 the shared-memory loads, so nothing is materialised.  The fp32 accumulator tile
 is staged through shared memory and written out with vector stores.
+
+The kernel's arguments are (data, weight, out, *workspaces): buffers the caller
+allocates once (``workspaces``), because TVM would allocate an intermediate global
+buffer on every call.  fp32 input (``dtype=float32``) is first cast to fp16 copies of
+data and weight (workspaces) by one vectorised kernel; the conv kernel then reads
+those copies and is the fp16 workload's kernel, instruction for instruction.
 """
 
 from __future__ import annotations
+
+import math
 
 import tvm
 from tvm import te
@@ -25,7 +33,8 @@ def _round_up(x: int, m: int) -> int:
 
 
 def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
-    """TE definition: (data, weight, out, split-K workspace or None), GEMM padded to the tile."""
+    """TE definition: (data, weight, out, workspace tensors in ``workspaces`` order), the
+    GEMM padded to the tile."""
     wl = workload
     m, n, k = wl.gemm_shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
@@ -35,8 +44,14 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
     pad_top, pad_left = wl.padding[0], wl.padding[1]
     c, s = wl.in_channels, wl.kernel_w
 
-    data = te.placeholder(wl.data_shape, wl.dtype, name="data")
-    weight = te.placeholder(wl.weight_shape, wl.dtype, name="weight")
+    data_in = te.placeholder(wl.data_shape, wl.dtype, name=_input_name("data", wl))
+    weight_in = te.placeholder(wl.weight_shape, wl.dtype, name=_input_name("weight", wl))
+    if wl.dtype == "float16":
+        data, weight, copies = data_in, weight_in, []
+    else:
+        # fp16 copies (workspaces) written by the cast kernel, named as the fp16 workload's
+        # inputs: the conv kernel reading them is the fp16 kernel, names included.
+        data, weight = copies = [_fp16_copy(data_in, "data"), _fp16_copy(weight_in, "weight")]
     zero = tvm.tirx.const(0, "float16")
 
     def im2col(row, col):
@@ -70,7 +85,7 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
             lambda bi, y, x, co: gemm[(bi * oh + y) * ow + x, co].astype(wl.out_dtype),
             name="out",
         )
-        return data, weight, out, None
+        return data_in, weight_in, out, copies
     # Split-K: slice z of the reduction goes to partial sums C[z], and a second kernel adds
     # the slices up: more blocks for a grid that cannot fill the GPU.  C is a parameter (the
     # caller's workspace, see ``workspace_shape``): TVM would allocate it on every call.
@@ -94,15 +109,37 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
         name="total",
     )
     out = te.compute(wl.out_shape, lambda *idx: total[idx].astype(wl.out_dtype), name="out")
-    return data, weight, out, gemm
+    return data_in, weight_in, out, [gemm] + copies
+
+
+def _fp16_copy(tensor: te.Tensor, name: str) -> te.Tensor:
+    return te.compute(tensor.shape, lambda *i: tensor(*i).astype("float16"), name=name)
+
+
+def _input_name(name: str, workload: Conv2dWorkload) -> str:
+    return name if workload.dtype == "float16" else f"{name}_{workload.dtype.replace('float', 'fp')}"
 
 
 def workspace_shape(workload: Conv2dWorkload, config: Conv2dConfig) -> tuple[int, int, int] | None:
-    """Shape of the fp32 split-K partial sums passed after ``out`` (None: no such argument)."""
+    """Shape of the fp32 split-K partial sums (None: no split); the first of ``workspaces``."""
     if config.split_k == 1:
         return None
     m, n, _ = workload.gemm_shape
     return (config.split_k, _round_up(m, config.block_m), _round_up(n, config.block_n))
+
+
+def workspaces(workload: Conv2dWorkload, config: Conv2dConfig) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each buffer the kernel takes after ``out``, in order: the fp32
+    split-K partial sums (split_k > 1), then for fp32 input the fp16 copies of data and
+    weight that the cast kernel writes and the conv kernel reads.  The caller allocates
+    them (once; their contents need not survive between calls)."""
+    out = []
+    split = workspace_shape(workload, config)
+    if split is not None:
+        out.append((split, "float32"))
+    if workload.dtype != "float16":
+        out += [(workload.data_shape, "float16"), (workload.weight_shape, "float16")]
+    return out
 
 
 def _cooperative_copy(sch, block, config: Conv2dConfig, vec: int):
@@ -133,9 +170,8 @@ def _schedule_split_k_sum(sch, out_block) -> None:
 
 def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one (workload, config)."""
-    data, weight, out, workspace = conv2d_compute(workload, config)
-    params = [data, weight, out] + ([workspace] if workspace is not None else [])
-    sch = tvm.s_tir.Schedule(te.create_prim_func(params))
+    data, weight, out, extra = conv2d_compute(workload, config)
+    sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out, *extra]))
     gemm = sch.get_sblock("C")
     out_block = sch.get_sblock("out")
     ow = workload.out_width
@@ -166,7 +202,41 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
         sch.annotate(ko, "software_pipeline_stage", [0, 0] + [config.stages - 1] * compute)
         sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
         sch.annotate(ko, "software_pipeline_async_stages", [0])
+    if workload.dtype != "float16":
+        _schedule_input_cast(sch, workload)
     return sch.mod
+
+
+# Measured on an H100 (rfc-1x1-b32: 40 MB moved): 16- or 32-byte vectors, 1, 2 or 4 of them
+# a thread, 256 or 512 threads all cast at 2.49-2.64 TB/s; this, the simplest, at 2.64.
+CAST_THREADS = 256
+CAST_VECTOR_BYTES = 16  # a thread's load per operand: one float4 of fp32 (stored as 4 fp16)
+
+
+def _schedule_input_cast(sch, workload: Conv2dWorkload) -> None:
+    """The fp32 -> fp16 copies of data and weight as ONE kernel, launched before the conv
+    kernel.  Each operand is cut into vectors of 4 elements (16-byte loads, 8-byte stores;
+    narrower only where its element count is not a multiple of 4), a block's CAST_THREADS
+    threads take one vector each, and block b converts the b-th run of CAST_THREADS vectors
+    of data and the b-th of weight (the two loops are merged under one blockIdx.x).  The
+    grid is what the larger operand needs: every element is read and written once, with
+    enough blocks to fill any GPU for a real conv."""
+    per_vector = CAST_VECTOR_BYTES * 8 // tvm.DataType(workload.dtype).bits
+    loops = []
+    for name, shape in (("data", workload.data_shape), ("weight", workload.weight_shape)):
+        block = sch.get_sblock(name)
+        size = math.prod(shape)
+        vec = math.gcd(size, per_vector)
+        vectors, lanes = sch.split(sch.fuse(*sch.get_loops(block)), [None, vec])
+        sch.vectorize(lanes)
+        loops.append((vectors, size // vec))
+    grid = max(-(-count // CAST_THREADS) for _, count in loops)
+    # grid * CAST_THREADS may exceed an operand's vector count: its predicate is on whole
+    # vectors (blockIdx, threadIdx), so the vector loop stays vectorised.
+    splits = [sch.split(vectors, [grid, CAST_THREADS]) for vectors, _ in loops]
+    sch.bind(sch.merge(*(bx for bx, _ in splits)), "blockIdx.x")
+    for _, tx in splits:
+        sch.bind(tx, "threadIdx.x")
 
 
 def _tile_block(sch, loops, config: Conv2dConfig, tile_mnk):
