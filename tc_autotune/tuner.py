@@ -26,6 +26,9 @@ from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
 _CHUNK = 1 << 16  # configs decoded and pre-filtered at once
+_DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
+_SCAN_LIMIT = 1 << 22  # spaces up to this size may be scanned whole (~1 s); the real ones are
+# ~268M configs, whose scan took minutes: they are only ever sampled
 
 
 class Tuner:
@@ -221,15 +224,17 @@ class Tuner:
         """Up to ``n`` distinct valid unmeasured configs drawn uniformly (not in ``taken``)."""
         taken = set() if taken is None else taken
         picks: list[Conv2dConfig] = []
-        for _ in range(8):  # rejection sampling: cheap while most of the space is unmeasured
-            need = n - len(picks)
+        size = max(4 * n, 64)
+        for _ in range(_DRAW_ROUNDS):  # rejection sampling, in growing draws: workloads whose
+            need = n - len(picks)      # valid fraction is tiny (3 input channels: vec_a=1) need many
             if need <= 0:
                 return picks
-            draw = self.rng.integers(0, len(self.space), size=max(4 * need, 64))
+            draw = self.rng.integers(0, len(self.space), size=size)
             draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
             picks += self._take(draw, need, taken)
-        if len(picks) < n:  # nearly exhausted: draw from the remaining valid configs
-            rest = self._valid_indices()
+            size = min(2 * size, _CHUNK)
+        if len(picks) < n and len(self.space) <= _SCAN_LIMIT:  # small, nearly exhausted space:
+            rest = self._valid_indices()                       # the remaining valid configs
             rest = rest[~np.isin(rest, np.fromiter(self._measured | taken | self._invalid, np.int64))]
             picks += self._take(self.rng.permutation(rest), n - len(picks), taken)
         return picks
@@ -246,7 +251,8 @@ class Tuner:
         return out
 
     def _valid_indices(self) -> np.ndarray:
-        """Every index that passes the pre-filter (computed once; ~1 s for 2M configs)."""
+        """Every index that passes the pre-filter (computed once; only for spaces of at most
+        ``_SCAN_LIMIT`` configs, ~1 s for 2M)."""
         if self._all_valid is None:
             parts = []
             for start in range(0, len(self.space), _CHUNK):
@@ -441,9 +447,16 @@ class XGBTuner(Tuner):
             draw = self.rng.integers(0, len(self.space), size=4 * chains)
             draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
             starts = np.concatenate([starts, draw[: chains - len(starts)]])
-        pool = self._valid_indices()  # a space with few valid configs
-        if pool.size:
-            starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
+        for _ in range(_DRAW_ROUNDS):  # few valid configs: larger draws, never a full-space scan
+            if len(starts) >= chains:
+                return starts[:chains]
+            draw = self.rng.integers(0, len(self.space), size=_CHUNK)
+            draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
+            starts = np.concatenate([starts, draw[: chains - len(starts)]])
+        if len(starts) < chains and len(self.space) <= _SCAN_LIMIT:
+            pool = self._valid_indices()
+            if pool.size:
+                starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
         return starts
 
 

@@ -413,3 +413,19 @@ def test_fragment_load_conflict_features_rate_swizzled_and_padded_tiles():
     ways = x[:, [FEATURE_NAMES.index("a_conflict_ways"), FEATURE_NAMES.index("b_conflict_ways")]]
     # 128-byte rows: 8-way; 144-byte rows: conflict-free; 160-byte rows: 2-way; swizzled: free.
     assert ways[:, 0].tolist() == [8, 1, 2, 1]
+
+
+def test_a_workload_with_few_valid_configs_is_sampled_never_scanned(monkeypatch):
+    """ResNet-50's conv1 (3 input channels: vec_a=1 only) made the tuner scan all 268M
+    configs when its draws came up short: two minutes per nightly workload on an H100."""
+    from tc_autotune import tuner as tuner_module
+
+    def no_scan(self):
+        raise AssertionError("full-space scan")
+
+    monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", no_scan)
+    space = conv2d_space(workloads.get("resnet50-conv1-b1"), GPU)
+    picks = RandomTuner(space, seed=0).next_batch(16)
+    assert len(picks) == 16 and all(space.is_valid(c) for c in picks)
+    xgb = XGBTuner(space, seed=0)
+    assert len(xgb._starts(128)) == 128
