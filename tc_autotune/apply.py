@@ -68,6 +68,13 @@ def shipped_logs_dir() -> Path | None:
     return Path(shipped) if shipped and Path(shipped).exists() else None
 
 
+def shipped_log_files() -> list[Path]:
+    """The shipped logs: tuning_logs/*.jsonl (best records per GPU) and
+    tuning_logs/history/*.jsonl (every measurement of earlier runs)."""
+    shipped = shipped_logs_dir()
+    return records.log_files([shipped, shipped / "history"]) if shipped is not None else []
+
+
 def active_logs() -> tuple[tuple[str, bool], ...]:
     """The log sets consulted, in order, with whether each may give stale records: those of
     enclosing apply_history_best blocks, then this GPU's shipped log, then all shipped logs."""

@@ -100,25 +100,15 @@ def make_tuner(name: str, space, seed: int | None = None):
     return classes[name](space, seed=seed)
 
 
-def shipped_history_logs() -> list[Path]:
-    """The shipped logs the tuner learns from by default: tuning_logs/*.jsonl (best
-    records per GPU) and tuning_logs/history/*.jsonl (every measurement of earlier runs)."""
-    from .apply import shipped_logs_dir
-
-    shipped = shipped_logs_dir()
-    if shipped is None:
-        return []
-    return records.log_files([shipped, shipped / "history"]) if (shipped / "history").is_dir() \
-        else records.log_files(shipped)
-
-
 def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) -> list:
     """Records of the shipped histories (this arch's, when ``shipped``) and of
     ``transfer_logs`` (all of them), not counting the tuning log itself; exact duplicates
     (a best log and its history) count once."""
     found = []
     if shipped:
-        files = [f for f in shipped_history_logs() if f.resolve() != Path(log_path).resolve()]
+        from .apply import shipped_log_files
+
+        files = [f for f in shipped_log_files() if f.resolve() != Path(log_path).resolve()]
         found += [r for r in records.load(files) if r.arch == arch]
     found += records.load(list(transfer_logs))
     unique = {records.identity(r): r for r in found}

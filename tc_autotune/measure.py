@@ -156,14 +156,6 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
             return  # the CUDA context may be broken: let the parent start a fresh runner
 
 
-def _workspace_specs(workspaces) -> list[tuple[tuple[int, ...], str]]:
-    if workspaces is None:
-        return []
-    if workspaces and all(isinstance(d, int) for d in workspaces):  # a bare split-K shape
-        return [(tuple(workspaces), "float32")]
-    return [(tuple(shape), str(dtype)) for shape, dtype in workspaces]
-
-
 class _Runner:
     """The parent's handle on the runner process: restart on death, kill on timeout."""
 
@@ -197,14 +189,12 @@ class _Runner:
             self.process.join(5)
         self.process, self.conn = None, None
 
-    def run(self, so_path: str, key: str, workload, workspaces=None) -> tuple[str, object]:
-        """Check and time one exported kernel; ``workspaces`` is ``template.workspaces(...)``
-        (a list of (shape, dtype) allocated for the call), or for older callers the split-K
-        shape alone (fp32), or None."""
+    def run(self, so_path: str, key: str, workload, workspaces=()) -> tuple[str, object]:
+        """Check and time one exported kernel; ``workspaces`` is ``template.workspaces(...)``:
+        the (shape, dtype) of each buffer allocated for the call after ``out``."""
         if self.process is None or not self.process.is_alive():
             self._start()
-        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype,
-                        _workspace_specs(workspaces)))
+        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype, list(workspaces)))
         if not self.conn.poll(self.options.run_timeout):
             self.stop()
             return "timeout", f"no result within {self.options.run_timeout:.0f} s"
@@ -305,7 +295,7 @@ class LocalMeasurer:
                 deadline += time.time() - run_start
         return results
 
-    def _run_built(self, future, submitted: float, workspaces=None) -> MeasureResult:
+    def _run_built(self, future, submitted: float, workspaces=()) -> MeasureResult:
         try:
             so_path, error, _build_s = future.result()
         except Exception as err:  # a worker died

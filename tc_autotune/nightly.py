@@ -19,13 +19,11 @@ import json
 import logging
 import math
 import os
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import records
-from .autotune import Retimed
 from .gpu import gpu_log_name
 from .measure import MeasureResult
 from .workloads import Conv2dWorkload, get

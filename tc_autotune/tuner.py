@@ -399,34 +399,12 @@ class XGBTuner(Tuner):
         score = score or self._score
         if n <= 0:
             return []
-        space, rng = self.space, self.rng
-        rad = radices(space)
-        movable = np.flatnonzero(rad > 1)
-        pos = positions_from_indices(space, self._starts(self.n_chains))
-        chains = len(pos)
-        if chains == 0 or movable.size == 0:
+        space = self.space
+        starts = positions_from_indices(space, self._starts(self.n_chains))
+        pos, values = anneal_walk(space, score, starts, self.rng, self.n_steps, temperature=self.temperature)
+        if len(pos) == 0:
             return []
-        scores = score(pos)
-        scale = max(float(np.std(scores)), 1e-9) * self.temperature
-        seen_idx, seen_score = [indices_from_positions(space, pos)], [scores]
-        rows = np.arange(chains)
-        for step in range(self.n_steps):
-            temp = scale * (1.0 - step / self.n_steps)
-            knob = movable[rng.integers(0, movable.size, size=chains)]
-            shift = rng.integers(1, rad[knob])
-            cand = pos.copy()
-            cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
-            cand = _with_intrinsic_requirements(space, cand)
-            ok = valid_mask(space, cand)
-            cand_scores = np.full(chains, -np.inf)
-            cand_scores[ok] = score(cand[ok])
-            gain = np.minimum(cand_scores - scores, 0.0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                accept = ok & (rng.random(chains) < np.exp(gain / max(temp, 1e-12)))
-            pos[accept], scores[accept] = cand[accept], cand_scores[accept]
-            seen_idx.append(indices_from_positions(space, cand[ok]))
-            seen_score.append(cand_scores[ok])
-        idx, values = np.concatenate(seen_idx), np.concatenate(seen_score)
+        idx = indices_from_positions(space, pos)
         order = np.lexsort((idx, -values))  # best score first, ties by index: deterministic
         ranked = np.unique(idx[order], return_index=True)
         ranked = idx[order][np.sort(ranked[1])]
@@ -458,6 +436,45 @@ class XGBTuner(Tuner):
             if pool.size:
                 starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
         return starts
+
+
+def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: float = 1.0,
+                min_scale: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated annealing on ``score`` (knob-position rows -> scores, higher is better), all
+    chains stepping at once: each step moves one random knob of every chain (onto an
+    intrinsic path with the knob values it requires) and accepts by the Metropolis rule at a
+    temperature falling linearly from the starts' score spread.  An invalid start scores
+    -inf, so its first valid move is taken.  Returns (positions, scores) of every valid
+    point visited, starts included, in visiting order."""
+    rad = radices(space)
+    movable = np.flatnonzero(rad > 1)
+    pos = np.array(starts, dtype=np.int64)
+    chains = len(pos)
+    if chains == 0 or movable.size == 0:
+        return pos[:0], np.zeros(0)
+    ok = valid_mask(space, pos)
+    scores = np.full(chains, -np.inf)
+    scores[ok] = score(pos[ok])
+    scale = max(float(np.std(scores[ok])) if ok.sum() > 1 else 0.0, min_scale) * temperature
+    seen_pos, seen_score = [pos[ok]], [scores[ok]]
+    rows = np.arange(chains)
+    for step in range(steps):
+        temp = scale * (1.0 - step / steps)
+        knob = movable[rng.integers(0, movable.size, size=chains)]
+        shift = rng.integers(1, rad[knob])
+        cand = pos.copy()
+        cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
+        cand = _with_intrinsic_requirements(space, cand)
+        ok = valid_mask(space, cand)
+        cand_scores = np.full(chains, -np.inf)
+        cand_scores[ok] = score(cand[ok])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            gain = np.minimum(cand_scores - scores, 0.0)
+            accept = ok & (rng.random(chains) < np.exp(gain / max(temp, 1e-12)))
+        pos[accept], scores[accept] = cand[accept], cand_scores[accept]
+        seen_pos.append(cand[ok])
+        seen_score.append(cand_scores[ok])
+    return np.concatenate(seen_pos), np.concatenate(seen_score)
 
 
 def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:

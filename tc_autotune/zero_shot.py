@@ -38,20 +38,20 @@ import json
 import logging
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import records
-from .apply import SHIPPED_LOGS
+from . import journal, records
+from .apply import SHIPPED_LOGS, shipped_log_files
 from .cost_model import (FEATURE_NAMES, XGBCostModel, features_from_positions, indices_from_positions,
                          normalise_per_group, positions_from_indices, prior_score, radices, valid_mask)
+from .generator import TEMPLATE_VERSION
 from .gpu import GpuInfo, gpu_for_arch
 from .space import ConfigSpace, Conv2dConfig, conv2d_space
-from .tuner import _entity_matches, _with_intrinsic_requirements
+from .tuner import _entity_matches, _with_intrinsic_requirements, anneal_walk
 from .workloads import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)
@@ -91,15 +91,6 @@ def heldout_workloads(job=None) -> frozenset[Conv2dWorkload]:
     return frozenset(entry.workload for entry in load_job(path).entries)
 
 
-def shipped_log_files() -> list[Path]:
-    """The shipped logs, ``tuning_logs/*.jsonl`` and ``tuning_logs/history/*.jsonl``
-    (TC_AUTOTUNE_SHIPPED_LOGS moves the folder, as for ``apply.active_logs``)."""
-    root = Path(os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS)))
-    if not root.is_dir():
-        return []
-    return records.log_files([root, root / "history"])
-
-
 def _log_files(logs) -> list[Path]:
     return shipped_log_files() if logs is None else records.log_files(logs)
 
@@ -132,17 +123,6 @@ def _era(record) -> str:
     return "nvcc" if record.result.timestamp >= NVCC_SINCE else "nvrtc"
 
 
-def _stale(record) -> bool:
-    """Timed on a kernel another template version generated (``Record.stale``, where the
-    records module has it): training data, compared only with its own kind."""
-    return bool(getattr(record, "stale", False))
-
-
-def _identity(record) -> tuple:
-    r = record.result
-    return (record.target, record.workload, record.config.get("index"), r.costs, r.timestamp)
-
-
 def select_records(recs, gpu: GpuInfo, exclude=()) -> tuple[list, str]:
     """(records, scope): the successful records measured on ``gpu``'s name ("gpu"), else on
     any GPU of its arch ("arch"), minus the ``exclude``d workloads; a measurement read twice
@@ -152,9 +132,7 @@ def select_records(recs, gpu: GpuInfo, exclude=()) -> tuple[list, str]:
     for record in recs:
         if not record.ok or record.arch != gpu.arch or record.workload in exclude:
             continue
-        if not (math.isfinite(record.seconds) and record.seconds > 0):
-            continue
-        ident = _identity(record)
+        ident = records.identity(record)  # the reader has rejected impossible times
         if ident not in seen:
             seen.add(ident)
             ok.append(record)
@@ -181,7 +159,7 @@ def training_set(recs, gpu: GpuInfo, exclude=()) -> TrainingSet | None:
         if not 0 <= index < len(space) or not _entity_matches(record.config, space.get(index)):
             skipped += 1
             continue
-        key = (str(record.workload), record.gpu or record.arch, _stale(record), _era(record))
+        key = (str(record.workload), record.gpu or record.arch, record.stale, _era(record))
         by_group.setdefault(key, []).append((index, record.workload.flops / record.seconds))
     if skipped:
         log.warning("zero-shot: skipped %d record(s) whose config is outside the current space", skipped)
@@ -287,15 +265,6 @@ def _gpu_key(gpu: GpuInfo) -> list:
     return [gpu.name, gpu.arch, gpu.sm_count, gpu.max_threads_per_block, gpu.max_smem_per_block]
 
 
-def _template_version():
-    """Today's generator version: which records are stale depends on it, not only on the logs."""
-    try:
-        from .generator import TEMPLATE_VERSION
-    except ImportError:  # a records module without template versions
-        return None
-    return TEMPLATE_VERSION
-
-
 def cache_key(files, gpu: GpuInfo, exclude=()) -> str:
     """sha256 of everything a model depends on: the logs' bytes (in any order, under any name),
     the GPU, the excluded workloads, the settings, the template and the xgboost version."""
@@ -305,28 +274,11 @@ def cache_key(files, gpu: GpuInfo, exclude=()) -> str:
     h.update(json.dumps([
         "tc_autotune.zero_shot", MODEL_FORMAT, xgboost.__version__, _gpu_key(gpu),
         sorted(str(w) for w in exclude), PRIOR_MARGIN, NVCC_SINCE, BEST_PER_WORKLOAD, SEED,
-        list(FEATURE_NAMES), _template_version(),
+        list(FEATURE_NAMES), TEMPLATE_VERSION,
     ]).encode())
     for digest in sorted(hashlib.sha256(Path(f).read_bytes()).digest() for f in files):
         h.update(digest)
     return h.hexdigest()
-
-
-def _write_atomic(path: Path, write) -> None:
-    """``write(temporary path)``, then rename it over ``path``: readers see all or nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # the suffix stays last: xgboost picks the model format (UBJ, JSON) from it
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _save(model: ZeroShotModel | None, key: str, gpu: GpuInfo, extra: dict) -> None:
@@ -336,12 +288,12 @@ def _save(model: ZeroShotModel | None, key: str, gpu: GpuInfo, extra: dict) -> N
     meta = {"format": MODEL_FORMAT, "gpu": _gpu_key(gpu), **extra}
     try:
         if model is not None:
-            _write_atomic(folder / f"{key}.ubj", model.booster.save_model)
+            journal.replace_atomic(folder / f"{key}.ubj", bytes(model.booster.save_raw("ubj")))
             meta.update(scope=model.scope, sources=model.sources, rows=model.rows,
                         best=[[str(w), idx] for w, idx in model.best.items()])
         else:
             meta.update(empty=True)
-        _write_atomic(folder / f"{key}.json", lambda tmp: Path(tmp).write_text(json.dumps(meta)))
+        journal.replace_atomic(folder / f"{key}.json", json.dumps(meta).encode())
     except OSError as err:  # a read-only cache costs the next process a training, nothing more
         log.warning("zero-shot: cannot cache the model in %s: %s", folder, err)
 
@@ -443,39 +395,6 @@ def _random_valid(space: ConfigSpace, rng, n: int) -> np.ndarray:
     return np.concatenate(found)[:n]
 
 
-def _anneal(space: ConfigSpace, score, starts: np.ndarray, rng, steps: int = ANNEAL_STEPS) -> np.ndarray:
-    """Simulated annealing on ``score``, all chains at once (as ``XGBTuner._anneal``); returns
-    every valid position visited.  An invalid start scores -inf, so its first valid move is taken."""
-    rad = radices(space)
-    movable = np.flatnonzero(rad > 1)
-    pos = starts.copy()
-    chains = len(pos)
-    if chains == 0 or movable.size == 0:
-        return pos
-    ok = valid_mask(space, pos)
-    scores = np.full(chains, -np.inf)
-    scores[ok] = score(pos[ok])
-    scale = max(float(np.std(scores[ok])) if ok.sum() > 1 else 0.0, 1e-3)
-    seen = [pos[ok]]
-    rows = np.arange(chains)
-    for step in range(steps):
-        temp = scale * (1.0 - step / steps)
-        knob = movable[rng.integers(0, movable.size, size=chains)]
-        shift = rng.integers(1, rad[knob])
-        cand = pos.copy()
-        cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
-        cand = _with_intrinsic_requirements(space, cand)
-        ok = valid_mask(space, cand)
-        cand_scores = np.full(chains, -np.inf)
-        cand_scores[ok] = score(cand[ok])
-        with np.errstate(invalid="ignore", over="ignore"):
-            gain = np.minimum(cand_scores - scores, 0.0)
-            accept = ok & (rng.random(chains) < np.exp(gain / max(temp, 1e-12)))
-        pos[accept], scores[accept] = cand[accept], cand_scores[accept]
-        seen.append(cand[ok])
-    return np.concatenate(seen)
-
-
 @dataclass
 class Candidates:
     """The scored candidates of one workload, best first (ties by index)."""
@@ -507,7 +426,8 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
     seeded = hood[from_neighbours]
     seeded = seeded[np.argsort(-hood_scores[from_neighbours], kind="stable")][:ANNEAL_CHAINS // 2]
     starts = np.concatenate([seeded, _random_valid(space, rng, ANNEAL_CHAINS - len(seeded))])
-    visited = _anneal(space, lambda p: model.score(space, p), starts, rng)
+    visited, _ = anneal_walk(space, lambda p: model.score(space, p), starts, rng, ANNEAL_STEPS,
+                             min_scale=1e-3)
     pool = np.concatenate([hood, visited])
     if len(pool) == 0:
         return Candidates(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool), neighbours)
@@ -621,7 +541,7 @@ def leave_one_out(workloads=SEED_WORKLOADS, history=None, gpu: GpuInfo | None = 
     out = []
     for name in workloads:
         workload = get_workload(name)
-        mine = [r for r in hist if r.workload == workload and r.gpu in (gpu.name, None) and not _stale(r)]
+        mine = [r for r in hist if r.workload == workload and r.gpu in (gpu.name, None) and not r.stale]
         model = load_model(gpu, logs, exclude=[workload]) if mine else None
         if model is None:
             continue

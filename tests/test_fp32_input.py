@@ -108,15 +108,6 @@ def test_conv2d_kernel_allocates_its_workspaces_once():
     assert Conv2dKernel(FP16, replace(config, split_k=1), None, None, b"")._extra_args(dev) == ()
 
 
-def test_runner_takes_workspace_lists_and_bare_split_k_shapes():
-    from tc_autotune.measure import _workspace_specs
-
-    assert _workspace_specs(None) == [] and _workspace_specs([]) == []
-    assert _workspace_specs((4, 64, 128)) == [((4, 64, 128), "float32")]
-    specs = workspaces(FP32, replace(conv2d_space(FP16, SM90).default_config(), split_k=2))
-    assert _workspace_specs(specs) == specs
-
-
 # ---- CPU: generated CUDA -----------------------------------------------------------------
 @pytest.mark.parametrize("wl", [FP32, RFC_FP32, FP32.replace(out_dtype="float16")], ids=str)
 def test_cast_kernel_converts_both_operands_with_vector_accesses(wl):

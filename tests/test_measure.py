@@ -10,7 +10,7 @@ import pytest
 from tc_autotune import conv2d_space, workloads
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
-from tc_autotune.template import workspace_shape
+from tc_autotune.template import workspaces
 
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1")
 
@@ -96,7 +96,7 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         config = other.default_config()
         path, error, _ = _build_one(str(shifted), config.as_dict(), space.gpu.arch, str(tmp_path), 60)
         assert error is None
-        status, msg = measure._runner.run(path, measure._key, SMALL, workspace_shape(shifted, config))
+        status, msg = measure._runner.run(path, measure._key, SMALL, workspaces(shifted, config))
         assert status == "wrong" and "relative L2 error" in msg
         # ... and the tuner's next candidates still run.
         again = measure(configs[:1])[0]
@@ -113,7 +113,7 @@ def test_slow_runs_do_not_count_against_the_build_timeout(monkeypatch):
     with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=5)) as measure:
         runs = []
 
-        def slow_first_run(so_path, key, workload, workspace=None):
+        def slow_first_run(so_path, key, workload, workspaces=()):
             runs.append(so_path)
             time.sleep(22 if len(runs) == 1 else 0)
             return "ok", [1e-3, 1e-3]
