@@ -31,7 +31,8 @@ def parse_args(argv):
                    help="other logs (files or folders) whose records pre-train the cost model, "
                         "besides the shipped histories")
     p.add_argument("--no-transfer", action="store_true",
-                   help="do not learn from the shipped histories (tuning_logs/, tuning_logs/history/)")
+                   help="do not learn from the shipped histories (tuning_logs/, tuning_logs/history/), "
+                        "nor measure their zero-shot pick first")
     p.add_argument("--early-stopping", type=cli.positive_int, help="stop after N trials without improvement")
     p.add_argument("--batch-size", type=cli.positive_int, default=16, help="configs per measured batch (16)")
     p.add_argument("--build-workers", type=cli.positive_int, help="parallel builds (default: one per core)")

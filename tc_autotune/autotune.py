@@ -115,14 +115,19 @@ def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) ->
     return list(unique.values())
 
 
-def first_configs(space, earlier, gpu) -> list[Conv2dConfig]:
+def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dConfig]:
     """What the first batch measures before the search picks anything: the config apply
     would pick today (a record, a zero-shot prediction or the default), the best stale
     record's config of this workload on this GPU (its old time no longer counts) and the
-    default config."""
-    from .apply import choose_config
+    default config.  Without ``zero_shot`` (``--no-transfer``) nothing learnt from other
+    workloads' histories is measured: only a record of this workload stands for apply's pick."""
+    from .apply import best_config, choose_config
 
-    picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
+    if zero_shot:
+        picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
+    else:
+        found = best_config(space.workload, gpu)
+        picks = [found[0]] if found else []
     stale = [r for r in earlier if r.workload == space.workload and r.stale and r.ok and r.gpu == gpu.name]
     for record in sorted(stale, key=lambda r: r.seconds)[:1]:
         try:
@@ -163,7 +168,7 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     summary.resumed = search.load_history(own)
     search.load_transfer(transfer)
     summary.other_records = search.other_records
-    first = search.measure_first(first_configs(space, own + transfer, gpu))
+    first = search.measure_first(first_configs(space, own + transfer, gpu, zero_shot=shipped_transfer))
     log.info("%s: space of %d configs; resuming with %d records of it on this GPU; learning from %d others "
              "(other workloads, GPUs or template versions; %d from %s); %d configs to measure first "
              "(today's pick, stale best, default)", workload, len(space), summary.resumed,
@@ -231,6 +236,17 @@ def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repea
                            with_default: bool = True):
     """A ``Retimed``: ``config``, the default config and cuDNN timed in this process on
     the same inputs, each checked against the fp32 reference first (None where wrong)."""
+    configs = {"tuned": config}
+    if with_default:
+        configs["default"] = conv2d_space(workload).default_config()
+    seconds, cudnn_s = time_configs(workload, configs, repeat=repeat)
+    return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s)
+
+
+def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
+    """({name: seconds or None}, cuDNN seconds or None): each distinct config of ``configs``
+    built and timed once in this process, beside cuDNN, on the same inputs, each checked
+    against the fp32 reference first (None where wrong or cuDNN is missing)."""
     from . import baseline
     from .benchmark import checked_kernel_time
     from .kernel import build_conv2d
@@ -238,18 +254,15 @@ def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repea
 
     data, weight = random_inputs(workload, seed=1)
     reference = conv2d_reference(workload, data, weight)
-
-    def timed(cfg):
-        seconds, err = checked_kernel_time(build_conv2d(workload, cfg), workload, data, weight, reference,
-                                           repeat=repeat)
-        if seconds is None:
-            log.error("%s: config %s gives a wrong result (error %.3g) on fresh inputs", workload, cfg, err)
-        return seconds
-
-    result = Retimed(timed(config))
-    if with_default:
-        default = conv2d_space(workload).default_config()
-        result.default_s = result.tuned_s if default == config else timed(default)
+    timed: dict = {}
+    for config in configs.values():
+        if config in timed:
+            continue
+        timed[config], err = checked_kernel_time(build_conv2d(workload, config), workload, data, weight,
+                                                 reference, repeat=repeat)
+        if timed[config] is None:
+            log.error("%s: config %s gives a wrong result (error %.3g) on fresh inputs", workload, config, err)
+    cudnn_s = None
     if baseline.available():
-        result.cudnn_s, _ = baseline.checked_cudnn_time(workload, data, weight, reference, repeat=repeat)
-    return result
+        cudnn_s, _ = baseline.checked_cudnn_time(workload, data, weight, reference, repeat=repeat)
+    return {name: timed[config] for name, config in configs.items()}, cudnn_s

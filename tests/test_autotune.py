@@ -118,6 +118,23 @@ def test_first_batch_measures_todays_pick_the_stale_best_and_the_default(tmp_pat
     assert {r.config["index"] for r in fresh} >= {space.index(stale_pick), space.index(default)}
 
 
+def test_no_transfer_measures_no_zero_shot_pick_first(tmp_path, monkeypatch):
+    """--no-transfer means nothing learnt from other workloads: not even the zero-shot pick
+    (trained on the shipped histories) is in the first batch; the default still is."""
+    import tc_autotune.zero_shot
+
+    space = conv2d_space(WL, GPU)
+    default = space.default_config()
+    predicted = next(c for c in space.sample(8, seed=7) if c != default)
+    monkeypatch.setattr(tc_autotune.zero_shot, "zero_shot_config", lambda workload, gpu, logs=None: predicted)
+    tune(tmp_path / "with.jsonl", 8)
+    assert [i for _, i in SyntheticMeasurer.calls][:2] == [space.index(predicted), space.index(default)]
+    SyntheticMeasurer.calls = []
+    tune(tmp_path / "without.jsonl", 8, shipped_transfer=False)
+    measured = [i for _, i in SyntheticMeasurer.calls]
+    assert measured[0] == space.index(default) and space.index(predicted) not in measured[:1]
+
+
 def test_transfer_from_the_shipped_histories_of_this_arch_by_default(tmp_path, monkeypatch):
     other_wl = workloads.get("rfc-1x1-b32")
     configs = conv2d_space(other_wl, GPU).sample(6, seed=1)

@@ -233,3 +233,20 @@ def test_every_flag_and_the_exit_codes_are_documented(script):
     missing = sorted(o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", documented))
     assert not missing, f"{script}: flags missing from README.md (in `code`): {missing}"
     assert "Exit codes" in out, f"{script}: the docstring (its --help) should list the exit codes"
+
+
+# ---- study.py -----------------------------------------------------------------------
+def test_study_bad_job_exits_2(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text('workloads = ["n=1,h=8,c=3"]\n')  # no k
+    code, out, err = run("study.py", job)
+    assert code == 2
+    assert_one_line(err, "study.py")
+
+
+@pytest.mark.skipif(local_gpu() is not None, reason="needs a machine without a GPU")
+def test_study_without_a_gpu_exits_3_and_writes_nothing(tmp_path):
+    code, out, err = run("study.py", ROOT / "tuning_logs" / "heldout.toml", "--out", tmp_path / "s")
+    assert code == 3
+    assert_one_line(err, "no CUDA GPU")
+    assert not (tmp_path / "s").exists()
