@@ -10,6 +10,7 @@ import tvm
 
 from . import cuda
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
+from .intrinsic_paths import get as intrinsic_path
 from .space import Conv2dConfig, conv2d_space
 from .template import lower_conv2d, workspace_shape, workspaces
 from .workloads import Conv2dWorkload, get
@@ -130,7 +131,7 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
 
 def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
     """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
-    return gpu.arch + "a" if config.intrinsic == "wgmma" else gpu.arch
+    return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
 
 
 def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,

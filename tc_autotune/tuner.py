@@ -21,7 +21,8 @@ from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from
                          indices_from_positions, positions_from_configs, positions_from_indices,
                          prior_score, radices, valid_mask)
 from .measure import MeasureResult
-from .space import INTRINSIC_REQUIRES, ConfigSpace, Conv2dConfig, conv2d_space
+from .intrinsic_paths import PATHS
+from .space import ConfigSpace, Conv2dConfig, conv2d_space
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
@@ -483,11 +484,11 @@ def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
     from a good WMMA config reaches its twin on that path instead of an invalid point."""
     names = list(space.knobs)
     column = pos[:, names.index("intrinsic")]
-    for intrinsic, requires in INTRINSIC_REQUIRES.items():
+    for intrinsic, path in PATHS.items():
         if intrinsic not in space.knobs["intrinsic"]:
             continue
         on_path = column == space.knobs["intrinsic"].index(intrinsic)
-        for knob, value in requires.items():
+        for knob, value in path.requires.items():
             if value in space.knobs[knob]:
                 pos[on_path, names.index(knob)] = space.knobs[knob].index(value)
     return pos
