@@ -28,8 +28,8 @@ from .workloads import get as get_workload
 _log = logging.getLogger(__name__)
 _CHUNK = 1 << 16  # configs decoded and pre-filtered at once
 _DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
-_SCAN_LIMIT = 1 << 22  # spaces up to this size may be scanned whole (~1 s); the real ones are
-# ~268M configs, whose scan took minutes: they are only ever sampled
+_SCAN_LIMIT = _CHUNK  # spaces up to one draw's size may be listed whole; larger ones (the real
+# ones have ~268M configs) are only ever sampled
 
 
 class Tuner:
@@ -253,7 +253,7 @@ class Tuner:
 
     def _valid_indices(self) -> np.ndarray:
         """Every index that passes the pre-filter (computed once; only for spaces of at most
-        ``_SCAN_LIMIT`` configs, ~1 s for 2M)."""
+        ``_SCAN_LIMIT`` configs: one draw's work)."""
         if self._all_valid is None:
             parts = []
             for start in range(0, len(self.space), _CHUNK):
@@ -436,7 +436,7 @@ class XGBTuner(Tuner):
             pool = self._valid_indices()
             if pool.size:
                 starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
-        return starts
+        return starts[:chains]
 
 
 def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: float = 1.0,
