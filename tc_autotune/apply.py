@@ -88,11 +88,36 @@ def active_logs() -> tuple[tuple[str, bool], ...]:
     return _active_logs.get() + (((str(own), False),) if own and own.exists() else ()) + ((str(shipped), False),)
 
 
+@functools.lru_cache(maxsize=128)
+def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[records.Record]]:
+    """The successful records of one log file by (workload, arch); read once per process
+    and version of the file (its path, mtime and size key the cache)."""
+    index: dict[tuple, list[records.Record]] = {}
+    for record in records.load(path):
+        if record.ok:
+            index.setdefault((record.workload, record.arch), []).append(record)
+    return index
+
+
+def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.Record]:
+    """The successful records of ``workload`` on ``arch`` in ``logs`` (files or folders), from
+    the per-file index: a log is parsed again only after it changed."""
+    found = []
+    for file in records.log_files(logs):
+        try:
+            stat = file.stat()
+        except OSError:  # removed since it was listed
+            continue
+        found += _log_index(str(file), stat.st_mtime_ns, stat.st_size).get((workload, arch), [])
+    return found
+
+
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo) -> tuple[Conv2dConfig, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first."""
     space = conv2d_space(workload, gpu)
     for path, include_stale in active_logs():
-        found = records.load_best(path, workload, target=gpu.arch, include_stale=include_stale)
+        found = records.load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
+                                  include_stale=include_stale)
         if found and space.is_valid(found[0]):
             return found[0], found[1], path
     return None
