@@ -22,6 +22,7 @@ from tvm import te
 
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
                          wgmma_intrinsic, wmma_intrinsics)
+from . import tasks
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
 from .rules import round_up as _round_up
@@ -436,6 +437,7 @@ def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
 PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
+@tasks.templates(tasks.CONV2D.name)
 def lower_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, target):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
     mod = schedule_conv2d(workload, config)

@@ -20,12 +20,13 @@ import numpy as np
 from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from_positions,
                          indices_from_positions, positions_from_configs, positions_from_indices,
                          prior_score, radices, valid_mask)
-from .measure import MeasureResult
+from .results import MeasureResult
 from .intrinsic_paths import PATHS
 from .space import ConfigSpace, Conv2dConfig, conv2d_space
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
+TUNERS = ("xgb", "random", "grid")  # names of make_tuner's strategies
 _CHUNK = 1 << 16  # configs decoded and pre-filtered at once
 _DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
 _SCAN_LIMIT = _CHUNK  # spaces up to one draw's size may be listed whole; larger ones (the real
@@ -437,6 +438,14 @@ class XGBTuner(Tuner):
             if pool.size:
                 starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
         return starts[:chains]
+
+
+def make_tuner(name: str, space: ConfigSpace, seed: int | None = None) -> Tuner:
+    """The tuner called ``name`` (one of ``TUNERS``) on ``space``."""
+    classes = {"xgb": XGBTuner, "random": RandomTuner, "grid": GridTuner}
+    if name not in classes:
+        raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(TUNERS)})")
+    return classes[name](space, seed=seed)
 
 
 def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: float = 1.0,
