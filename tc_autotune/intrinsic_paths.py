@@ -11,6 +11,7 @@ tiles are swizzled.  The template registers each path's schedule function with
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from .knobs import KNOBS
@@ -99,10 +100,9 @@ _SCHEDULES: dict = {}
 
 def schedules(name: str):
     """Decorator: the template's function that schedules the GEMM block on path ``name``."""
-    get(name)
+    return functools.partial(_set_schedule, get(name).name)
 
-    def register(func):
-        _SCHEDULES[name] = func
-        return func
 
-    return register
+def _set_schedule(name: str, func):
+    _SCHEDULES[name] = func
+    return func
