@@ -49,11 +49,11 @@ def parse_args(argv):
     args.sweep = knobs
     names = list(args.workload or [])
     if args.job:
-        from tc_autotune import nightly
+        from tc_autotune import jobs
 
         try:
-            entries = nightly.load_job(args.job).entries
-        except nightly.JobError as err:
+            entries = jobs.load_job(args.job).entries
+        except jobs.JobError as err:
             p.error(f"argument --job: {err}")
         seen = set()
         names += [e.name for e in entries if not (e.workload in seen or seen.add(e.workload))]

@@ -46,17 +46,19 @@ def main(argv=None) -> int:
     parser, args = parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    from tc_autotune import nightly
+    from tc_autotune import jobs  # the job file is checked before TVM is imported
 
     try:
-        job = nightly.load_job(args.job)
+        job = jobs.load_job(args.job)
         check_job_paths(job, args.report_only)
-    except (nightly.JobError, cli.BadValue) as err:
+    except (jobs.JobError, cli.BadValue) as err:
         parser.error(str(err))  # one line, exit 2
     if args.budget_minutes is not None:
         job.budget_s = args.budget_minutes * 60
     try:
-        with nightly.job_lock(job):
+        with jobs.job_lock(job):
+            from tc_autotune import nightly
+
             gpu = None
             if not args.report_only:
                 from tc_autotune.gpu import local_gpu
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
                     return cli.EXIT_NO_GPU
             report = nightly.run_nightly(job, gpu=gpu, report_only=args.report_only,
                                          transfer=not args.no_transfer)
-    except nightly.LockedError as err:
+    except jobs.LockedError as err:
         print(f"nightly.py: {err}", file=sys.stderr)
         return cli.EXIT_LOCKED
     print(report.to_markdown())

@@ -15,7 +15,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
 from tc_autotune import cli  # noqa: E402  (no TVM import: fast argument errors)
-from tc_autotune.autotune import TUNERS  # noqa: E402
+from tc_autotune.tuner import TUNERS  # noqa: E402  (no TVM import either)
 
 
 def parse_args(argv):

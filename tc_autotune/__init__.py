@@ -16,7 +16,7 @@ _EXPORTS = {
     "Conv2dKernel": "kernel",
     "build_conv2d": "kernel",
     "apply_history_best": "apply",
-    "conv2d": "apply",
+    "conv2d": "kernel",
     "load_best": "records",
     "pick_best": "records",
     "XGBTuner": "tuner",

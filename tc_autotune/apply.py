@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
-from .gpu import GpuInfo, gpu_log_name
+from .gpu import GpuInfo, gpu_log_name, local_gpu
+from .records import SHIPPED_LOGS, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
 from .space import Conv2dConfig, conv2d_space
 from .workloads import Conv2dWorkload
+from . import zero_shot
 
 log = logging.getLogger(__name__)
-
-SHIPPED_LOGS = Path(__file__).resolve().parent.parent / "tuning_logs"
 
 # (log path, include stale records) of the enclosing apply_history_best blocks, innermost first
 _active_logs: contextvars.ContextVar[tuple[tuple[str, bool], ...]] = contextvars.ContextVar(
@@ -62,37 +62,47 @@ def apply_history_best(logs, include_stale: bool = False):
         _active_logs.reset(token)
 
 
-def shipped_logs_dir() -> Path | None:
-    """The shipped tuning_logs/ folder (TC_AUTOTUNE_SHIPPED_LOGS overrides; empty: none)."""
-    shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS))
-    return Path(shipped) if shipped and Path(shipped).exists() else None
-
-
-def shipped_log_files() -> list[Path]:
-    """The shipped logs: tuning_logs/*.jsonl (best records per GPU) and
-    tuning_logs/history/*.jsonl (every measurement of earlier runs)."""
-    shipped = shipped_logs_dir()
-    return records.log_files([shipped, shipped / "history"]) if shipped is not None else []
-
-
 def active_logs() -> tuple[tuple[str, bool], ...]:
     """The log sets consulted, in order, with whether each may give stale records: those of
     enclosing apply_history_best blocks, then this GPU's shipped log, then all shipped logs."""
     shipped = shipped_logs_dir()
     if shipped is None:
         return _active_logs.get()
-    from .gpu import local_gpu
-
     gpu = local_gpu()  # this GPU's own shipped log first, then any of the same arch
     own = shipped / gpu_log_name(gpu.name) if gpu else None
     return _active_logs.get() + (((str(own), False),) if own and own.exists() else ()) + ((str(shipped), False),)
+
+
+@functools.lru_cache(maxsize=128)
+def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[records.Record]]:
+    """The successful records of one log file by (workload, arch); read once per process
+    and version of the file (its path, mtime and size key the cache)."""
+    index: dict[tuple, list[records.Record]] = {}
+    for record in records.load(path):
+        if record.ok:
+            index.setdefault((record.workload, record.arch), []).append(record)
+    return index
+
+
+def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.Record]:
+    """The successful records of ``workload`` on ``arch`` in ``logs`` (files or folders), from
+    the per-file index: a log is parsed again only after it changed."""
+    found = []
+    for file in records.log_files(logs):
+        try:
+            stat = file.stat()
+        except OSError:  # removed since it was listed
+            continue
+        found += _log_index(str(file), stat.st_mtime_ns, stat.st_size).get((workload, arch), [])
+    return found
 
 
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo) -> tuple[Conv2dConfig, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first."""
     space = conv2d_space(workload, gpu)
     for path, include_stale in active_logs():
-        found = records.load_best(path, workload, target=gpu.arch, include_stale=include_stale)
+        found = records.load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
+                                  include_stale=include_stale)
         if found and space.is_valid(found[0]):
             return found[0], found[1], path
     return None
@@ -117,9 +127,7 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True) -> 
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])
-    from .zero_shot import zero_shot_config
-
-    predicted = zero_shot_config(workload, gpu)
+    predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         if warn:
             warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using a zero-shot config "
@@ -137,13 +145,6 @@ def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConf
     return choose_config(workload, gpu).config
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_kernel(workload: Conv2dWorkload, logs: tuple[tuple[str, bool], ...]):
-    from .kernel import build_conv2d
-
-    return build_conv2d(workload)
-
-
 def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32") -> Conv2dWorkload:
     """The workload of NHWC ``data`` and HWIO ``weight`` (numpy or TVM tensors)."""
     if len(data.shape) != 4 or len(weight.shape) != 4:
@@ -156,10 +157,3 @@ def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float3
         raise ValueError(f"data is {data.dtype} but weight is {weight.dtype}")
     return Conv2dWorkload(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
                           dtype=str(data.dtype), out_dtype=out_dtype)
-
-
-def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32"):
-    """NHWC conv2d on Tensor Cores: the workload comes from the arrays, the kernel from the
-    best record (built once per workload and log set), the result is a TVM tensor."""
-    workload = workload_of(data, weight, stride, padding, dilation, out_dtype)
-    return _cached_kernel(workload, active_logs())(data, weight)

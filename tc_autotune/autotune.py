@@ -15,16 +15,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import records
+from . import baseline, records
+from .apply import best_config, choose_config
+from .benchmark import checked_kernel_time
 from .cuda import nvcc_version
 from .gpu import GpuInfo, local_gpu
-from .measure import MeasureOptions
+from .kernel import build_conv2d
+from .measure import LocalMeasurer, MeasureOptions
+from .records import shipped_log_files
+from .reference import conv2d_reference, random_inputs
 from .space import Conv2dConfig, conv2d_space
+from .tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
 from .workloads import Conv2dWorkload
 
 log = logging.getLogger(__name__)
-
-TUNERS = ("xgb", "random", "grid")
 
 
 class NoGpuError(RuntimeError):
@@ -91,23 +95,12 @@ class Retimed:
     cudnn_s: float | None = None
 
 
-def make_tuner(name: str, space, seed: int | None = None):
-    from . import tuner
-
-    classes = {"xgb": tuner.XGBTuner, "random": tuner.RandomTuner, "grid": tuner.GridTuner}
-    if name not in classes:
-        raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(TUNERS)})")
-    return classes[name](space, seed=seed)
-
-
 def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) -> list:
     """Records of the shipped histories (this arch's, when ``shipped``) and of
     ``transfer_logs`` (all of them), not counting the tuning log itself; exact duplicates
     (a best log and its history) count once."""
     found = []
     if shipped:
-        from .apply import shipped_log_files
-
         files = [f for f in shipped_log_files() if f.resolve() != Path(log_path).resolve()]
         found += [r for r in records.load(files) if r.arch == arch]
     found += records.load(list(transfer_logs))
@@ -121,8 +114,6 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dCon
     record's config of this workload on this GPU (its old time no longer counts) and the
     default config.  Without ``zero_shot`` (``--no-transfer``) nothing learnt from other
     workloads' histories is measured: only a record of this workload stands for apply's pick."""
-    from .apply import best_config, choose_config
-
     if zero_shot:
         picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
     else:
@@ -153,9 +144,6 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     ``measurer_factory(space, options)`` replaces the GPU measurer (tests use a synthetic one);
     an open ``measurer`` (with ``use_space``) is reused across workloads and left open.
     """
-    from .measure import LocalMeasurer
-    from .tuner import progress_logger
-
     gpu = gpu or local_gpu()
     if gpu is None:
         raise NoGpuError("no CUDA GPU found: tuning needs one to measure on")
@@ -247,11 +235,6 @@ def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
     """({name: seconds or None}, cuDNN seconds or None): each distinct config of ``configs``
     built and timed once in this process, beside cuDNN, on the same inputs, each checked
     against the fp32 reference first (None where wrong or cuDNN is missing)."""
-    from . import baseline
-    from .benchmark import checked_kernel_time
-    from .kernel import build_conv2d
-    from .reference import conv2d_reference, random_inputs
-
     data, weight = random_inputs(workload, seed=1)
     reference = conv2d_reference(workload, data, weight)
     timed: dict = {}

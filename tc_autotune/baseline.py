@@ -10,6 +10,7 @@ import statistics
 
 import numpy as np
 
+from .results import TOLERANCE, check_then_time
 from .workloads import Conv2dWorkload
 
 
@@ -52,13 +53,10 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray)
 def checked_cudnn_time(workload: Conv2dWorkload, data, weight, reference, number: int = 20,
                        repeat: int = 30, min_repeat_ms: float = 10) -> tuple[float | None, float]:
     """(median seconds or None, relative error): cuDNN is timed only when its result is right."""
-    from .reference import relative_l2_error
-
-    run, out = cudnn_conv2d(workload, data, weight)
-    err = relative_l2_error(out, reference)
-    if not err < 1e-2:
-        return None, err
-    return median(time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms)), err
+    run, out = cudnn_conv2d(workload, data, weight)  # ran once: its output is fresh
+    return check_then_time(lambda: None, lambda: out, reference,
+                           lambda: median(time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms)),
+                           TOLERANCE)
 
 
 def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10,

@@ -7,18 +7,25 @@ table says which.  Every kernel that is timed is first checked against the fp32 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
+import tvm
 
-from . import baseline
-from .kernel import build_conv2d
+from . import baseline, records
+from .apply import apply_history_best, best_or_default_config, choose_config
+from .gpu import default_gpu
+from .kernel import build_conv2d, compile_conv2d
 from .measure import time_kernel
+from .reference import conv2d_reference, random_inputs
+from .results import TOLERANCE, check_then_time
 from .space import conv2d_space
-from .reference import conv2d_reference, random_inputs, relative_l2_error
 from .workloads import get
 
 log = logging.getLogger(__name__)
@@ -54,17 +61,16 @@ def checked_kernel_time(kernel, workload, data, weight, reference, number: int =
     against ``reference``, and time only a kernel whose result is right.  Each repeat runs
     at least ``min_repeat_ms`` of back-to-back launches (cuDNN is timed the same way), so
     10 us kernels are timed in steady state and not on a handful of launches."""
-    import tvm
-
     dev = tvm.cuda(0)
     out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
     d, w = tvm.runtime.tensor(data, device=dev), tvm.runtime.tensor(weight, device=dev)
-    kernel(d, w, out)
-    err = relative_l2_error(out.numpy(), reference)
-    if not err < 1e-2:
+    times, err = check_then_time(
+        lambda: kernel(d, w, out), out.numpy, reference,
+        lambda: time_kernel(kernel, d, w, out, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
+        TOLERANCE)
+    if times is None:
         log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
         return None, err
-    times = time_kernel(kernel, d, w, out, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return float(np.median(times)), err
 
 
@@ -72,9 +78,6 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
               min_repeat_ms: float = 10) -> list[BenchRow]:
     """Time the default config, the applied config (best record of ``logs`` and the shipped
     logs, else zero-shot, else default) and cuDNN for each workload, on the same inputs."""
-    from .apply import apply_history_best, choose_config
-    from .gpu import default_gpu
-
     gpu = default_gpu()
     rows = []
     for name in names:
@@ -125,14 +128,6 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
     """Ablation: each workload's base config with every combination of ``knobs`` values,
     each checked and timed, with cuDNN from the same process beside them.  Kernels are
     compiled in parallel (nvcc runs as subprocesses) before any is timed."""
-    import itertools
-    from concurrent.futures import ThreadPoolExecutor
-    from dataclasses import replace
-
-    from .apply import apply_history_best, best_or_default_config
-    from .gpu import default_gpu
-    from .kernel import compile_conv2d
-
     gpu = default_gpu()
     timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     rows = []
@@ -215,8 +210,6 @@ def markdown_table(rows: list[BenchRow]) -> str:
 
 def tuning_curve(log, workload) -> list[float]:
     """Best-so-far TFLOP/s after each measurement of ``workload`` in ``log`` (file order)."""
-    from . import records
-
     workload, best, curve = get(workload), 0.0, []
     for record in records.load(log):
         if record.workload == workload:
@@ -236,8 +229,6 @@ def write_plots(rows: list[BenchRow], out_dir, curve_logs=()) -> list[str]:
     except ImportError:
         log.warning("matplotlib is not installed: plots skipped (the table is complete)")
         return []
-    from pathlib import Path
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -15,6 +15,9 @@ import math
 import os
 from pathlib import Path
 
+from . import workloads
+from .knobs import KNOBS
+
 # Exit codes of all scripts (scripts/nightly.py's agree with tc_autotune.nightly.EXIT_*).
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # bad arguments or input files: one line naming the bad value
@@ -139,10 +142,8 @@ def existing_path(text) -> str:
 def workload_name(text) -> str:
     """A workload preset or spec that ``workloads.get`` accepts; returned as given (the
     name labels report rows)."""
-    from .workloads import get
-
     try:
-        get(text)
+        workloads.get(text)
     except ValueError as err:
         raise BadValue(str(err)) from None
     return text
@@ -157,8 +158,6 @@ def cuda_arch(text) -> str:
 
 def knob_values(text) -> tuple[str, list]:
     """``KNOB=V1,V2,...`` with every value among the knob's candidates: (knob, values)."""
-    from .space import KNOBS
-
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or name not in KNOBS or not values.strip():

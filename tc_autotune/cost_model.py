@@ -15,177 +15,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from .space import (KNOBS, MAX_ACCUMULATOR_FRAGMENTS, MMA_REQUIRES, WGMMA_REQUIRES, WMMA_SHAPES,
-                    ConfigSpace, Conv2dConfig)
+from .intrinsic_paths import PATHS
+from .knobs import WMMA_SHAPES, Conv2dConfig, code
+from .prior import prior_of, prior_score
+from .rules import derive_rows
+from .space import (ConfigSpace, indices_from_positions, positions_from_configs, positions_from_indices,
+                    radices, valid_mask)
+
+__all__ = ["FEATURE_NAMES", "XGBCostModel", "features_from_positions", "config_features", "block_tiles",
+           "normalise_per_group", "prior_score", "valid_mask", "radices", "positions_from_indices",
+           "indices_from_positions", "positions_from_configs"]
 
 _WMMA_NAMES = tuple(WMMA_SHAPES)
-_NAMED_KNOBS = {"wmma": _WMMA_NAMES, "intrinsic": KNOBS["intrinsic"]}  # values -> their position
-_MMA = KNOBS["intrinsic"].index("mma")
-_WGMMA = KNOBS["intrinsic"].index("wgmma")
-_WMMA_MNK = np.array([WMMA_SHAPES[name] for name in _WMMA_NAMES], dtype=np.int64)  # (3, 3)
 _LOG2_KNOBS = ("block_row_warps", "block_col_warps", "warp_row_tiles", "warp_col_tiles", "chunk")
 _MAX_THREADS_PER_SM = 2048
 _MAX_BLOCKS_PER_SM = 32
-
-
-# ---- configs <-> knob-position arrays -------------------------------------------
-def radices(space: ConfigSpace) -> np.ndarray:
-    return np.array([len(c) for c in space.knobs.values()], dtype=np.int64)
-
-
-def positions_from_indices(space: ConfigSpace, indices) -> np.ndarray:
-    """Mixed-radix decode (first knob fastest, as ``ConfigSpace.get``): (n, knobs) int64."""
-    rest = np.asarray(indices, dtype=np.int64).copy()
-    rad = radices(space)
-    pos = np.empty((rest.size, rad.size), dtype=np.int64)
-    for j, r in enumerate(rad):
-        pos[:, j] = rest % r
-        rest //= r
-    return pos
-
-
-def indices_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
-    scales = np.cumprod(np.concatenate([[1], radices(space)[:-1]]))
-    return pos @ scales
-
-
-def positions_from_configs(space: ConfigSpace, configs) -> np.ndarray:
-    lookups = [{v: i for i, v in enumerate(cands)} for cands in space.knobs.values()]
-    names = list(space.knobs)
-    pos = np.empty((len(configs), len(names)), dtype=np.int64)
-    for row, config in enumerate(configs):
-        for j, (name, lookup) in enumerate(zip(names, lookups)):
-            pos[row, j] = lookup[getattr(config, name)]
-    return pos
-
-
-def _knob_values(space: ConfigSpace, pos: np.ndarray) -> dict[str, np.ndarray]:
-    """Knob values per column (string knobs as their position in the full candidate list)."""
-    out = {}
-    for j, (name, cands) in enumerate(space.knobs.items()):
-        if name in _NAMED_KNOBS:
-            table = np.array([_NAMED_KNOBS[name].index(c) for c in cands], dtype=np.int64)
-        else:
-            table = np.array(cands, dtype=np.int64)
-        out[name] = table[pos[:, j]]
-    return out
-
-
-def _derive(space: ConfigSpace, pos: np.ndarray) -> dict[str, np.ndarray]:
-    """Knob values plus the quantities ``Conv2dConfig`` derives, vectorised."""
-    v = _knob_values(space, pos)
-    mnk = _WMMA_MNK[v["wmma"]]
-    v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * mnk[:, 0]
-    v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * mnk[:, 1]
-    v["bk"] = v["chunk"] * mnk[:, 2]
-    v["warps"] = v["block_row_warps"] * v["block_col_warps"]
-    v["threads"] = v["warps"] * 32
-    v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
-    a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
-    b = v["bk"] * (v["bn"] + v["offset_b"]) * 2
-    c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
-    v["smem"] = np.maximum(v["stages"] * (a + b), c)
-    m, n, k = space.workload.gemm_shape
-    # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
-    v["gm"], v["gn"] = -(-m // v["bm"]), -(-n // v["bn"])
-    v["gk"] = -(-k // (v["bk"] * v["split_k"]))
-    v["blocks"] = v["gm"] * v["gn"] * v["split_k"]
-    return v
+# One indicator feature per path besides WMMA, named after it; swizzled paths by code.
+_OTHER_PATHS = tuple(name for name in PATHS if name != "wmma")
+_SWIZZLED = np.array([p.swizzled for p in PATHS.values()])
 
 
 def block_tiles(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     """(n, 4) rows of block M, N, K and warps: what sets a config's tiling apart."""
-    v = _derive(space, pos)
+    v = derive_rows(space, pos)
     return np.stack([v["bm"], v["bn"], v["bk"], v["warps"]], axis=1)
-
-
-def _meets(v: dict[str, np.ndarray], requires: dict) -> np.ndarray:
-    """Rows whose knobs hold the values an intrinsic requires (``space.MMA_REQUIRES`` ...)."""
-    ok = np.ones(len(v["intrinsic"]), dtype=bool)
-    for knob, value in requires.items():
-        ok &= v[knob] == (_NAMED_KNOBS[knob].index(value) if knob in _NAMED_KNOBS else value)
-    return ok
-
-
-def valid_mask(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
-    """Vectorised mirror of ``ConfigSpace.why_invalid``: a fast pre-filter for search.
-
-    The space stays the authority: tuners confirm every pick with ``space.is_valid``,
-    and a test checks that this mirror agrees with it.
-    """
-    v = _derive(space, pos)
-    wl, gpu = space.workload, space.gpu
-    m, n, k = wl.gemm_shape
-    ok = (v["threads"] <= gpu.max_threads_per_block) & (v["smem"] <= gpu.max_smem_per_block)
-    ok &= v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS
-    if int(gpu.arch[3:]) < 80:
-        ok &= v["stages"] == 1
-    ok &= v["stages"] <= v["gk"]
-    split = v["split_k"] > 1
-    ok &= ~split | ((v["split_k"] - 1) * v["gk"] * v["bk"] < k)
-    ok &= ~split | (v["gm"] * v["gn"] < 2 * gpu.sm_count)
-    mma = v["intrinsic"] == _MMA
-    ok &= ~mma | (_meets(v, MMA_REQUIRES) & (int(gpu.arch[3:]) >= 80)
-                  & (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0))
-    wgmma = v["intrinsic"] == _WGMMA
-    ok &= ~wgmma | (_meets(v, WGMMA_REQUIRES) & (gpu.arch == "sm_90") & (v["warp_col_tiles"] * 16 % 64 == 0))
-    ok &= v["frag_buffers"] <= v["chunk"]
-    for tile, size in ((v["bm"], m), (v["bn"], n), (v["bk"], k)):
-        ok &= tile <= 2 * (-(-size // 16) * 16)
-    for vec, channels, tile in ((v["vec_a"], wl.in_channels, v["bm"] * v["bk"]),
-                                (v["vec_b"], wl.out_channels, v["bk"] * v["bn"]),
-                                (v["vec_c"], wl.out_channels, v["bm"] * v["bn"])):
-        ok &= (channels % vec == 0) & (tile % (v["threads"] * vec) == 0)
-    for offset, vec in (("offset_a", "vec_a"), ("offset_b", "vec_b"), ("offset_c", "vec_c")):
-        ok &= v[offset] % v[vec] == 0
-    return ok
-
-
-# ---- an analytic prior ------------------------------------------------------------
-def _lookup(table: dict, values: np.ndarray, default: float = 1.0) -> np.ndarray:
-    out = np.full(values.shape, default, dtype=np.float64)
-    for key, weight in table.items():
-        out[values == key] = weight
-    return out
-
-
-def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
-    """A hand-made estimate of relative throughput, before anything is measured.
-
-    Product of: padding waste, how well the grid fills the SMs (last-wave idle
-    SMs), data reuse of the block tile (saturating near 128x128, falling off for
-    huge tiles that spill or starve the grid), warps per block, and mild
-    preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
-    and padded shared-memory rows (or the swizzled mma path), a pipelined (multi-stage) k-loop, and a mild
-    cost for split-K's second kernel.  It picks the default config and seeds the
-    tuner's first batch; the cost model also sees it as a feature.
-    """
-    return _prior_of(space, _derive(space, pos))
-
-
-def _prior_of(space: ConfigSpace, v: dict[str, np.ndarray]) -> np.ndarray:
-    m, n, k = space.workload.gemm_shape
-    bm, bn, bk, split, gm, gn, gk = (v[x].astype(np.float64)
-                                     for x in ("bm", "bn", "bk", "split_k", "gm", "gn", "gk"))
-    padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)
-    waves = gm * gn * split / space.gpu.sm_count
-    wave_use = waves / np.ceil(waves)
-    intensity = bm * bn / (bm + bn)
-    reuse = np.minimum(1.0, intensity / 48.0) * np.where(bm * bn > 256 * 128, 0.6, 1.0)
-    warps = _lookup({1: 0.5, 2: 0.8, 4: 1.0, 8: 0.9, 16: 0.7}, v["warps"])
-    vec = (_lookup({1: 0.45, 2: 0.65, 4: 0.85}, v["vec_a"]) * _lookup({1: 0.8, 2: 0.9, 4: 0.95}, v["vec_b"])
-           * _lookup({1: 0.9, 2: 0.95}, v["vec_c"]))
-    chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
-    shape = _lookup({0: 1.0}, v["wmma"], default=0.9)
-    # Padded rows matter to WMMA; the mma path swizzles instead (H100: ~1.1x over WMMA), and
-    # wgmma (Hopper) runs 1.1-1.4x faster than mma (H200, tuned configs of the seed workloads).
-    swizzled = _lookup({_MMA: 1.1, _WGMMA: 1.3}, v["intrinsic"], default=0.0)
-    offsets = np.where(swizzled > 0, swizzled,
-                       _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"]))
-    stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
-    # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
-    splitting = np.where(split > 1, 0.9, 1.0)
-    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * splitting
 
 
 # ---- features -------------------------------------------------------------------
@@ -196,7 +49,7 @@ FEATURE_NAMES = (
     "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
     "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", "mma", "wgmma",
+    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", *_OTHER_PATHS,
     "prior",
 )
 
@@ -206,7 +59,7 @@ def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
     a padded row stride of s 16-byte units puts the rows on 8 / gcd(s, 8) distinct bank
     groups; the swizzled tiles of the mma and wgmma paths are conflict-free.  Transferable where
     the raw offsets are not: offset 0 is bad for WMMA but the only choice for mma and wgmma."""
-    swizzled = v["intrinsic"] != _NAMED_KNOBS["intrinsic"].index("wmma")
+    swizzled = _SWIZZLED[v["intrinsic"]]
     ways = [np.where(swizzled, 1, np.gcd((v[size] + v[offset]) // 8, 8))
             for size, offset in (("bk", "offset_a"), ("bn", "offset_b"))]
     return tuple(w.astype(np.float64) for w in ways)
@@ -214,7 +67,7 @@ def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
 
 def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     """(n, len(FEATURE_NAMES)) float32 features of knob-position rows on ``space``'s workload."""
-    v = _derive(space, pos)
+    v = derive_rows(space, pos)
     m, n, k = space.workload.gemm_shape
     sm = space.gpu.sm_count
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
@@ -239,8 +92,8 @@ def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
         f(resident), blocks / (sm * resident), (m * n * k) / padded,
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
         *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
-        f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])), f(v["intrinsic"] == _MMA),
-        f(v["intrinsic"] == _WGMMA), _prior_of(space, v),
+        f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
+        *(f(v["intrinsic"] == code("intrinsic", name)) for name in _OTHER_PATHS), prior_of(space, v),
     ]
     return np.stack(cols, axis=1).astype(np.float32)
 

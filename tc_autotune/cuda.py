@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .gpu import default_gpu
+
 log = logging.getLogger(__name__)
 
 NVCC_FLAGS = ("-O3", "-w", "-cubin")
@@ -92,8 +94,6 @@ def _callback_arch() -> str:
     target = tvm.target.Target.current(allow_none=True)
     if target is not None and target.attrs.get("arch"):
         return str(target.attrs["arch"])
-    from .gpu import default_gpu
-
     return default_gpu().arch
 
 

@@ -11,10 +11,9 @@ Forgetting to bump the version is caught by a test: ``fingerprint()`` hashes the
 source (plus build arch and nvcc flags) generated for ``PROBES``, a fixed set of
 (workload, config) pairs covering every intrinsic and knob path, and the test compares
 it with ``FINGERPRINTS[TEMPLATE_VERSION]``.  When the generated code changes on
-purpose: bump ``TEMPLATE_VERSION``, add its fingerprint (``python -m
-tc_autotune.generator`` prints it), never edit an older entry.
-
-This module imports TVM only inside ``fingerprint`` (records and the CLIs stay fast).
+purpose: bump the task's ``template_version`` (``tasks.CONV2D``, which records read
+without importing TVM), add its fingerprint here (``python -m tc_autotune.generator``
+prints it), never edit an older entry.
 """
 
 from __future__ import annotations
@@ -22,7 +21,16 @@ from __future__ import annotations
 import hashlib
 import json
 
-TEMPLATE_VERSION = 1
+import tvm
+
+from . import cuda, tasks
+from .gpu import gpu_for_arch
+from .kernel import build_arch
+from .space import Conv2dConfig
+from .template import lower_conv2d
+from .workloads import get
+
+TEMPLATE_VERSION = tasks.CONV2D.template_version
 
 # version -> fingerprint of PROBES' generated code (never edit an entry; add one per bump).
 FINGERPRINTS = {
@@ -54,26 +62,16 @@ PROBE_ARCH = "sm_90"
 
 def probe_kernels():
     """The probes as (workload, config) pairs."""
-    from .space import Conv2dConfig
-    from .workloads import get
-
     return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in PROBES]
 
 
 def generated_code(workload, config, arch: str = PROBE_ARCH) -> dict:
     """What the generator makes of one config: build arch, nvcc flags and CUDA source."""
-    import tvm
-
-    from .cuda import NVCC_FLAGS
-    from .gpu import gpu_for_arch
-    from .kernel import build_arch
-    from .template import lower_conv2d
-
     gpu = gpu_for_arch(arch)
     build = build_arch(config, gpu)
     executable = lower_conv2d(workload, config, tvm.target.Target({"kind": "cuda", "arch": build}))
     return {"workload": str(workload), "config": config.as_dict(), "arch": build,
-            "nvcc_flags": list(NVCC_FLAGS), "source": executable.mod.imports[0].inspect_source()}
+            "nvcc_flags": list(cuda.NVCC_FLAGS), "source": executable.mod.imports[0].inspect_source()}
 
 
 def fingerprint() -> str:
@@ -92,8 +90,9 @@ def version_check(found: str | None = None) -> str | None:
         return None
     return (f"the code generated for the probe configs changed (fingerprint {found}, version "
             f"{TEMPLATE_VERSION} is {known!r}): records measured before are stale now, so bump "
-            f"TEMPLATE_VERSION to {TEMPLATE_VERSION + 1} and add FINGERPRINTS[{TEMPLATE_VERSION + 1}] = "
-            f"{found!r} in tc_autotune/generator.py")
+            f"TEMPLATE_VERSION to {TEMPLATE_VERSION + 1} (template_version of tasks.CONV2D in "
+            f"tc_autotune/tasks.py) and add FINGERPRINTS[{TEMPLATE_VERSION + 1}] = {found!r} in "
+            "tc_autotune/generator.py")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -9,7 +10,9 @@ import numpy as np
 import tvm
 
 from . import cuda
+from .apply import active_logs, best_or_default_config, workload_of
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
+from .intrinsic_paths import get as intrinsic_path
 from .space import Conv2dConfig, conv2d_space
 from .template import lower_conv2d, workspace_shape, workspaces
 from .workloads import Conv2dWorkload, get
@@ -122,15 +125,13 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
         local = default_gpu()
         gpu = local if local.arch == arch else gpu_for_arch(arch)
     if config is None:
-        from .apply import best_or_default_config
-
         config = best_or_default_config(workload, gpu)
     return compile_conv2d(workload, resolve_config(workload, config, gpu), gpu)
 
 
 def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
     """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
-    return gpu.arch + "a" if config.intrinsic == "wgmma" else gpu.arch
+    return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
 
 
 def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
@@ -148,3 +149,15 @@ def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
     cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
                                nvcc_timeout)
     return Conv2dKernel(workload, config, target, executable, cubin)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_kernel(workload: Conv2dWorkload, logs: tuple[tuple[str, bool], ...]):
+    return build_conv2d(workload)
+
+
+def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32"):
+    """NHWC conv2d on Tensor Cores: the workload comes from the arrays, the kernel from the
+    best record (built once per workload and log set), the result is a TVM tensor."""
+    workload = workload_of(data, weight, stride, padding, dilation, out_dtype)
+    return _cached_kernel(workload, active_logs())(data, weight)

@@ -13,53 +13,32 @@ fresh runner takes the next one.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import enum
 import hashlib
 import logging
 import multiprocessing as mp
 import os
-import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import cloudpickle
 import numpy as np
+import tvm
+
+from . import cuda
+from .gpu import GpuInfo, gpu_for_arch
+from .kernel import compile_conv2d
+from .reference import conv2d_reference, random_inputs
+from .results import TOLERANCE, MeasureErrorNo, MeasureResult, check_then_time
+from .space import Conv2dConfig
+from .template import workspaces
+from .workloads import Conv2dWorkload
+
+__all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner",
+           "time_kernel"]
 
 log = logging.getLogger(__name__)
-
-
-class MeasureErrorNo(enum.IntEnum):
-    """Why a candidate has no time.  Stored as an int in records."""
-
-    NO_ERROR = 0
-    INVALID_CONFIG = 1
-    BUILD_ERROR = 2
-    BUILD_TIMEOUT = 3
-    RUN_ERROR = 4
-    RUN_TIMEOUT = 5
-    WRONG_RESULT = 6
-
-
-@dataclass(frozen=True)
-class MeasureResult:
-    """One measurement: all repeat times (seconds), an error code and its message."""
-
-    costs: tuple[float, ...]
-    error_no: MeasureErrorNo = MeasureErrorNo.NO_ERROR
-    error_msg: str = ""
-    all_cost: float = 0.0  # wall seconds spent on this candidate (build + run)
-    timestamp: float = field(default_factory=time.time)
-
-    @property
-    def ok(self) -> bool:
-        return self.error_no == MeasureErrorNo.NO_ERROR and len(self.costs) > 0
-
-    @property
-    def seconds(self) -> float:
-        """Median of the repeat times; inf for a failed measurement."""
-        return statistics.median(self.costs) if self.ok else float("inf")
 
 
 def time_kernel(kernel, data, weight, out, number: int = 20, repeat: int = 30,
@@ -80,7 +59,7 @@ class MeasureOptions:
     run_timeout: float = 30.0  # seconds per candidate on the GPU (load, check, time)
     repeat: int = 5  # timed repeats, each at least min_repeat_ms long
     min_repeat_ms: int = 20
-    tolerance: float = 1e-2  # relative L2 error against the fp32 reference
+    tolerance: float = TOLERANCE  # relative L2 error against the fp32 reference
 
 
 # ---- building (worker processes) ---------------------------------------------
@@ -91,12 +70,6 @@ def _run_pickled(payload: bytes):
 
 def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: float):
     """Lower, nvcc-compile (cubin into the disk cache) and export one candidate."""
-    from . import cuda
-    from .gpu import gpu_for_arch
-    from .kernel import compile_conv2d
-    from .space import Conv2dConfig
-    from .workloads import Conv2dWorkload
-
     start = time.time()
     try:
         workload = Conv2dWorkload.parse(spec)
@@ -111,60 +84,81 @@ def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: fl
 
 
 # ---- running (one isolated process owning the GPU) --------------------------------
+def _device_report(dev) -> GpuInfo:
+    """The device a runner measures on and the limits the space checks configs against."""
+    major, minor = dev.compute_version.split(".")
+    arch = f"sm_{major}{minor}"
+    nominal = gpu_for_arch(arch)
+    return GpuInfo(dev.device_name, arch, dev.multi_processor_count, dev.max_threads_per_block,
+                   nominal.max_smem_per_block)
+
+
 def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
-    """Serve (so_path, spec) requests until the pipe closes; exit after any run error."""
-    import tvm
-
-    from . import cuda
-    from .reference import relative_l2_error
-
+    """Serve (so_path, inputs key, [(shape, dtype)] of the output and workspaces) requests until
+    the pipe closes; exit after any run error.  The kernel's arguments are the stored inputs,
+    then one tensor per spec: the first is the output, poisoned with NaN and checked against
+    the stored reference; the rest are workspaces."""
     cuda.install_compile_callback()
     dev = tvm.cuda(0)
-    conn.send(("ready", dev.device_name))
+    conn.send(("ready", _device_report(dev)))
     cache = {}
     while True:
         try:
             request = conn.recv()
         except EOFError:
             return
-        so_path, key, out_shape, out_dtype, workspaces = request
+        so_path, key, tensors = request
         try:
             if key not in cache:
                 cache.clear()
                 arrays = np.load(os.path.join(inputs_dir, f"{key}.npz"))
-                cache[key] = (tvm.runtime.tensor(arrays["data"], device=dev),
-                              tvm.runtime.tensor(arrays["weight"], device=dev), arrays["reference"])
-            data, weight, reference = cache[key]
+                inputs = [tvm.runtime.tensor(arrays[f"input_{i}"], device=dev)
+                          for i in range(sum(name.startswith("input_") for name in arrays.files))]
+                cache[key] = (inputs, arrays["reference"])
+            inputs, reference = cache[key]
             module = tvm.runtime.load_module(so_path)
             func = module["main"]
+            (out_shape, out_dtype), *extra_specs = tensors
             out = tvm.runtime.tensor(np.full(out_shape, np.nan, out_dtype), device=dev)
-            extra = tuple(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in workspaces)
-            func(data, weight, out, *extra)
-            dev.sync()
-            err = relative_l2_error(out.numpy(), reference)
-            if not err < options.tolerance:
+            args = [*inputs, out, *(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in extra_specs)]
+
+            def run():
+                func(*args)
+                dev.sync()
+
+            def timer():
+                # One more repeat than kept: the first ran slow (clocks, caches) on ~5-10 us
+                # kernels, by up to 30% (H200 nightly, 2026-11-22), and skewed their medians.
+                evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat + 1,
+                                                  min_repeat_ms=int(options.min_repeat_ms))
+                return list(evaluator(*args).results)[1:]
+
+            costs, err = check_then_time(run, out.numpy, reference, timer, options.tolerance)
+            if costs is None:
                 conn.send(("wrong", f"relative L2 error {err:.3g} against the fp32 reference"))
                 continue
-            # One more repeat than kept: the first ran slow (clocks, caches) on ~5-10 us kernels,
-            # by up to 30% (H200 nightly, 2026-11-22), and skewed their medians.
-            evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat + 1,
-                                              min_repeat_ms=int(options.min_repeat_ms))
-            costs = list(evaluator(data, weight, out, *extra).results)[1:]
             conn.send(("ok", costs))
         except Exception as err:
             conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
             return  # the CUDA context may be broken: let the parent start a fresh runner
 
 
-class _Runner:
-    """The parent's handle on the runner process: restart on death, kill on timeout."""
+class LocalRunner:
+    """The runner protocol, for the local GPU: ``run(artifact, inputs key, tensors)`` checks
+    and times one exported kernel in a process that owns the GPU (restarted on death, killed
+    on timeout); ``device`` is the GPU it measured on, with its limits (a ``GpuInfo``).
+    Per-device and RPC runners implement the same two members."""
 
     def __init__(self, inputs_dir: str, options: MeasureOptions):
         self.inputs_dir, self.options = inputs_dir, options
         self.ctx = mp.get_context("spawn")
         self.process = None
         self.conn = None
-        self.device_name = None
+        self.device: GpuInfo | None = None
+
+    @property
+    def device_name(self) -> str | None:
+        return self.device.name if self.device else None
 
     def _start(self):
         parent, child = self.ctx.Pipe()
@@ -177,7 +171,7 @@ class _Runner:
             self.stop()
             raise RuntimeError("the GPU runner did not start within 120 s")
         try:
-            _, self.device_name = parent.recv()
+            _, self.device = parent.recv()
         except EOFError:
             self.stop()
             raise RuntimeError("the GPU runner died at start (no CUDA GPU?)") from None
@@ -189,12 +183,13 @@ class _Runner:
             self.process.join(5)
         self.process, self.conn = None, None
 
-    def run(self, so_path: str, key: str, workload, workspaces=()) -> tuple[str, object]:
-        """Check and time one exported kernel; ``workspaces`` is ``template.workspaces(...)``:
-        the (shape, dtype) of each buffer allocated for the call after ``out``."""
+    def run(self, so_path: str, key: str, tensors) -> tuple[str, object]:
+        """Check and time one exported kernel on the inputs stored under ``key``; ``tensors``
+        is the (shape, dtype) of the output, then of each workspace (``template.workspaces``).
+        Returns (status, payload): ("ok", costs), ("wrong" | "error" | "timeout", message)."""
         if self.process is None or not self.process.is_alive():
             self._start()
-        self.conn.send((so_path, key, workload.out_shape, workload.out_dtype, list(workspaces)))
+        self.conn.send((so_path, key, [(tuple(shape), dtype) for shape, dtype in tensors]))
         if not self.conn.poll(self.options.run_timeout):
             self.stop()
             return "timeout", f"no result within {self.options.run_timeout:.0f} s"
@@ -222,24 +217,27 @@ class LocalMeasurer:
         workers = self.options.build_workers or os.cpu_count() or 1
         self._pool_args = dict(max_workers=workers, mp_context=mp.get_context("spawn"))
         self._pool = cf.ProcessPoolExecutor(**self._pool_args)
-        self._runner = _Runner(self._tmp.name, self.options)
+        self._runner = LocalRunner(self._tmp.name, self.options)
         self.use_space(space)
 
     def use_space(self, space) -> None:
         """Measure another workload with the same build pool and runner (no restart cost)."""
-        from .reference import conv2d_reference, random_inputs
-
         self.space, self.workload, self.arch = space, space.workload, space.gpu.arch
         self._key = hashlib.sha1(str(self.workload).encode()).hexdigest()[:16]
         path = os.path.join(self._tmp.name, f"{self._key}.npz")
         if not os.path.exists(path):
             data, weight = random_inputs(self.workload, seed=0)
-            np.savez(path, data=data, weight=weight,
+            np.savez(path, input_0=data, input_1=weight,
                      reference=conv2d_reference(self.workload, data, weight))
 
     @property
     def device_name(self) -> str | None:
         return self._runner.device_name
+
+    @property
+    def device(self) -> GpuInfo | None:
+        """The GPU the runner measured on, with its limits (None before the first run)."""
+        return self._runner.device
 
     def __enter__(self):
         return self
@@ -264,8 +262,6 @@ class LocalMeasurer:
         return self._pool.submit(_run_pickled, payload)
 
     def __call__(self, configs) -> list[MeasureResult]:
-        from .template import workspaces
-
         results: list[MeasureResult | None] = [None] * len(configs)
         futures = {}
         for i, config in enumerate(configs):
@@ -291,11 +287,13 @@ class LocalMeasurer:
             for future in done:
                 i, submitted = futures[future]
                 run_start = time.time()
-                results[i] = self._run_built(future, submitted, workspaces(self.workload, configs[i]))
+                tensors = [(self.workload.out_shape, self.workload.out_dtype),
+                           *workspaces(self.workload, configs[i])]
+                results[i] = self._run_built(future, submitted, tensors)
                 deadline += time.time() - run_start
         return results
 
-    def _run_built(self, future, submitted: float, workspaces=()) -> MeasureResult:
+    def _run_built(self, future, submitted: float, tensors) -> MeasureResult:
         try:
             so_path, error, _build_s = future.result()
         except Exception as err:  # a worker died
@@ -305,7 +303,7 @@ class LocalMeasurer:
         if error:
             return MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, time.time() - submitted)
         try:
-            status, payload = self._runner.run(so_path, self._key, self.workload, workspaces)
+            status, payload = self._runner.run(so_path, self._key, tensors)
         except RuntimeError as err:
             return MeasureResult((), MeasureErrorNo.RUN_ERROR, str(err), time.time() - submitted)
         finally:

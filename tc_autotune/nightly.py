@@ -14,143 +14,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import records
+from .autotune import retime_against_default, tune_workload
 from .gpu import gpu_log_name
-from .measure import MeasureResult
-from .workloads import Conv2dWorkload, get
+from .measure import LocalMeasurer
+from .results import MeasureResult
+from .space import conv2d_space
+from .jobs import Job, JobEntry, JobError, LockedError, job_lock, load_job  # noqa: F401 (nightly's API)
 
 log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_BAD_JOB, EXIT_NO_GPU, EXIT_LOCKED, EXIT_REGRESSION = 0, 2, 3, 5, 6
-
-
-class JobError(ValueError):
-    """The job file is missing, unreadable or malformed."""
-
-
-class LockedError(RuntimeError):
-    """Another nightly run holds the job's lock."""
-
-
-@dataclass
-class JobEntry:
-    workload: Conv2dWorkload
-    name: str
-    trials: int
-
-
-@dataclass
-class Job:
-    """A nightly job: what to tune, how long, where logs and reports go (paths resolved
-    against the job file's folder)."""
-
-    entries: list[JobEntry]
-    log: Path
-    budget_s: float
-    best_log_dir: Path
-    report_dir: Path
-    regression_threshold: float = 0.05  # relative slowdown counted as a regression
-    path: Path | None = None
-
-    @property
-    def lock_path(self) -> Path:
-        return self.log.with_name(self.log.name + ".lock")
-
-
-def load_job(path) -> Job:
-    """Read a TOML or JSON job file (see tuning_logs/nightly.toml)."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise JobError(f"cannot read job file {path}: {err.strerror}") from None
-    try:
-        if path.suffix == ".toml":
-            raw = _toml().loads(text)
-        else:
-            raw = json.loads(text)
-    except Exception as err:  # tomllib/json decode errors
-        raise JobError(f"job file {path} is not valid {path.suffix[1:].upper() or 'JSON'}: {err}") from None
-    if not isinstance(raw, dict):
-        raise JobError(f"job file {path}: expected a table/object at the top")
-    base = path.parent
-
-    def number(key, default, kind=float):
-        value = raw.get(key, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            raise JobError(f"job file {path}: {key} must be a positive number, got {value!r}")
-        return kind(value)
-
-    default_trials = number("trials", 64, int)
-    entries = []
-    items = raw.get("workloads")
-    if not isinstance(items, list) or not items:
-        raise JobError(f"job file {path}: 'workloads' must be a non-empty list")
-    for item in items:
-        if isinstance(item, str):
-            item = {"name": item}
-        if not isinstance(item, dict) or "name" not in item:
-            raise JobError(f"job file {path}: each workload needs a name (preset or spec), got {item!r}")
-        try:
-            workload = get(item["name"])
-        except ValueError as err:
-            raise JobError(f"job file {path}: workload {item['name']!r}: {err}") from None
-        trials = item.get("trials", default_trials)
-        if not isinstance(trials, int) or isinstance(trials, bool) or trials <= 0:
-            raise JobError(f"job file {path}: trials of {item['name']!r} must be a positive integer")
-        entries.append(JobEntry(workload, item["name"], trials))
-    unknown = set(raw) - {"workloads", "trials", "log", "budget_minutes", "best_log_dir", "report_dir",
-                          "regression_threshold"}
-    if unknown:
-        raise JobError(f"job file {path}: unknown key(s) {', '.join(sorted(unknown))}")
-    return Job(
-        entries=entries,
-        log=(base / raw.get("log", "nightly.jsonl")).resolve(),
-        budget_s=number("budget_minutes", 60) * 60,
-        best_log_dir=(base / raw.get("best_log_dir", ".")).resolve(),
-        report_dir=(base / raw.get("report_dir", "reports")).resolve(),
-        regression_threshold=number("regression_threshold", 0.05),
-        path=path,
-    )
-
-
-def _toml():
-    """The TOML reader: tomllib (Python 3.11+), else tomli (a dependency on 3.10)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:
-        import tomli as tomllib
-    return tomllib
-
-
-@contextlib.contextmanager
-def job_lock(job: Job):
-    """Exclusive, non-blocking: a second run of the same job fails at once."""
-    job.lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(job.lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            owner = handle.read().strip() or "another process"
-            raise LockedError(f"another nightly run holds {job.lock_path} ({owner})") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ---- the report -------------------------------------------------------------------
@@ -291,9 +172,6 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     and cuDNN (default: ``autotune.retime_against_default``); tests pass synthetic ones.
     ``transfer``: the tuner learns from the shipped histories too (``--no-transfer``: not).
     """
-    from .autotune import retime_against_default, tune_workload
-    from .measure import LocalMeasurer
-
     start = now()
     deadline = start + job.budget_s
     previous = previous_report(job.report_dir)
@@ -312,8 +190,6 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
                 continue
             reached.add(entry.name)
             if measurer is None:
-                from .space import conv2d_space
-
                 measurer = stack.enter_context((measurer_factory or LocalMeasurer)(
                     conv2d_space(entry.workload, gpu), None))
             summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
@@ -366,8 +242,6 @@ def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
     """Re-time the best config beside the default and cuDNN; a loss to the previous report or
     to the default is confirmed by a second measurement before it counts.  Returns the
     re-timings as records (current template version, this GPU)."""
-    from .space import conv2d_space
-
     first = retime(workload, config)
     row.retimed_s, row.default_s, row.cudnn_s = first.tuned_s, first.default_s, first.cudnn_s
     if _regressed(row, job) or _lost_to_default(row, job):  # confirm before crying wolf

@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import journal
-from .generator import TEMPLATE_VERSION
-from .measure import MeasureErrorNo, MeasureResult
+from . import __version__ as _package_version
+from . import journal, tasks
+from .gpu import gpu_for_arch
+from .results import MeasureErrorNo, MeasureResult
+from .space import conv2d_space
 from .workloads import Conv2dWorkload, display_name, get as get_workload
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,8 @@ logger = logging.getLogger(__name__)
 # 2: records carry template_version (1-readers skip them: they cannot tell stale ones)
 RECORD_VERSION = 2
 BAD_LINE_WARNINGS = 3  # per file; the rest are summarised in one line
-TASK_NAME = "conv2d_nhwc_tensorcore.cuda"
+TASK_NAME = tasks.CONV2D.name
+TEMPLATE_VERSION = tasks.CONV2D.template_version
 LOG_SUFFIXES = (".jsonl", ".log")
 
 _ARCH_RE = re.compile(r"sm_\d+")
@@ -76,10 +79,7 @@ def tc_autotune_version() -> str:
     try:
         return importlib.metadata.version("tc_autotune")
     except importlib.metadata.PackageNotFoundError:
-        pass
-    import tc_autotune
-
-    return str(getattr(tc_autotune, "__version__", "unknown"))
+        return str(_package_version)
 
 
 def make_provenance(gpu=None, cuda: str | None = None) -> dict:
@@ -319,6 +319,23 @@ def log_files(paths) -> list[Path]:
     return files
 
 
+# The repository's tuning_logs/ folder: best logs per GPU and tuning histories.
+SHIPPED_LOGS = Path(__file__).resolve().parent.parent / "tuning_logs"
+
+
+def shipped_logs_dir() -> Path | None:
+    """The shipped tuning_logs/ folder (TC_AUTOTUNE_SHIPPED_LOGS overrides; empty: none)."""
+    shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS))
+    return Path(shipped) if shipped and Path(shipped).exists() else None
+
+
+def shipped_log_files() -> list[Path]:
+    """The shipped logs: tuning_logs/*.jsonl (best records per GPU) and
+    tuning_logs/history/*.jsonl (every measurement of earlier runs)."""
+    shipped = shipped_logs_dir()
+    return log_files([shipped, shipped / "history"]) if shipped is not None else []
+
+
 def load(paths) -> Iterator[Record]:
     """Yield the records of one or more logs (files, directories, or a list of them).
 
@@ -370,9 +387,6 @@ def load_best(logs, workload, target=None, include_stale: bool = False):
     Records whose config no longer fits the space are skipped with a warning, so
     a stale log cannot hand the builder an unbuildable config.
     """
-    from .gpu import gpu_for_arch
-    from .space import conv2d_space
-
     workload = get_workload(workload)
     want_arch = None
     if target is not None:

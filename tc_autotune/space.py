@@ -1,10 +1,11 @@
 """The knob space of the Tensor Core conv2d template.
 
-AutoTVM-style: every knob has an explicit candidate list, a config is one
+AutoTVM-style: every knob has an explicit candidate list (``knobs``), a config is one
 choice per knob, and its index is the mixed-radix number of those choices (the
 first knob varies fastest), so index <-> config is a bijection that is stable as
-long as the candidate lists are.  A validity filter knows the hardware and the
-template's constraints and says *why* a config is rejected.
+long as the candidate lists are.  Validity is the rule table (``rules`` and each
+intrinsic path's rules), evaluated per config by ``why_invalid`` (which names the
+first broken rule) and per array of knob positions by ``valid_mask``.
 """
 
 from __future__ import annotations
@@ -12,141 +13,75 @@ from __future__ import annotations
 import functools
 import math
 import random
-from dataclasses import asdict, dataclass, fields
 from typing import Iterator
 
+import numpy as np
+
 from .gpu import GpuInfo, default_gpu
+from .intrinsic_paths import PATHS
+from .intrinsic_paths import get as intrinsic_path
+from .knobs import KNOB_DEFAULTS, KNOB_NAMES, KNOBS, WMMA_SHAPES, Conv2dConfig, code
+from .prior import prior_score
+from .rules import (FRAG_BUFFERS, HEAD, MAX_ACCUMULATOR_FRAGMENTS, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context,
+                    derive, derive_rows, values_of_config)
 from .workloads import Conv2dWorkload
 
-WMMA_SHAPES = {"m16n16k16": (16, 16, 16), "m8n32k16": (8, 32, 16), "m32n8k16": (32, 8, 16)}
+__all__ = ["KNOBS", "KNOB_DEFAULTS", "KNOB_NAMES", "WMMA_SHAPES", "MAX_ACCUMULATOR_FRAGMENTS",
+           "INTRINSIC_REQUIRES", "Conv2dConfig", "ConfigSpace", "conv2d_space", "valid_mask",
+           "radices", "positions_from_indices", "indices_from_positions", "positions_from_configs"]
 
-# knob -> candidates, in index order.  Offsets are in elements of the tile's dtype
-# (fp16 for A and B, fp32 for the C staging tile); vector widths in elements.
-KNOBS: dict[str, tuple] = {
-    "block_row_warps": (1, 2, 4),
-    "block_col_warps": (1, 2, 4),
-    "warp_row_tiles": (1, 2, 4, 8),
-    "warp_col_tiles": (1, 2, 4, 8),
-    "chunk": (1, 2, 4, 8),
-    "wmma": tuple(WMMA_SHAPES),
-    "offset_a": (0, 8, 16),
-    "offset_b": (0, 8, 16),
-    "offset_c": (0, 4, 8),
-    "vec_a": (1, 2, 4, 8),
-    "vec_b": (1, 2, 4, 8),
-    "vec_c": (1, 2, 4),
-    # Appended knobs start with the value that reproduces the kernel before they existed,
-    # so the indices of older records stay valid and their configs read back unchanged.
-    "stages": (1, 2, 3, 4),  # shared-memory buffers of the k-loop; >= 2: cp.async pipeline
-    "frag_buffers": (1, 2),  # 2: load the next k-slice's fragments during the MMAs
-    "split_k": (1, 2, 4, 8, 16),  # K slices in parallel blocks, summed by a second kernel
-    # mma: ldmatrix + mma.sync on XOR-swizzled shared tiles instead of WMMA on padded ones;
-    # wgmma: Hopper warpgroup MMA reading 128-byte-swizzled shared tiles (sm_90 only)
-    "intrinsic": ("wmma", "mma", "wgmma"),
-}
-
-# Knobs a record may lack (written before the knob existed), with the value it implies.
-KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma"}
-
-MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
+# What each non-WMMA path requires of other knobs (the tuner's moves onto it set these).
+INTRINSIC_REQUIRES = {name: path.requires for name, path in PATHS.items() if path.requires}
+# The rules a config of each path must obey, in the order why_invalid reports them.
+_RULES_OF_PATH = {name: HEAD + path.rules + TAIL for name, path in PATHS.items()}
 
 
-@dataclass(frozen=True)
-class Conv2dConfig:
-    """One point of the space: a value for every knob."""
-
-    block_row_warps: int
-    block_col_warps: int
-    warp_row_tiles: int
-    warp_col_tiles: int
-    chunk: int
-    wmma: str
-    offset_a: int
-    offset_b: int
-    offset_c: int
-    vec_a: int
-    vec_b: int
-    vec_c: int
-    stages: int = 1
-    frag_buffers: int = 1
-    split_k: int = 1
-    intrinsic: str = "wmma"
-
-    @property
-    def wmma_mnk(self) -> tuple[int, int, int]:
-        return WMMA_SHAPES[self.wmma]
-
-    @property
-    def block_m(self) -> int:
-        return self.block_row_warps * self.warp_row_tiles * self.wmma_mnk[0]
-
-    @property
-    def block_n(self) -> int:
-        return self.block_col_warps * self.warp_col_tiles * self.wmma_mnk[1]
-
-    @property
-    def block_k(self) -> int:
-        return self.chunk * self.wmma_mnk[2]
-
-    @property
-    def threads(self) -> int:
-        return self.block_row_warps * self.block_col_warps * 32
-
-    @property
-    def smem_bytes(self) -> int:
-        """Dynamic shared memory: the A/B tiles and the C staging tile share one pool."""
-        a = self.block_m * (self.block_k + self.offset_a) * 2
-        b = self.block_k * (self.block_n + self.offset_b) * 2
-        c = self.block_m * (self.block_n + self.offset_c) * 4
-        return max(self.stages * (a + b), c)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+# ---- configs <-> knob-position arrays (one column per knob, ``space.knobs`` order) -------
+def radices(space) -> np.ndarray:
+    return np.array([len(c) for c in space.knobs.values()], dtype=np.int64)
 
 
-KNOB_NAMES = tuple(f.name for f in fields(Conv2dConfig))
-assert KNOB_NAMES == tuple(KNOBS), "knob table and Conv2dConfig fields must agree"
+def positions_from_indices(space, indices) -> np.ndarray:
+    """Mixed-radix decode (first knob fastest, as ``ConfigSpace.get``): (n, knobs) int64."""
+    rest = np.asarray(indices, dtype=np.int64).copy()
+    rad = radices(space)
+    pos = np.empty((rest.size, rad.size), dtype=np.int64)
+    for j, r in enumerate(rad):
+        pos[:, j] = rest % r
+        rest //= r
+    return pos
 
 
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
+def indices_from_positions(space, pos: np.ndarray) -> np.ndarray:
+    scales = np.cumprod(np.concatenate([[1], radices(space)[:-1]]))
+    return pos @ scales
 
 
-# What the mma and wgmma paths require of other knobs (the tuner's moves into them set these).
-MMA_REQUIRES = {"wmma": "m16n16k16", "offset_a": 0, "offset_b": 0}
-# wgmma: the four warps along M are one warpgroup; a k-step is one 128-byte swizzled row of
-# 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to double-buffer).
-WGMMA_REQUIRES = {**MMA_REQUIRES, "block_row_warps": 4, "chunk": 4, "frag_buffers": 1}
-INTRINSIC_REQUIRES = {"mma": MMA_REQUIRES, "wgmma": WGMMA_REQUIRES}
+def positions_from_configs(space, configs) -> np.ndarray:
+    lookups = [{v: i for i, v in enumerate(cands)} for cands in space.knobs.values()]
+    names = list(space.knobs)
+    pos = np.empty((len(configs), len(names)), dtype=np.int64)
+    for row, config in enumerate(configs):
+        for j, (name, lookup) in enumerate(zip(names, lookups)):
+            pos[row, j] = lookup[getattr(config, name)]
+    return pos
 
 
-def _why_not_mma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
-    """The mma path: 16x16x16 tiles, sm_80's m16n8k16, and shared tiles whose rows the
-    XOR swizzle can permute (multiples of 32 fp16; it replaces the padding offsets)."""
-    if config.wmma != "m16n16k16":
-        return f"intrinsic=mma computes 16x16x16 tiles, not wmma={config.wmma}"
-    if int(gpu.arch[3:]) < 80:
-        return f"intrinsic=mma needs mma.sync.m16n8k16 (sm_80 or newer), not {gpu.arch}"
-    if config.offset_a or config.offset_b:
-        return "intrinsic=mma swizzles the A and B tiles: offset_a and offset_b must be 0"
-    if config.block_k % 32 or config.block_n % 32:
-        return (f"intrinsic=mma: block_k={config.block_k} and block_n={config.block_n} "
-                "must be multiples of 32 (swizzled rows)")
-    return None
+def _rule_mask(v: dict, ctx: Context, rules=HEAD + TAIL) -> np.ndarray:
+    """Rows obeying ``rules`` and the rules of their intrinsic path."""
+    ok = np.ones(len(v["intrinsic"]), dtype=bool)
+    for rule in rules:
+        ok &= rule.ok(v, ctx)
+    for name, path in PATHS.items():  # a path's rules bind only the configs on it
+        off_path = v["intrinsic"] != code("intrinsic", name)
+        for rule in path.rules:
+            ok &= off_path | rule.ok(v, ctx)
+    return ok
 
 
-def _why_not_wgmma(config: Conv2dConfig, gpu: GpuInfo) -> str | None:
-    """The wgmma path: Hopper only, a warpgroup of four warps along M, 64-deep k-steps, and
-    warpgroup tiles of whole 64-column swizzle atoms (warp_col_tiles 4 or 8)."""
-    if gpu.arch != "sm_90":
-        return f"intrinsic=wgmma is a Hopper instruction (sm_90), not {gpu.arch}"
-    for knob, value in WGMMA_REQUIRES.items():
-        if getattr(config, knob) != value:
-            return f"intrinsic=wgmma needs {knob}={value!r}, not {getattr(config, knob)!r}"
-    if config.warp_col_tiles * 16 % 64:
-        return (f"intrinsic=wgmma: warp_col_tiles={config.warp_col_tiles} gives a warpgroup "
-                f"{config.warp_col_tiles * 16} columns, not a multiple of the 64-column swizzle atom")
-    return None
+def valid_mask(space, pos: np.ndarray) -> np.ndarray:
+    """Which knob-position rows of ``space`` are valid: ``why_invalid``'s rules, vectorised."""
+    return _rule_mask(derive_rows(space, pos), space.context)
 
 
 class ConfigSpace:
@@ -158,6 +93,7 @@ class ConfigSpace:
         # A narrower table pins knobs; a knob it lacks is pinned to its KNOB_DEFAULTS value.
         self.knobs = {name: (knobs or KNOBS).get(name, (KNOB_DEFAULTS.get(name),)) for name in KNOBS}
         self._radices = [len(c) for c in self.knobs.values()]
+        self.context = Context.of(workload, self.gpu)
 
     def __len__(self) -> int:
         return math.prod(self._radices)
@@ -190,18 +126,22 @@ class ConfigSpace:
         return index
 
     def sample(self, n: int, seed: int | None = None, valid_only: bool = True) -> list[Conv2dConfig]:
-        """``n`` distinct configs drawn uniformly (valid ones only, by default)."""
+        """``n`` distinct configs drawn uniformly (valid ones only, by default): the first
+        ``n`` distinct (valid) ones of a seeded stream of at most ``200 n + 1000`` draws,
+        checked in batches sized by the valid fraction seen so far."""
         rng = random.Random(seed)
         chosen: dict[int, Conv2dConfig] = {}
-        tries = 0
-        while len(chosen) < n and tries < 200 * n + 1000:
-            tries += 1
-            i = rng.randrange(len(self))
-            if i in chosen:
-                continue
-            config = self.get(i)
-            if not valid_only or self.why_invalid(config) is None:
-                chosen[i] = config
+        budget, drawn, valid, batch = 200 * n + 1000, 0, 0, max(2 * n, 64)
+        while len(chosen) < n and drawn < budget:
+            draws = [rng.randrange(len(self)) for _ in range(min(batch, budget - drawn))]
+            ok = valid_mask(self, positions_from_indices(self, draws)) if valid_only else [True] * len(draws)
+            drawn, valid = drawn + len(draws), valid + int(np.sum(ok))
+            for i, good in zip(draws, ok):
+                if len(chosen) == n:
+                    break
+                if good and i not in chosen:
+                    chosen[i] = self.get(i)
+            batch = math.ceil(2 * (n - len(chosen)) * drawn / max(valid, 1))
         return list(chosen.values())
 
     # ---- log form -----------------------------------------------------------
@@ -228,56 +168,13 @@ class ConfigSpace:
 
     # ---- validity -----------------------------------------------------------
     def why_invalid(self, config: Conv2dConfig) -> str | None:
-        """None for a config that builds and runs on this workload and GPU, else the reason."""
-        wl, gpu = self.workload, self.gpu
-        m, n, k = wl.gemm_shape
-        if config.threads > gpu.max_threads_per_block:
-            return f"{config.threads} threads per block exceed the GPU's {gpu.max_threads_per_block}"
-        if config.smem_bytes > gpu.max_smem_per_block:
-            return f"{config.smem_bytes} bytes of shared memory exceed the GPU's {gpu.max_smem_per_block} per block"
-        frags = config.warp_row_tiles * config.warp_col_tiles
-        if frags > MAX_ACCUMULATOR_FRAGMENTS:
-            return f"{frags} accumulator fragments per warp exceed {MAX_ACCUMULATOR_FRAGMENTS} (register spills)"
-        # Tiles far larger than the problem are pure padding: the kernel computes zeros.
-        if config.block_m > 2 * _round_up(m, 16):
-            return f"block_m={config.block_m} is more than twice the padded M={_round_up(m, 16)}"
-        if config.block_n > 2 * _round_up(n, 16):
-            return f"block_n={config.block_n} is more than twice the padded N={_round_up(n, 16)}"
-        if config.block_k > 2 * _round_up(k, 16):
-            return f"block_k={config.block_k} is more than twice the padded reduction K={_round_up(k, 16)}"
-        if config.stages > 1 and int(gpu.arch[3:]) < 80:
-            return f"stages={config.stages} needs cp.async (sm_80 or newer), not {gpu.arch}"
-        k_steps = -(-k // (config.block_k * config.split_k))  # per K slice
-        if config.stages > k_steps:
-            return f"stages={config.stages} exceed the {k_steps} k-steps of block_k={config.block_k}"
-        if config.split_k > 1:
-            if (config.split_k - 1) * k_steps * config.block_k >= k:
-                return f"split_k={config.split_k} leaves a K slice empty (K={k}, block_k={config.block_k})"
-            blocks = -(-m // config.block_m) * -(-n // config.block_n)
-            if blocks >= 2 * gpu.sm_count:
-                return f"split_k={config.split_k}: {blocks} blocks already fill the GPU twice over"
-        if config.intrinsic != "wmma":
-            reason = (_why_not_mma if config.intrinsic == "mma" else _why_not_wgmma)(config, gpu)
-            if reason:
-                return reason
-        if config.frag_buffers > config.chunk:
-            return f"frag_buffers={config.frag_buffers} exceed chunk={config.chunk} (nothing to overlap)"
-        # Vector loads/stores: aligned in global memory and evenly shared by the block's threads.
-        copies = {
-            "vec_a": (config.vec_a, wl.in_channels, "input channels", config.block_m * config.block_k),
-            "vec_b": (config.vec_b, wl.out_channels, "output channels", config.block_k * config.block_n),
-            "vec_c": (config.vec_c, wl.out_channels, "output channels", config.block_m * config.block_n),
-        }
-        for knob, (vec, channels, what, tile) in copies.items():
-            if channels % vec:
-                return f"{knob}={vec} does not divide the {channels} {what} (misaligned vector access)"
-            if tile % (config.threads * vec):
-                return f"{knob}={vec}: the {tile}-element tile does not split evenly over {config.threads} threads"
-        for knob, offset, vec in (("offset_a", config.offset_a, config.vec_a),
-                                  ("offset_b", config.offset_b, config.vec_b),
-                                  ("offset_c", config.offset_c, config.vec_c)):
-            if offset % vec:
-                return f"{knob}={offset} is not a multiple of its vector width {vec}"
+        """None for a config that builds and runs on this workload and GPU, else the reason:
+        the message of the first rule it breaks (``rules``, then its intrinsic path's)."""
+        rules = _RULES_OF_PATH[intrinsic_path(config.intrinsic).name]
+        v = derive(values_of_config(config), self.context)
+        for rule in rules:
+            if not rule.ok(v, self.context):
+                return rule.message(config, v, self.context)
         return None
 
     def is_valid(self, config: Conv2dConfig) -> bool:
@@ -295,45 +192,57 @@ class ConfigSpace:
 def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Conv2dConfig:
     """``ConfigSpace.default_config`` without enumerating the ~10M offset-fixed configs.
 
-    The vector-width rules are per knob (each vec knob's alignment and thread-split
-    rules involve only itself and the tile) and the prior grows with each width, so
-    the best config of every other-knob combination uses, per vec knob, its widest
-    width that is valid with the other two at 1.  That leaves ~200k rows to score.
+    Only the vector rules involve the vector widths, each width's rules only itself and
+    the tile, and the prior grows with each width; so the best config of every other-knob
+    combination uses, per vec knob, its widest width that the vector rules allow with the
+    other two at 1.  That leaves ~200k rows to check and score (~0.2 s, ~100 MB).
     """
-    import numpy as np
-
-    from .cost_model import prior_score, valid_mask
-
     space = ConfigSpace(workload, gpu, dict(knobs))
     names = list(space.knobs)
     fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
-    vecs = [name for name in ("vec_a", "vec_b", "vec_c") if len(space.knobs[name]) > 1]
+    vecs = [name for name in VECTOR_KNOBS if len(space.knobs[name]) > 1]
     grid = [[c.index(fixed[name])] if fixed.get(name) in c else
             [0] if name in vecs else range(len(c)) for name, c in space.knobs.items()]
     pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(names))
-    chosen = np.zeros((len(pos), len(vecs)), dtype=np.int64)
-    for j, name in enumerate(vecs):  # widest valid width of this knob, the others at their first
-        col, best = names.index(name), np.full(len(pos), -1, dtype=np.int64)
-        for p in range(len(space.knobs[name])):
-            trial = pos.copy()
-            trial[:, col] = p
-            width = np.asarray(space.knobs[name][p])
-            better = valid_mask(space, trial) & ((best < 0) | (width > np.asarray(space.knobs[name])[best]))
-            best[better] = p
-        chosen[:, j] = best
-    pos = pos[(chosen >= 0).all(axis=1)]
-    for j, name in enumerate(vecs):
-        pos[:, names.index(name)] = chosen[(chosen >= 0).all(axis=1)][:, j]
+    ctx = space.context
+    pos = pos[_rule_mask(derive_rows(space, pos), ctx, HEAD + (FRAG_BUFFERS,))]  # no vector rule
+    v = derive_rows(space, pos)
+    widest = {}
+    for name in vecs:  # widest width passing its vector rules (they read no other width)
+        best = np.full(len(pos), -1, dtype=np.int64)
+        for p, width in enumerate(space.knobs[name]):
+            v[name] = np.full(len(pos), width, dtype=np.int64)
+            ok = np.ones(len(pos), dtype=bool)
+            for rule in VECTOR_RULES[name]:
+                ok &= rule.ok(v, ctx)
+            best[ok & ((best < 0) | (width > np.asarray(space.knobs[name])[best]))] = p
+        widest[name] = best
+    keep = np.ones(len(pos), dtype=bool)
+    for best in widest.values():
+        keep &= best >= 0
+    pos = pos[keep]
+    for name, best in widest.items():
+        pos[:, names.index(name)] = best[keep]
     pos = pos[valid_mask(space, pos)]
-    if len(pos) == 0:  # tiny or odd shapes: any valid config
-        return next(c for c in space if space.is_valid(c))
+    if len(pos) == 0:  # tiny or odd shapes: the prior's best of a large valid sample
+        return _best_sampled(space)
     scales = np.cumprod([1] + space._radices[:-1])
     order = np.lexsort((pos @ scales, -prior_score(space, pos)))
     for i in pos[order][:64] @ scales:
         config = space.get(int(i))
         if space.is_valid(config):
             return config
-    return next(c for c in space if space.is_valid(c))
+    return _best_sampled(space)
+
+
+def _best_sampled(space: ConfigSpace) -> Conv2dConfig:
+    """The prior's favourite of up to 4096 valid configs drawn with a fixed seed."""
+    configs = space.sample(4096, seed=0)
+    if not configs:
+        raise ValueError(f"no valid config found for {space.workload} on {space.gpu.arch}")
+    pos = positions_from_configs(space, configs)
+    order = np.lexsort((indices_from_positions(space, pos), -prior_score(space, pos)))
+    return configs[int(order[0])]
 
 
 def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:

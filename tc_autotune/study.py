@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import records
+from . import records, zero_shot
 from .autotune import time_configs, tune_workload
 from .space import conv2d_space
 from .workloads import Conv2dWorkload, display_name
@@ -106,11 +106,9 @@ def arm_configs(workload: Conv2dWorkload, out_dir, gpu, checkpoints=CHECKPOINTS,
                 plain_trials: int = PLAIN_TRIALS) -> tuple[dict, dict]:
     """({arm: config}, {arm: seconds the search logged}) for the default, the zero-shot pick,
     each checkpoint of the transfer run and the end of the plain run."""
-    from .zero_shot import zero_shot_config
-
     space = conv2d_space(workload, gpu)
     configs, logged = {"default": space.default_config()}, {}
-    predicted = zero_shot_config(workload, gpu)
+    predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         configs["zero-shot"] = predicted
     transfer, plain = (workload_records(p, workload) for p in arm_logs(out_dir, workload))

@@ -22,14 +22,14 @@ from tvm import te
 
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
                          wgmma_intrinsic, wmma_intrinsics)
+from . import tasks
+from .intrinsic_paths import get as intrinsic_path
+from .intrinsic_paths import schedules
+from .rules import round_up as _round_up
 from .space import Conv2dConfig
 from .workloads import Conv2dWorkload
 
 SMEM = "shared.dyn"
-
-
-def _round_up(x: int, m: int) -> int:
-    return (x + m - 1) // m * m
 
 
 def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
@@ -187,8 +187,8 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
         _schedule_split_k_sum(sch, out_block)
         z, i, j, kk = sch.get_loops(gemm)
         sch.bind(z, "blockIdx.z")
-    schedule_tiles = {"wmma": _schedule_wmma, "mma": _schedule_mma, "wgmma": _schedule_wgmma}[config.intrinsic]
-    ko, ki = schedule_tiles(sch, gemm, (i, j, kk), config, inline_out=config.split_k == 1)
+    path = intrinsic_path(config.intrinsic)
+    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=config.split_k == 1)
 
     if config.frag_buffers > 1:
         # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
@@ -307,6 +307,7 @@ def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
                           factor=config.block_n + config.offset_c, offset=0)
 
 
+@schedules("wmma")
 def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     """WMMA fragments on padded shared tiles; returns the (ko, ki) loops."""
     wm, wn, _ = config.wmma_mnk
@@ -352,6 +353,7 @@ def _fragment_layout_map(ndim: int):
     return tvm.tirx.IndexMap.from_func(to_fragments, ndim=ndim, index_dtype="int32")
 
 
+@schedules("mma")
 def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
     chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
@@ -390,6 +392,7 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     return ko, ki
 
 
+@schedules("wgmma")
 def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
     """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
@@ -434,6 +437,7 @@ def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
 PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
+@tasks.templates(tasks.CONV2D.name)
 def lower_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, target):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
     mod = schedule_conv2d(workload, config)

@@ -20,15 +20,17 @@ import numpy as np
 from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from_positions,
                          indices_from_positions, positions_from_configs, positions_from_indices,
                          prior_score, radices, valid_mask)
-from .measure import MeasureResult
-from .space import INTRINSIC_REQUIRES, ConfigSpace, Conv2dConfig, conv2d_space
+from .results import MeasureResult
+from .intrinsic_paths import PATHS
+from .space import ConfigSpace, Conv2dConfig, conv2d_space
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
+TUNERS = ("xgb", "random", "grid")  # names of make_tuner's strategies
 _CHUNK = 1 << 16  # configs decoded and pre-filtered at once
 _DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
-_SCAN_LIMIT = 1 << 22  # spaces up to this size may be scanned whole (~1 s); the real ones are
-# ~268M configs, whose scan took minutes: they are only ever sampled
+_SCAN_LIMIT = _CHUNK  # spaces up to one draw's size may be listed whole; larger ones (the real
+# ones have ~268M configs) are only ever sampled
 
 
 class Tuner:
@@ -252,7 +254,7 @@ class Tuner:
 
     def _valid_indices(self) -> np.ndarray:
         """Every index that passes the pre-filter (computed once; only for spaces of at most
-        ``_SCAN_LIMIT`` configs, ~1 s for 2M)."""
+        ``_SCAN_LIMIT`` configs: one draw's work)."""
         if self._all_valid is None:
             parts = []
             for start in range(0, len(self.space), _CHUNK):
@@ -435,7 +437,15 @@ class XGBTuner(Tuner):
             pool = self._valid_indices()
             if pool.size:
                 starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
-        return starts
+        return starts[:chains]
+
+
+def make_tuner(name: str, space: ConfigSpace, seed: int | None = None) -> Tuner:
+    """The tuner called ``name`` (one of ``TUNERS``) on ``space``."""
+    classes = {"xgb": XGBTuner, "random": RandomTuner, "grid": GridTuner}
+    if name not in classes:
+        raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(TUNERS)})")
+    return classes[name](space, seed=seed)
 
 
 def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: float = 1.0,
@@ -483,11 +493,11 @@ def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
     from a good WMMA config reaches its twin on that path instead of an invalid point."""
     names = list(space.knobs)
     column = pos[:, names.index("intrinsic")]
-    for intrinsic, requires in INTRINSIC_REQUIRES.items():
+    for intrinsic, path in PATHS.items():
         if intrinsic not in space.knobs["intrinsic"]:
             continue
         on_path = column == space.knobs["intrinsic"].index(intrinsic)
-        for knob, value in requires.items():
+        for knob, value in path.requires.items():
             if value in space.knobs[knob]:
                 pos[on_path, names.index(knob)] = space.knobs[knob].index(value)
     return pos

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from dataclasses import replace as _replace
 
 INPUT_DTYPES = ("float16", "float32")
 OUTPUT_DTYPES = ("float32", "float16")
@@ -197,9 +198,7 @@ class Conv2dWorkload:
         )
 
     def replace(self, **changes) -> "Conv2dWorkload":
-        from dataclasses import replace
-
-        return replace(self, **changes)
+        return _replace(self, **changes)
 
 
 # ---- presets ------------------------------------------------------------

@@ -45,11 +45,12 @@ from pathlib import Path
 import numpy as np
 
 from . import journal, records
-from .apply import SHIPPED_LOGS, shipped_log_files
+from .cuda import cache_dir as _cubin_dir
 from .cost_model import (FEATURE_NAMES, XGBCostModel, features_from_positions, indices_from_positions,
                          normalise_per_group, positions_from_indices, prior_score, radices, valid_mask)
-from .generator import TEMPLATE_VERSION
 from .gpu import GpuInfo, gpu_for_arch
+from .jobs import load_job
+from .records import SHIPPED_LOGS, TEMPLATE_VERSION, shipped_log_files
 from .space import ConfigSpace, Conv2dConfig, conv2d_space
 from .tuner import _entity_matches, _with_intrinsic_requirements, anneal_walk
 from .workloads import Conv2dWorkload, get as get_workload
@@ -82,8 +83,6 @@ _MEMORY_MAX = 16
 def heldout_workloads(job=None) -> frozenset[Conv2dWorkload]:
     """The workloads of ``tuning_logs/heldout.toml`` (or ``job``): never trained on, so the
     zero-shot picks can be measured on them as shapes nobody tuned."""
-    from .nightly import load_job
-
     path = Path(job) if job is not None else HELDOUT_JOB
     if not path.exists():
         log.debug("no held-out job file at %s", path)
@@ -97,9 +96,7 @@ def _log_files(logs) -> list[Path]:
 
 def cache_dir() -> Path:
     """Where trained models are kept: beside the cubin cache (TC_AUTOTUNE_CACHE_DIR moves both)."""
-    from .cuda import cache_dir as cubin_dir
-
-    return cubin_dir().parent / "zero_shot"
+    return _cubin_dir().parent / "zero_shot"
 
 
 # ---- training data -----------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_conv2d_derives_the_workload_from_the_arrays():
 
 
 def test_conv2d_builds_once_per_workload_and_log_set(tmp_path):
-    from tc_autotune.apply import _cached_kernel
+    from tc_autotune.kernel import _cached_kernel
 
     _cached_kernel.cache_clear()
     with pytest.warns(NoTunedConfigWarning):
@@ -131,3 +131,22 @@ def test_benchmark_table_reports_geomeans_and_losses_to_the_default():
     assert "| zero-shot (slower than default) |" in table
     assert "Geomean cuDNN / ours over 2 workloads: applied 0.674, default 0.500." in table
     assert "Applied slower than default (>3%): 1 of 2." in table
+
+
+def test_a_log_is_indexed_once_until_it_changes(tmp_path, monkeypatch):
+    from tc_autotune import apply
+
+    space = conv2d_space(WL, GPU)
+    first, second = space.sample(2, seed=21)
+    log = tmp_path / "indexed.jsonl"
+    write_log(log, [(first, MeasureResult((2e-3,)))])
+    reads = []
+    real_load = records.load
+    monkeypatch.setattr(records, "load", lambda path: reads.append(path) or real_load(path))
+    with apply_history_best(log):
+        for _ in range(3):
+            assert best_config(WL, GPU)[0] == first
+        assert reads == [str(log)]  # parsed once for three look-ups
+        write_log(log, [(second, MeasureResult((1e-3,)))])  # the file changed: indexed again
+        assert best_config(WL, GPU)[0] == second and reads == [str(log)] * 2
+    apply._log_index.cache_clear()

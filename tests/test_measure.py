@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tc_autotune import conv2d_space, workloads
-from tc_autotune.gpu import gpu_for_arch
+from tc_autotune.gpu import gpu_for_arch, local_gpu
 from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
 from tc_autotune.template import workspaces
 
@@ -85,10 +85,14 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         assert all(r.ok for r in results), [r.error_msg for r in results]
         for r in results:
             assert len(r.costs) == 3 and all(0 < c < 0.1 for c in r.costs) and r.all_cost > 0
+        local = local_gpu()  # the runner reports the device it measured on, with its limits
+        assert (measure.device.name, measure.device.arch, measure.device.sm_count) == (
+            local.name, local.arch, local.sm_count)
+        out = [(SMALL.out_shape, SMALL.out_dtype)]
         crash, hang = _bad_kernels(tmp_path)
-        status, msg = measure._runner.run(crash, measure._key, SMALL)
+        status, msg = measure._runner.run(crash, measure._key, out)
         assert status == "error", msg
-        status, msg = measure._runner.run(hang, measure._key, SMALL)
+        status, msg = measure._runner.run(hang, measure._key, out)
         assert status == "timeout", msg
         # A kernel of another workload with the same tensor shapes computes something else.
         shifted = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=2x2x0x0")
@@ -96,7 +100,7 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         config = other.default_config()
         path, error, _ = _build_one(str(shifted), config.as_dict(), space.gpu.arch, str(tmp_path), 60)
         assert error is None
-        status, msg = measure._runner.run(path, measure._key, SMALL, workspaces(shifted, config))
+        status, msg = measure._runner.run(path, measure._key, out + workspaces(shifted, config))
         assert status == "wrong" and "relative L2 error" in msg
         # ... and the tuner's next candidates still run.
         again = measure(configs[:1])[0]
@@ -113,7 +117,7 @@ def test_slow_runs_do_not_count_against_the_build_timeout(monkeypatch):
     with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=5)) as measure:
         runs = []
 
-        def slow_first_run(so_path, key, workload, workspaces=()):
+        def slow_first_run(so_path, key, tensors):
             runs.append(so_path)
             time.sleep(22 if len(runs) == 1 else 0)
             return "ok", [1e-3, 1e-3]

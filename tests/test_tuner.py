@@ -429,3 +429,35 @@ def test_a_workload_with_few_valid_configs_is_sampled_never_scanned(monkeypatch)
     assert len(picks) == 16 and all(space.is_valid(c) for c in picks)
     xgb = XGBTuner(space, seed=0)
     assert len(xgb._starts(128)) == 128
+
+
+# ---- cost bounds ----------------------------------------------------------------------
+def test_default_config_is_fast_and_small_uncached():
+    import tracemalloc
+
+    from tc_autotune import space as space_module
+
+    space_module._default_config.cache_clear()
+    space = space_of("tutorial")
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        config = space.default_config()
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert space.is_valid(config)
+    assert elapsed < 1.5, f"default_config took {elapsed:.2f} s (0.1-0.2 s expected)"
+    assert peak < 300e6, f"default_config peaked at {peak / 1e6:.0f} MB"
+
+
+@pytest.mark.parametrize("tuner_cls", [RandomTuner, XGBTuner])
+@pytest.mark.parametrize("name", ["tutorial", "resnet50-conv1-b1"])
+def test_tuning_32_trials_with_a_fake_runner_is_fast(tuner_cls, name):
+    space = space_of(name)
+    start = time.perf_counter()
+    best = tuner_cls(space, seed=0).tune(32, SyntheticMeasure(space))
+    elapsed = time.perf_counter() - start
+    assert best is not None
+    assert elapsed < 10, f"{tuner_cls.__name__}.tune(32) on {name} took {elapsed:.1f} s"

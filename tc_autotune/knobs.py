@@ -1,0 +1,106 @@
+"""The template's knobs: candidate lists (whose order fixes every config index) and the
+config dataclass.
+
+A config's index is the mixed-radix number of its knob positions (first knob fastest),
+so the candidate lists are part of the log format: new candidates are appended, new
+knobs added last with the value that reproduces the kernel from before they existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+WMMA_SHAPES = {"m16n16k16": (16, 16, 16), "m8n32k16": (8, 32, 16), "m32n8k16": (32, 8, 16)}
+
+# knob -> candidates, in index order.  Offsets are in elements of the tile's dtype
+# (fp16 for A and B, fp32 for the C staging tile); vector widths in elements.
+KNOBS: dict[str, tuple] = {
+    "block_row_warps": (1, 2, 4),
+    "block_col_warps": (1, 2, 4),
+    "warp_row_tiles": (1, 2, 4, 8),
+    "warp_col_tiles": (1, 2, 4, 8),
+    "chunk": (1, 2, 4, 8),
+    "wmma": tuple(WMMA_SHAPES),
+    "offset_a": (0, 8, 16),
+    "offset_b": (0, 8, 16),
+    "offset_c": (0, 4, 8),
+    "vec_a": (1, 2, 4, 8),
+    "vec_b": (1, 2, 4, 8),
+    "vec_c": (1, 2, 4),
+    # Appended knobs start with the value that reproduces the kernel before they existed,
+    # so the indices of older records stay valid and their configs read back unchanged.
+    "stages": (1, 2, 3, 4),  # shared-memory buffers of the k-loop; >= 2: cp.async pipeline
+    "frag_buffers": (1, 2),  # 2: load the next k-slice's fragments during the MMAs
+    "split_k": (1, 2, 4, 8, 16),  # K slices in parallel blocks, summed by a second kernel
+    # The Tensor Core instruction path (``intrinsic_paths``): WMMA on padded tiles; mma:
+    # ldmatrix + mma.sync on XOR-swizzled tiles; wgmma: Hopper warpgroup MMA.
+    "intrinsic": ("wmma", "mma", "wgmma"),
+}
+
+# Knobs a record may lack (written before the knob existed), with the value it implies.
+KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma"}
+
+# Knobs whose values are names: vectorised code sees them as positions in KNOBS.
+NAMED_KNOBS = ("wmma", "intrinsic")
+
+
+def code(knob: str, value):
+    """A knob value as vectorised code sees it: a named value's position in ``KNOBS``."""
+    return KNOBS[knob].index(value) if knob in NAMED_KNOBS else value
+
+
+@dataclass(frozen=True)
+class Conv2dConfig:
+    """One point of the space: a value for every knob."""
+
+    block_row_warps: int
+    block_col_warps: int
+    warp_row_tiles: int
+    warp_col_tiles: int
+    chunk: int
+    wmma: str
+    offset_a: int
+    offset_b: int
+    offset_c: int
+    vec_a: int
+    vec_b: int
+    vec_c: int
+    stages: int = 1
+    frag_buffers: int = 1
+    split_k: int = 1
+    intrinsic: str = "wmma"
+
+    @property
+    def wmma_mnk(self) -> tuple[int, int, int]:
+        return WMMA_SHAPES[self.wmma]
+
+    @property
+    def block_m(self) -> int:
+        return self.block_row_warps * self.warp_row_tiles * self.wmma_mnk[0]
+
+    @property
+    def block_n(self) -> int:
+        return self.block_col_warps * self.warp_col_tiles * self.wmma_mnk[1]
+
+    @property
+    def block_k(self) -> int:
+        return self.chunk * self.wmma_mnk[2]
+
+    @property
+    def threads(self) -> int:
+        return self.block_row_warps * self.block_col_warps * 32
+
+    @property
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory: the A/B tiles and the C staging tile share one pool."""
+        a = self.block_m * (self.block_k + self.offset_a) * 2
+        b = self.block_k * (self.block_n + self.offset_b) * 2
+        c = self.block_m * (self.block_n + self.offset_c) * 4
+        return max(self.stages * (a + b), c)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+KNOB_NAMES = tuple(f.name for f in fields(Conv2dConfig))
+assert KNOB_NAMES == tuple(KNOBS), "knob table and Conv2dConfig fields must agree"

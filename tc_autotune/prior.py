@@ -1,0 +1,62 @@
+"""An analytic prior: a hand-made estimate of a config's relative throughput.
+
+It picks the default config (``ConfigSpace.default_config``), seeds the tuner's first
+batch, and the cost model sees it as a feature and starts from it (zero-shot).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .intrinsic_paths import PATHS
+from .knobs import code
+from .rules import derive_rows
+
+# Per intrinsic code: the factor of a swizzled path, 0 where padded-row offsets count instead.
+_SWIZZLE_WEIGHT = np.array([p.prior_weight if p.swizzled else 0.0 for p in PATHS.values()])
+_SQUARE_WMMA = code("wmma", "m16n16k16")
+
+
+def _lookup(table: dict, values: np.ndarray, default: float = 1.0) -> np.ndarray:
+    out = np.full(values.shape, default, dtype=np.float64)
+    for key, weight in table.items():
+        out[values == key] = weight
+    return out
+
+
+def prior_score(space, pos: np.ndarray) -> np.ndarray:
+    """A hand-made estimate of relative throughput, before anything is measured.
+
+    Product of: padding waste, how well the grid fills the SMs (last-wave idle
+    SMs), data reuse of the block tile (saturating near 128x128, falling off for
+    huge tiles that spill or starve the grid), warps per block, and mild
+    preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
+    and padded shared-memory rows (or a swizzled path, by its ``prior_weight``), a
+    pipelined (multi-stage) k-loop, and a mild cost for split-K's second kernel.
+    """
+    return prior_of(space, derive_rows(space, pos))
+
+
+def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
+    """``prior_score`` of rows already through ``rules.derive``."""
+    m, n, k = space.workload.gemm_shape
+    bm, bn, bk, split, gm, gn, gk = (v[x].astype(np.float64)
+                                     for x in ("bm", "bn", "bk", "split_k", "gm", "gn", "gk"))
+    padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)
+    waves = gm * gn * split / space.gpu.sm_count
+    wave_use = waves / np.ceil(waves)
+    intensity = bm * bn / (bm + bn)
+    reuse = np.minimum(1.0, intensity / 48.0) * np.where(bm * bn > 256 * 128, 0.6, 1.0)
+    warps = _lookup({1: 0.5, 2: 0.8, 4: 1.0, 8: 0.9, 16: 0.7}, v["warps"])
+    vec = (_lookup({1: 0.45, 2: 0.65, 4: 0.85}, v["vec_a"]) * _lookup({1: 0.8, 2: 0.9, 4: 0.95}, v["vec_b"])
+           * _lookup({1: 0.9, 2: 0.95}, v["vec_c"]))
+    chunk = _lookup({1: 0.85, 8: 0.75}, v["chunk"])
+    shape = _lookup({_SQUARE_WMMA: 1.0}, v["wmma"], default=0.9)
+    # Padded rows matter to WMMA; a swizzled path has no padding and its own weight.
+    swizzled = _SWIZZLE_WEIGHT[v["intrinsic"]]
+    offsets = np.where(swizzled > 0, swizzled,
+                       _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"]))
+    stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
+    # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
+    splitting = np.where(split > 1, 0.9, 1.0)
+    return padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * splitting

@@ -1,0 +1,71 @@
+"""What a measurement produces, and the rule every timing obeys: check, then time.
+
+A kernel's output is poisoned with NaN, the kernel runs once, and its result is compared
+with the fp32 reference (relative L2 error below ``TOLERANCE``); only a kernel that
+computed the right thing is timed.  The runner, the benchmark and the cuDNN baseline all
+go through ``check_then_time``.  No TVM here: records and tuners use these types.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+TOLERANCE = 1e-2  # relative L2 error against the fp32 reference
+
+
+class MeasureErrorNo(enum.IntEnum):
+    """Why a candidate has no time.  Stored as an int in records."""
+
+    NO_ERROR = 0
+    INVALID_CONFIG = 1
+    BUILD_ERROR = 2
+    BUILD_TIMEOUT = 3
+    RUN_ERROR = 4
+    RUN_TIMEOUT = 5
+    WRONG_RESULT = 6
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """One measurement: all repeat times (seconds), an error code and its message."""
+
+    costs: tuple[float, ...]
+    error_no: MeasureErrorNo = MeasureErrorNo.NO_ERROR
+    error_msg: str = ""
+    all_cost: float = 0.0  # wall seconds spent on this candidate (build + run)
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == MeasureErrorNo.NO_ERROR and len(self.costs) > 0
+
+    @property
+    def seconds(self) -> float:
+        """Median of the repeat times; inf for a failed measurement."""
+        return statistics.median(self.costs) if self.ok else float("inf")
+
+
+def relative_l2_error(result: np.ndarray, reference: np.ndarray) -> float:
+    """||result - reference|| / ||reference||; inf when the result has NaN or Inf."""
+    result = result.astype(np.float64)
+    if not np.all(np.isfinite(result)):
+        return float("inf")
+    reference = reference.astype(np.float64)
+    return float(np.linalg.norm(result - reference) / max(np.linalg.norm(reference), 1e-30))
+
+
+def check_then_time(run: Callable[[], None], output: Callable[[], np.ndarray], reference: np.ndarray,
+                    timer: Callable[[], object], tolerance: float = TOLERANCE) -> tuple[object | None, float]:
+    """(``timer()`` or None, relative error): ``run()`` once into an output the caller poisoned
+    with NaN, compare ``output()`` with ``reference``, and time only a right result."""
+    run()
+    err = relative_l2_error(output(), reference)
+    if not err < tolerance:
+        return None, err
+    return timer(), err

@@ -1,0 +1,178 @@
+"""Validity rules of the template, written once for one config and for arrays of them.
+
+A rule is a named predicate over the *derived values* of configs (knob values, block
+tile, threads, shared memory, grid: ``derive``) and the problem (``Context``), plus the
+message that says why a config breaks it.  Predicates use only arithmetic, comparisons,
+``&`` and ``|``, so the same expression runs on Python ints (``why_invalid``: the first
+rule a config breaks) and on numpy columns (``valid_mask``: all rules at once, for
+search).  Rules every config obeys are here; an intrinsic path adds its own
+(``intrinsic_paths``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .knobs import KNOBS, NAMED_KNOBS, WMMA_SHAPES, code
+
+MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
+
+_WMMA_MNK = np.array([WMMA_SHAPES[name] for name in KNOBS["wmma"]], dtype=np.int64)  # (3, 3)
+
+
+def round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+@dataclass(frozen=True)
+class Context:
+    """What rules know besides the config: the GEMM and the GPU."""
+
+    m: int
+    n: int
+    k: int
+    in_channels: int
+    out_channels: int
+    gpu: object  # gpu.GpuInfo
+
+    @property
+    def sm(self) -> int:
+        """The arch as a number: sm_90 -> 90."""
+        return int(self.gpu.arch[3:])
+
+    @classmethod
+    def of(cls, workload, gpu) -> "Context":
+        m, n, k = workload.gemm_shape
+        return cls(m, n, k, workload.in_channels, workload.out_channels, gpu)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``ok(v, ctx)``: True (or a bool column) where configs obey it; ``message(config, v,
+    ctx)``: why one config does not.  ``path``: only configs of that intrinsic path obey it."""
+
+    name: str
+    ok: Callable
+    message: Callable
+    path: str | None = None
+
+
+def derive(v: dict, ctx: Context) -> dict:
+    """Add what a config implies to its knob values ``v`` (ints or int64 columns; named knobs
+    as positions in KNOBS, with ``wm``, ``wn``, ``wk`` the fragment shape): the block tile,
+    threads, accumulator fragments, shared memory and the grid."""
+    v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
+    v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
+    v["bk"] = v["chunk"] * v["wk"]
+    v["warps"] = v["block_row_warps"] * v["block_col_warps"]
+    v["threads"] = v["warps"] * 32
+    v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
+    a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
+    b = v["bk"] * (v["bn"] + v["offset_b"]) * 2
+    c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
+    v["smem"] = np.maximum(v["stages"] * (a + b), c)
+    # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
+    v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])
+    v["gk"] = -(-ctx.k // (v["bk"] * v["split_k"]))
+    v["blocks"] = v["gm"] * v["gn"] * v["split_k"]
+    return v
+
+
+def values_of_config(config) -> dict:
+    """One config's knob values as ``derive`` takes them (plain ints)."""
+    v = {name: code(name, getattr(config, name)) for name in KNOBS}
+    v["wm"], v["wn"], v["wk"] = WMMA_SHAPES[config.wmma]
+    return v
+
+
+def values_of_positions(knobs: dict, pos: np.ndarray) -> dict:
+    """Knob-position rows of a space with candidate table ``knobs`` as ``derive`` takes them."""
+    v = {}
+    for j, (name, cands) in enumerate(knobs.items()):
+        table = np.array([code(name, c) for c in cands], dtype=np.int64)
+        v[name] = table[pos[:, j]]
+    mnk = _WMMA_MNK[v["wmma"]]
+    v["wm"], v["wn"], v["wk"] = mnk[:, 0], mnk[:, 1], mnk[:, 2]
+    return v
+
+
+def _tile_rule(dim: str, tile: str, size: str, what: str) -> Rule:
+    # Tiles far larger than the problem are pure padding: the kernel computes zeros.
+    return Rule(f"{dim}_tile_size",
+                lambda v, c: v[tile] <= 2 * round_up(getattr(c, size), 16),
+                lambda cfg, v, c: f"block_{dim}={v[tile]} is more than twice the padded "
+                                  f"{what}={round_up(getattr(c, size), 16)}")
+
+
+def requires_rule(path: str, knob: str, value, message=None) -> Rule:
+    """Configs of ``path`` must have ``knob=value``."""
+    return Rule(f"{path}_needs_{knob}", lambda v, c: v[knob] == code(knob, value),
+                message or (lambda cfg, v, c: f"intrinsic={path} needs {knob}={value!r}, "
+                                              f"not {getattr(cfg, knob)!r}"))
+
+
+# Rules every config obeys, before those of its intrinsic path (HEAD) and after (TAIL);
+# the order decides which reason ``why_invalid`` gives for a config that breaks several.
+HEAD = (
+    Rule("threads", lambda v, c: v["threads"] <= c.gpu.max_threads_per_block,
+         lambda cfg, v, c: f"{v['threads']} threads per block exceed the GPU's {c.gpu.max_threads_per_block}"),
+    Rule("shared_memory", lambda v, c: v["smem"] <= c.gpu.max_smem_per_block,
+         lambda cfg, v, c: f"{v['smem']} bytes of shared memory exceed the GPU's "
+                           f"{c.gpu.max_smem_per_block} per block"),
+    Rule("accumulators", lambda v, c: v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS,
+         lambda cfg, v, c: f"{v['frags']} accumulator fragments per warp exceed "
+                           f"{MAX_ACCUMULATOR_FRAGMENTS} (register spills)"),
+    _tile_rule("m", "bm", "m", "M"),
+    _tile_rule("n", "bn", "n", "N"),
+    _tile_rule("k", "bk", "k", "reduction K"),
+    Rule("cp_async", lambda v, c: (v["stages"] == 1) | (c.sm >= 80),
+         lambda cfg, v, c: f"stages={cfg.stages} needs cp.async (sm_80 or newer), not {c.gpu.arch}"),
+    Rule("stages", lambda v, c: v["stages"] <= v["gk"],
+         lambda cfg, v, c: f"stages={cfg.stages} exceed the {v['gk']} k-steps of block_k={v['bk']}"),
+    Rule("split_k_slices", lambda v, c: (v["split_k"] == 1) | ((v["split_k"] - 1) * v["gk"] * v["bk"] < c.k),
+         lambda cfg, v, c: f"split_k={cfg.split_k} leaves a K slice empty (K={c.k}, block_k={v['bk']})"),
+    Rule("split_k_grid", lambda v, c: (v["split_k"] == 1) | (v["gm"] * v["gn"] < 2 * c.gpu.sm_count),
+         lambda cfg, v, c: f"split_k={cfg.split_k}: {v['gm'] * v['gn']} blocks already fill the GPU twice over"),
+)
+
+
+def _vector_rules(knob: str, channels: str, what: str, tile: Callable) -> tuple[Rule, Rule]:
+    """Vector loads/stores: aligned in global memory and evenly shared by the block's threads."""
+    return (
+        Rule(f"{knob}_alignment", lambda v, c: getattr(c, channels) % v[knob] == 0,
+             lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {getattr(c, channels)} {what} "
+                               "(misaligned vector access)"),
+        Rule(f"{knob}_threads", lambda v, c: tile(v) % (v["threads"] * v[knob]) == 0,
+             lambda cfg, v, c: f"{knob}={v[knob]}: the {tile(v)}-element tile does not split evenly "
+                               f"over {v['threads']} threads"),
+    )
+
+
+def _offset_rule(offset: str, vec: str) -> Rule:
+    return Rule(f"{offset}_vector", lambda v, c: v[offset] % v[vec] == 0,
+                lambda cfg, v, c: f"{offset}={v[offset]} is not a multiple of its vector width {v[vec]}")
+
+
+_VECTORS = {
+    "vec_a": _vector_rules("vec_a", "in_channels", "input channels", lambda v: v["bm"] * v["bk"]),
+    "vec_b": _vector_rules("vec_b", "out_channels", "output channels", lambda v: v["bk"] * v["bn"]),
+    "vec_c": _vector_rules("vec_c", "out_channels", "output channels", lambda v: v["bm"] * v["bn"]),
+}
+_OFFSETS = {"vec_a": _offset_rule("offset_a", "vec_a"), "vec_b": _offset_rule("offset_b", "vec_b"),
+            "vec_c": _offset_rule("offset_c", "vec_c")}
+FRAG_BUFFERS = Rule("frag_buffers", lambda v, c: v["frag_buffers"] <= v["chunk"],
+                    lambda cfg, v, c: f"frag_buffers={cfg.frag_buffers} exceed chunk={cfg.chunk} "
+                                      "(nothing to overlap)")
+TAIL = (FRAG_BUFFERS, *(r for rules in _VECTORS.values() for r in rules), *_OFFSETS.values())
+VECTOR_KNOBS = tuple(_VECTORS)
+# The only rules that read each vector width (default_config relies on that).
+VECTOR_RULES = {knob: (*_VECTORS[knob], _OFFSETS[knob]) for knob in VECTOR_KNOBS}
+assert not set(NAMED_KNOBS) & set(VECTOR_KNOBS)
+
+
+def derive_rows(space, pos: np.ndarray) -> dict:
+    """``derive`` for knob-position rows of ``space`` (int64 columns)."""
+    return derive(values_of_positions(space.knobs, pos), Context.of(space.workload, space.gpu))

@@ -1,0 +1,83 @@
+"""The task registry: what a tuning log's records key on.
+
+A task is an operator family the package can tune: its name (written in every record), its
+workload type (parses the spec a record holds), the tensors a kernel takes, the host
+reference and the baseline it is checked and compared against, its knob space, and the
+version of its kernel generator (records of another version are stale).  The template
+registers the function that lowers a (workload, config) with ``templates``.  A new task
+(dense, a fused epilogue) is one more ``register`` call plus its template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import baseline
+from .reference import conv2d_reference, random_inputs
+from .space import conv2d_space
+from .workloads import Conv2dWorkload
+
+
+@dataclass(frozen=True)
+class Task:
+    """One operator family."""
+
+    name: str  # the record's task name
+    workload_type: type  # has .parse(spec) and str(); frozen (keys caches)
+    signature: Callable  # workload -> [(tensor name, shape, dtype)]: inputs then output
+    reference: Callable  # (workload, *inputs) -> fp32 output on the host
+    inputs: Callable  # (workload, seed) -> random inputs
+    baseline: Callable | None  # (workload, *inputs, reference) -> (seconds or None, error)
+    space: Callable  # (workload, gpu) -> ConfigSpace
+    template_version: int  # bump when the generated code changes (generator.FINGERPRINTS)
+
+    def lower(self, workload, config, target):
+        """The template's TVM Executable for one (workload, config) (see ``templates``)."""
+        return _TEMPLATES[self.name](workload, config, target)
+
+
+_TASKS: dict[str, Task] = {}
+_TEMPLATES: dict[str, Callable] = {}  # task name -> lowering function, filled as templates load
+
+
+def register(task: Task) -> Task:
+    if task.name in _TASKS:
+        raise ValueError(f"task {task.name!r} is registered twice")
+    _TASKS[task.name] = task
+    return task
+
+
+def get(name: str) -> Task:
+    try:
+        return _TASKS[name]
+    except KeyError:
+        raise KeyError(f"unknown task {name!r} (known: {', '.join(_TASKS)})") from None
+
+
+def templates(name: str):
+    """Decorator: the template's ``lower(workload, config, target)`` of task ``name``."""
+    get(name)
+
+    def register_template(func):
+        _TEMPLATES[name] = func
+        return func
+
+    return register_template
+
+
+def _conv2d_signature(wl: Conv2dWorkload):
+    return [("data", wl.data_shape, wl.dtype), ("weight", wl.weight_shape, wl.dtype),
+            ("out", wl.out_shape, wl.out_dtype)]
+
+
+CONV2D = register(Task(
+    name="conv2d_nhwc_tensorcore.cuda",
+    workload_type=Conv2dWorkload,
+    signature=_conv2d_signature,
+    reference=conv2d_reference,
+    inputs=random_inputs,
+    baseline=baseline.checked_cudnn_time,
+    space=conv2d_space,
+    template_version=1,
+))

@@ -1,0 +1,168 @@
+"""The architecture fingerprint: what a refactor of space, rules, cost model and template
+must leave unchanged, hashed.
+
+* ``cuda``: sha256 of the generated code (build arch, nvcc flags, CUDA source:
+  ``generator.generated_code``) of ~100 configs sampled once, with a fixed seed, across every
+  intrinsic path (WMMA at each fragment shape, mma, wgmma), fp16 and fp32 input, fp16 output,
+  split-K, and workloads with stride, dilation, odd channels and 3 input channels.  The
+  configs are stored in the data file, so the check does not depend on how they were drawn.
+* ``masks``: per (workload, GPU arch, knob table), sha256 of ``cost_model.valid_mask`` over a
+  large deterministic sample of config indices, of ``space.why_invalid``'s reasons over a
+  smaller one, and the count of valid configs.
+* ``defaults``: ``space.default_config()`` per (workload, arch).
+* ``features``: sha256 of ``features_from_positions`` (the prior is its last column) on a
+  sample of the tutorial's space.
+
+    python tests/arch_fingerprint.py --write    # record today's values in tests/data/
+
+``tests/test_arch_fingerprint.py`` recomputes everything and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from tc_autotune import cost_model, generator, workloads  # noqa: E402
+from tc_autotune.gpu import gpu_for_arch  # noqa: E402
+from tc_autotune.space import KNOBS, ConfigSpace, Conv2dConfig  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "arch_fingerprint.json"
+SEED = 20261123
+
+WORKLOADS = {
+    "tutorial": "tutorial",
+    "c3-7x7-s2": "n=1,h=224,w=224,c=3,k=64,r=7,stride=2,pad=3",
+    "1x1": "rfc-1x1-b32",
+    "odd-channels": "n=3,h=17,w=15,c=20,k=40,r=3,pad=1x2x0x1",
+    "dilation2": "n=2,h=20,c=32,k=64,r=3,dilation=2,pad=2",
+    "fp32-in": "n=8,h=14,c=256,k=256,r=3,pad=1,dtype=float32",
+    "fp16-out-strided": "n=3,h=17,w=23,c=40,k=72,r=5,s=3,stride=2x1,pad=2x1,dilation=2,out_dtype=float16",
+    "small-grid": "resnet50-res5-3x3-512-512-s2-b1",
+}
+# Pinned knobs of each intrinsic path (what its rules require, written out here so the
+# fingerprint does not depend on the code under test).
+_SWIZZLED = {"wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,)}
+VARIANTS = {
+    "wmma-m16n16k16": {"intrinsic": ("wmma",), "wmma": ("m16n16k16",)},
+    "wmma-m8n32k16": {"intrinsic": ("wmma",), "wmma": ("m8n32k16",)},
+    "wmma-m32n8k16": {"intrinsic": ("wmma",), "wmma": ("m32n8k16",)},
+    "mma": {"intrinsic": ("mma",), **_SWIZZLED},
+    "wgmma": {"intrinsic": ("wgmma",), **_SWIZZLED, "block_row_warps": (4,), "chunk": (4,),
+              "frag_buffers": (1,)},
+}
+ARCHS = ("sm_90", "sm_80", "sm_75")
+CUDA_PER_CELL = 2  # configs per (workload, variant)
+MASK_SAMPLE = 200_000  # indices per full space
+VARIANT_MASK_SAMPLE = 40_000  # indices per pinned-variant space
+REASON_SAMPLE = 1500
+FEATURE_SAMPLE = 50_000
+DEFAULTS = (("tutorial", "sm_90"), ("1x1", "sm_90"), ("c3-7x7-s2", "sm_90"), ("odd-channels", "sm_90"),
+            ("fp32-in", "sm_90"), ("small-grid", "sm_90"), ("tutorial", "sm_80"), ("dilation2", "sm_75"))
+
+
+def _space(name: str, arch: str, variant: str | None = None, extra: dict | None = None) -> ConfigSpace:
+    knobs = {**KNOBS, **(VARIANTS[variant] if variant else {}), **(extra or {})}
+    return ConfigSpace(workloads.get(WORKLOADS[name]), gpu_for_arch(arch), knobs=knobs)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---- choosing the CUDA sample (only when writing) -------------------------------------------
+def sample_cuda_cases() -> list[dict]:
+    """Valid configs per (workload, variant), plus split-K ones where the grid is small."""
+    rng = random.Random(SEED)
+    cases = []
+
+    def draw(name, variant, extra, n):
+        space = _space(name, "sm_90", variant, extra)
+        found = []
+        for _ in range(20000):
+            if len(found) == n:
+                break
+            config = space.get(rng.randrange(len(space)))
+            if config not in found and space.why_invalid(config) is None:
+                found.append(config)
+        cases.extend({"workload": WORKLOADS[name], "config": c.as_dict()} for c in found)
+
+    for name in WORKLOADS:
+        for variant in VARIANTS:
+            draw(name, variant, None, CUDA_PER_CELL)
+    for name in ("small-grid", "fp32-in", "dilation2"):
+        for variant in VARIANTS:
+            draw(name, variant, {"split_k": (2, 4, 8, 16)}, 1)
+    return cases
+
+
+# ---- computing --------------------------------------------------------------------------------
+def cuda_hash(case: dict) -> str:
+    code = generator.generated_code(workloads.get(case["workload"]), Conv2dConfig(**case["config"]))
+    return _sha(json.dumps(code, sort_keys=True).encode())
+
+
+def mask_spaces():
+    """(key, space, sample size) of every space whose validity is fingerprinted."""
+    for name in WORKLOADS:
+        for arch in ARCHS:
+            yield f"{name}/{arch}/full", _space(name, arch), MASK_SAMPLE
+            for variant in VARIANTS:
+                yield f"{name}/{arch}/{variant}", _space(name, arch, variant), VARIANT_MASK_SAMPLE
+
+
+def mask_fingerprint(key: str, space: ConfigSpace, n: int) -> dict:
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little"))
+    idx = rng.integers(0, len(space), size=n)
+    mask = cost_model.valid_mask(space, cost_model.positions_from_indices(space, idx))
+    reasons = [space.why_invalid(space.get(int(i))) or "" for i in idx[:REASON_SAMPLE]]
+    return {"valid": int(mask.sum()), "mask": _sha(np.packbits(mask).tobytes()),
+            "reasons": _sha("\n".join(reasons).encode())}
+
+
+def features_hash() -> str:
+    space = _space("tutorial", "sm_90")
+    idx = np.random.default_rng(SEED).integers(0, len(space), size=FEATURE_SAMPLE)
+    pos = cost_model.positions_from_indices(space, idx)
+    pos = pos[cost_model.valid_mask(space, pos)]
+    return _sha(np.ascontiguousarray(cost_model.features_from_positions(space, pos)).tobytes())
+
+
+def default_index(name: str, arch: str) -> int:
+    space = _space(name, arch)
+    return space.index(space.default_config())
+
+
+def compute(cuda_cases: list[dict]) -> dict:
+    return {
+        "cuda": [{**case, "sha256": cuda_hash(case)} for case in cuda_cases],
+        "masks": {key: mask_fingerprint(key, space, n) for key, space, n in mask_spaces()},
+        "defaults": {f"{name}/{arch}": default_index(name, arch) for name, arch in DEFAULTS},
+        "features": features_hash(),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--write", action="store_true", help=f"write the fingerprint to {DATA}")
+    args = p.parse_args(argv)
+    data = compute(sample_cuda_cases())
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    if args.write:
+        DATA.parent.mkdir(parents=True, exist_ok=True)
+        DATA.write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The package's import graph is a DAG, every intra-package import is at module top, and the
+modules the CLIs and log readers need never load TVM.
+
+Function-level imports are allowed only for the heavy or optional third-party modules of
+``LAZY`` (each with the reason it is imported late); scripts import the package after
+parsing their arguments, so a bad argument fails fast without TVM.
+"""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "tc_autotune"
+
+# third-party module -> why it may be imported inside a function
+LAZY = {
+    "tvm": "~1 s to import and needs the CUDA libraries: only where a kernel is built or run",
+    "tvm_ffi": "TVM's FFI, with tvm",
+    "xgboost": "~0.5 s to import: only when a cost model is fitted or loaded",
+    "torch": "optional (cuDNN baseline), seconds to import",
+    "matplotlib": "optional (plots)",
+    "tomllib": "stdlib on 3.11+, tomli before: chosen at call time",
+    "tomli": "the tomllib fallback on 3.10",
+}
+# Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
+LIGHT = ("workloads", "gpu", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
+         "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks")
+
+
+def _modules() -> dict[str, Path]:
+    found = {f"{PACKAGE}.{p.stem}" if p.stem != "__init__" else PACKAGE: p
+             for p in (ROOT / PACKAGE).glob("*.py")}
+    found.update({f"scripts.{p.stem}": p for p in (ROOT / "scripts").glob("*.py")})
+    return found
+
+
+def _imports(name: str, path: Path):
+    """(imported module, line, inside a function, top-level third-party root) of one file."""
+    modules = _modules()
+    package = PACKAGE if name.startswith("scripts.") else name.rpartition(".")[0] or PACKAGE
+    out = []
+
+    def resolve(base: str, names):
+        targets = [f"{base}.{n}" for n in names if f"{base}.{n}" in modules]
+        return targets or [base]
+
+    class Visitor(ast.NodeVisitor):
+        depth = 0
+
+        def visit_FunctionDef(self, node):
+            self.depth += 1
+            self.generic_visit(node)
+            self.depth -= 1
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+        visit_Lambda = visit_FunctionDef
+
+        def visit_Import(self, node):
+            for alias in node.names:
+                out.append((alias.name, node.lineno, self.depth > 0))
+
+        def visit_ImportFrom(self, node):
+            if node.level:
+                base = package if node.level == 1 else package.rsplit(".", node.level - 1)[0]
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module
+            for target in resolve(base, [a.name for a in node.names]):
+                out.append((target, node.lineno, self.depth > 0))
+
+    Visitor().visit(ast.parse(path.read_text(), str(path)))
+    return out
+
+
+def _graph():
+    modules = _modules()
+    edges, lazy = {}, []
+    for name, path in modules.items():
+        edges[name] = set()
+        for target, line, in_function in _imports(name, path):
+            if target == PACKAGE or target.startswith(PACKAGE + "."):
+                target = target if target in modules else PACKAGE
+                edges[name].add(target)
+                if in_function and not name.startswith("scripts."):
+                    lazy.append(f"{path.name}:{line} imports {target} inside a function")
+            elif in_function and target.split(".")[0] not in LAZY and not name.startswith("scripts."):
+                lazy.append(f"{path.name}:{line} imports {target} inside a function (not in LAZY)")
+    return edges, lazy
+
+
+def test_intra_package_imports_are_at_module_top():
+    _, lazy = _graph()
+    assert not lazy, "\n".join(lazy)
+
+
+def test_the_import_graph_is_a_dag_from_workloads_and_gpu_up():
+    edges, _ = _graph()
+    order, state = [], {}
+
+    def visit(node, stack):
+        if state.get(node) == "done":
+            return
+        assert state.get(node) != "open", "import cycle: " + " -> ".join(stack + [node])
+        state[node] = "open"
+        for target in sorted(edges[node]):
+            visit(target, stack + [node])
+        state[node] = "done"
+        order.append(node)
+
+    for node in sorted(edges):
+        visit(node, [])
+    for bottom in ("workloads", "gpu"):
+        assert edges[f"{PACKAGE}.{bottom}"] <= {PACKAGE}, edges[f"{PACKAGE}.{bottom}"]
+    assert not any(name in targets for targets in edges.values() for name in edges if name.startswith("scripts."))
+
+
+def test_light_modules_never_load_tvm():
+    modules = _modules()
+    edges, _ = _graph()
+
+    def closure(name, seen):
+        if name not in seen:
+            seen.add(name)
+            for target in edges[name]:
+                closure(target, seen)
+        return seen
+
+    for light in LIGHT:
+        for name in sorted(closure(f"{PACKAGE}.{light}", set())):
+            tvm = [line for target, line, in_function in _imports(name, modules[name])
+                   if target.split(".")[0] in ("tvm", "tvm_ffi") and not in_function]
+            assert not tvm, f"{light} imports {name}, which imports tvm at module top (line {tvm[0]})"
