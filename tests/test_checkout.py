@@ -4,7 +4,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,15 +20,19 @@ def test_gitignore_matches_nothing_that_is_tracked():
 
 
 def test_a_pytest_session_leaves_no_cache_directory_behind(tmp_path):
-    before = set(Path(tempfile.gettempdir()).glob("tc_autotune_test_cache_*"))
-    (tmp_path / "test_nothing.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    # A temporary folder of its own: other pytest sessions on this machine make and remove
+    # their caches in the shared one at any time.
+    session_tmp = tmp_path / "tmp"
+    session_tmp.mkdir()
+    (tmp_path / "test_nothing.py").write_text("def test_one():\n    import tempfile\n"
+                                              "    assert tempfile.gettempdir() == %r\n" % str(session_tmp))
     (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
-    env = dict(os.environ)
+    env = dict(os.environ, TMPDIR=str(session_tmp))
     env.pop("TC_AUTOTUNE_CACHE_DIR", None)
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert set(Path(tempfile.gettempdir()).glob("tc_autotune_test_cache_*")) <= before
+    assert not list(session_tmp.glob("tc_autotune_test_cache_*"))
 
 
 def test_paths_in_the_readme_examples_exist_in_a_checkout():
