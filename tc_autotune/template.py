@@ -1,16 +1,20 @@
-"""The Tensor Core conv2d template: TE compute + TensorIR schedule driven by a config.
+"""The Tensor Core GEMM template: TE compute + TensorIR schedule driven by a config.
 
-Implicit GEMM: M = N*OH*OW output pixels, N = output channels, K = R*S*C.
-The im2col matrix A (M x K) and the reshaped weight B (K x N) are defined padded
-to the block tile, so any batch and channel count works; both are inlined into
-the shared-memory loads, so nothing is materialised.  The fp32 accumulator tile
-is staged through shared memory and written out with vector stores.
+It sees a task's GEMM view (``gemm.GemmView``), never the task's workload: the TE compute
+reads A (M x K) and B (K x N) from the task's tensors and writes C (M x N) to its output
+through the view's index maps.  Conv2d is an implicit GEMM (``gemm.conv2d_view``):
+M = N*OH*OW output pixels, N = output channels, K = R*S*C; A is the im2col matrix of
+the data and B the HWIO weight as a row-major matrix.  A and B are defined padded to the
+block tile, so any M, N and K work; both are inlined into the shared-memory loads, so
+nothing is materialised.  The fp32 accumulator tile is staged through shared memory and
+written out with vector stores.
 
-The kernel's arguments are (data, weight, out, *workspaces): buffers the caller
-allocates once (``workspaces``), because TVM would allocate an intermediate global
-buffer on every call.  fp32 input (``dtype=float32``) is first cast to fp16 copies of
-data and weight (workspaces) by one vectorised kernel; the conv kernel then reads
-those copies and is the fp16 workload's kernel, instruction for instruction.
+The kernel's arguments are (A's tensor, B's tensor, C's tensor, *workspaces) (conv2d:
+data, weight, out): buffers the caller allocates once (``workspaces``), because TVM would
+allocate an intermediate global buffer on every call.  fp32 input (``dtype=float32``) is
+first cast to fp16 copies of the inputs (workspaces) by one vectorised kernel; the GEMM
+kernel then reads those copies and is the fp16 workload's kernel, instruction for
+instruction.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
         )
         out = te.compute(
             c_op.shape, lambda *idx: gemm[c_op.map.matrix_index(*idx)].astype(view.out_dtype),
-            name="out", varargs_names=axes,
+            name=c_op.tensor, varargs_names=axes,
         )
         return a_in, b_in, out, copies
     # Split-K: slice z of the reduction goes to partial sums C[z], and a second kernel adds
@@ -104,7 +108,7 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
         c_op.shape, lambda *idx: te.sum(gemm[(zk, *c_op.map.matrix_index(*idx))], axis=zk),
         name="total", varargs_names=axes,
     )
-    out = te.compute(c_op.shape, lambda *idx: total[idx].astype(view.out_dtype), name="out")
+    out = te.compute(c_op.shape, lambda *idx: total[idx].astype(view.out_dtype), name=c_op.tensor)
     return a_in, b_in, out, [gemm] + copies
 
 
@@ -173,11 +177,11 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
 
 def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
-    the GEMM (blocks "A", "B", "C", "out") and the view, never the task's workload."""
+    the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload."""
     data, weight, out, extra = gemm_compute(view, config)
     sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out, *extra]))
     gemm = sch.get_sblock("C")
-    out_block = sch.get_sblock("out")
+    out_block = sch.get_sblock(view.c.tensor)
     if config.split_k == 1:
         # The output block's iterators become the GEMM's (m, n), so it inlines into the C tile.
         c_op = view.c
@@ -190,7 +194,8 @@ def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
         z, i, j, kk = sch.get_loops(gemm)
         sch.bind(z, "blockIdx.z")
     path = intrinsic_path(config.intrinsic)
-    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=config.split_k == 1)
+    inline_out = view.c.tensor if config.split_k == 1 else None
+    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=inline_out)
 
     if config.frag_buffers > 1:
         # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
@@ -257,18 +262,18 @@ def _tile_block(sch, loops, config: Conv2dConfig, tile_mnk):
     return by, tz, ko, ki, i_w
 
 
-def _stage_output(sch, gemm, by, tz, acc_scope: str, inline_out: bool):
+def _stage_output(sch, gemm, by, tz, acc_scope: str, inline_out: str | None):
     """Accumulators (per warp) -> shared C tile (per block) -> global.  Returns (c_frag, c_shared)."""
     c_shared = sch.cache_write(gemm, 0, SMEM)
     c_frag = sch.cache_write(gemm, 0, acc_scope)
     sch.reverse_compute_at(c_frag, tz, preserve_unit_loops=True)
     sch.reverse_compute_at(c_shared, by, preserve_unit_loops=True)
-    if inline_out:
-        sch.reverse_compute_inline(sch.get_sblock("out"))
+    if inline_out is not None:  # the output block (else split-K's sum kernel writes the output)
+        sch.reverse_compute_inline(sch.get_sblock(inline_out))
     return c_frag, c_shared
 
 
-def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: bool):
+def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: str | None):
     """Accumulators -> shared C tile (per block) -> global; global -> shared A/B tiles (per
     ko) -> fragments (per chunk step, unless ``frag_scopes`` has None for A and B: wgmma
     reads shared memory itself); cooperative vector copies.  Returns the blocks:
@@ -310,7 +315,7 @@ def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
 
 
 @schedules("wmma")
-def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
     """WMMA fragments on padded shared tiles; returns the (ko, ki) loops."""
     wm, wn, _ = config.wmma_mnk
     names = wmma_intrinsics(config.wmma_mnk, SMEM)
@@ -356,7 +361,7 @@ def _fragment_layout_map(ndim: int):
 
 
 @schedules("mma")
-def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
     """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
     chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
     and the ldmatrix reads of 8 rows both hit 8 distinct bank groups); returns (ko, ki)."""
@@ -395,7 +400,7 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
 
 
 @schedules("wgmma")
-def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
     """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
     columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
