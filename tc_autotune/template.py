@@ -27,10 +27,10 @@ from tvm import te
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
                          wgmma_intrinsic, wmma_intrinsics)
 from . import tasks
+from .gemm import GemmView, Operand, conv2d_view, view_of
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
 from .rules import round_up as _round_up
-from .gemm import GemmView, conv2d_view, view_of
 from .space import Conv2dConfig
 from .workloads import Conv2dWorkload
 
@@ -60,7 +60,7 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
         a_tensor, b_tensor = copies = [_fp16_copy(a_in, a_op.tensor), _fp16_copy(b_in, b_op.tensor)]
     zero = tvm.tirx.const(0, "float16")
 
-    def operand(tensor: te.Tensor, held, rows: int, cols: int):
+    def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int):
         """Matrix element [row, col] of an input: its tensor's element through the index
         map, 0 outside the matrix or where the map says it is outside the tensor."""
 
