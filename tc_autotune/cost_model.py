@@ -68,7 +68,7 @@ def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
 def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     """(n, len(FEATURE_NAMES)) float32 features of knob-position rows on ``space``'s workload."""
     v = derive_rows(space, pos)
-    m, n, k = space.workload.gemm_shape
+    m, n, k = space.view.shape
     sm = space.gpu.sm_count
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
     gm, gn, gk, blocks = v["gm"], v["gn"], v["gk"], v["blocks"]

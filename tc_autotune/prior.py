@@ -39,7 +39,7 @@ def prior_score(space, pos: np.ndarray) -> np.ndarray:
 
 def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     """``prior_score`` of rows already through ``rules.derive``."""
-    m, n, k = space.workload.gemm_shape
+    m, n, k = space.view.shape
     bm, bn, bk, split, gm, gn, gk = (v[x].astype(np.float64)
                                      for x in ("bm", "bn", "bk", "split_k", "gm", "gn", "gk"))
     padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)

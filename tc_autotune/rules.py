@@ -1,7 +1,8 @@
 """Validity rules of the template, written once for one config and for arrays of them.
 
 A rule is a named predicate over the *derived values* of configs (knob values, block
-tile, threads, shared memory, grid: ``derive``) and the problem (``Context``), plus the
+tile, threads, shared memory, grid: ``derive``) and the problem (``Context``: the task's
+``gemm.GemmView`` and the GPU), plus the
 message that says why a config breaks it.  Predicates use only arithmetic, comparisons,
 ``&`` and ``|``, so the same expression runs on Python ints (``why_invalid``: the first
 rule a config breaks) and on numpy columns (``valid_mask``: all rules at once, for
@@ -16,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from .gemm import GemmView, view_of
 from .knobs import KNOBS, NAMED_KNOBS, WMMA_SHAPES, code
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
@@ -29,13 +31,12 @@ def round_up(x: int, m: int) -> int:
 
 @dataclass(frozen=True)
 class Context:
-    """What rules know besides the config: the GEMM and the GPU."""
+    """What rules know besides the config: the GEMM (its view) and the GPU."""
 
     m: int
     n: int
     k: int
-    in_channels: int
-    out_channels: int
+    view: GemmView
     gpu: object  # gpu.GpuInfo
 
     @property
@@ -45,8 +46,9 @@ class Context:
 
     @classmethod
     def of(cls, workload, gpu) -> "Context":
-        m, n, k = workload.gemm_shape
-        return cls(m, n, k, workload.in_channels, workload.out_channels, gpu)
+        """The context of a workload (or a GemmView: see ``gemm.view_of``) on ``gpu``."""
+        view = view_of(workload)
+        return cls(view.m, view.n, view.k, view, gpu)
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,17 @@ HEAD = (
 )
 
 
-def _vector_rules(knob: str, channels: str, what: str, tile: Callable) -> tuple[Rule, Rule]:
-    """Vector loads/stores: aligned in global memory and evenly shared by the block's threads."""
+def _vector_rules(knob: str, operand: str, tile: Callable) -> tuple[Rule, Rule]:
+    """Vector loads/stores of GEMM operand ``operand`` ("a", "b", "c"): aligned in global
+    memory (the width divides the operand's contiguous runs) and evenly shared by the
+    block's threads."""
+
+    def held(c: Context):  # the operand as the task's tensor holds it
+        return getattr(c.view, operand)
+
     return (
-        Rule(f"{knob}_alignment", lambda v, c: getattr(c, channels) % v[knob] == 0,
-             lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {getattr(c, channels)} {what} "
+        Rule(f"{knob}_alignment", lambda v, c: held(c).run % v[knob] == 0,
+             lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {held(c).run} {held(c).run_name} "
                                "(misaligned vector access)"),
         Rule(f"{knob}_threads", lambda v, c: tile(v) % (v["threads"] * v[knob]) == 0,
              lambda cfg, v, c: f"{knob}={v[knob]}: the {tile(v)}-element tile does not split evenly "
@@ -157,9 +165,9 @@ def _offset_rule(offset: str, vec: str) -> Rule:
 
 
 _VECTORS = {
-    "vec_a": _vector_rules("vec_a", "in_channels", "input channels", lambda v: v["bm"] * v["bk"]),
-    "vec_b": _vector_rules("vec_b", "out_channels", "output channels", lambda v: v["bk"] * v["bn"]),
-    "vec_c": _vector_rules("vec_c", "out_channels", "output channels", lambda v: v["bm"] * v["bn"]),
+    "vec_a": _vector_rules("vec_a", "a", lambda v: v["bm"] * v["bk"]),
+    "vec_b": _vector_rules("vec_b", "b", lambda v: v["bk"] * v["bn"]),
+    "vec_c": _vector_rules("vec_c", "c", lambda v: v["bm"] * v["bn"]),
 }
 _OFFSETS = {"vec_a": _offset_rule("offset_a", "vec_a"), "vec_b": _offset_rule("offset_b", "vec_b"),
             "vec_c": _offset_rule("offset_c", "vec_c")}
@@ -175,4 +183,4 @@ assert not set(NAMED_KNOBS) & set(VECTOR_KNOBS)
 
 def derive_rows(space, pos: np.ndarray) -> dict:
     """``derive`` for knob-position rows of ``space`` (int64 columns)."""
-    return derive(values_of_positions(space.knobs, pos), Context.of(space.workload, space.gpu))
+    return derive(values_of_positions(space.knobs, pos), space.context)

@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .gemm import GemmView, view_of
 from .gpu import GpuInfo, default_gpu
 from .intrinsic_paths import PATHS
 from .intrinsic_paths import get as intrinsic_path
@@ -85,15 +86,21 @@ def valid_mask(space, pos: np.ndarray) -> np.ndarray:
 
 
 class ConfigSpace:
-    """All configs of the template for one workload on one GPU."""
+    """All configs of the template for one workload on one GPU.
 
-    def __init__(self, workload: Conv2dWorkload, gpu: GpuInfo | None = None, knobs: dict | None = None):
+    ``workload`` is what records key on (a Conv2dWorkload, or any workload with a GEMM view,
+    a GemmView included); validity, the default config, the prior and the features read
+    only its ``view`` (``gemm.view_of``): M, N, K and the operands' layout."""
+
+    def __init__(self, workload: Conv2dWorkload | GemmView, gpu: GpuInfo | None = None,
+                 knobs: dict | None = None):
         self.workload = workload
+        self.view = view_of(workload)
         self.gpu = gpu or default_gpu()
         # A narrower table pins knobs; a knob it lacks is pinned to its KNOB_DEFAULTS value.
         self.knobs = {name: (knobs or KNOBS).get(name, (KNOB_DEFAULTS.get(name),)) for name in KNOBS}
         self._radices = [len(c) for c in self.knobs.values()]
-        self.context = Context.of(workload, self.gpu)
+        self.context = Context.of(self.view, self.gpu)
 
     def __len__(self) -> int:
         return math.prod(self._radices)

@@ -3,9 +3,11 @@
 A task is an operator family the package can tune: its name (written in every record), its
 workload type (parses the spec a record holds), the tensors a kernel takes, the host
 reference and the baseline it is checked and compared against, its knob space, and the
-version of its kernel generator (records of another version are stale).  The template
-registers the function that lowers a (workload, config) with ``templates``.  A new task
-(dense, a fused epilogue) is one more ``register`` call plus its template.
+version of its kernel generator (records of another version are stale) and its GEMM view
+(``gemm.GemmView``: M, N, K, dtypes, the operands' layout and index maps), which is all the
+space, the rules and the template read.  The template registers the function that lowers a
+(workload, config) with ``templates``.  A new task (dense, a fused epilogue) is one more
+``register`` call plus its template.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import baseline
+from . import baseline, gemm
 from .reference import conv2d_reference, random_inputs
 from .space import conv2d_space
 from .workloads import Conv2dWorkload
@@ -30,6 +32,7 @@ class Task:
     inputs: Callable  # (workload, seed) -> random inputs
     baseline: Callable | None  # (workload, *inputs, reference) -> (seconds or None, error)
     space: Callable  # (workload, gpu) -> ConfigSpace
+    gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
     template_version: int  # bump when the generated code changes (generator.FINGERPRINTS)
 
     def lower(self, workload, config, target):
@@ -42,8 +45,10 @@ _TEMPLATES: dict[str, Callable] = {}  # task name -> lowering function, filled a
 
 
 def register(task: Task) -> Task:
+    """Add a task; its workload type's GEMM view becomes ``gemm.view_of``'s for that type."""
     if task.name in _TASKS:
         raise ValueError(f"task {task.name!r} is registered twice")
+    gemm.views(task.workload_type)(task.gemm_view)
     _TASKS[task.name] = task
     return task
 
@@ -79,5 +84,6 @@ CONV2D = register(Task(
     inputs=random_inputs,
     baseline=baseline.checked_cudnn_time,
     space=conv2d_space,
+    gemm_view=gemm.conv2d_view,
     template_version=1,
 ))

@@ -1,16 +1,20 @@
-"""The Tensor Core conv2d template: TE compute + TensorIR schedule driven by a config.
+"""The Tensor Core GEMM template: TE compute + TensorIR schedule driven by a config.
 
-Implicit GEMM: M = N*OH*OW output pixels, N = output channels, K = R*S*C.
-The im2col matrix A (M x K) and the reshaped weight B (K x N) are defined padded
-to the block tile, so any batch and channel count works; both are inlined into
-the shared-memory loads, so nothing is materialised.  The fp32 accumulator tile
-is staged through shared memory and written out with vector stores.
+It sees a task's GEMM view (``gemm.GemmView``), never the task's workload: the TE compute
+reads A (M x K) and B (K x N) from the task's tensors and writes C (M x N) to its output
+through the view's index maps.  Conv2d is an implicit GEMM (``gemm.conv2d_view``):
+M = N*OH*OW output pixels, N = output channels, K = R*S*C; A is the im2col matrix of
+the data and B the HWIO weight as a row-major matrix.  A and B are defined padded to the
+block tile, so any M, N and K work; both are inlined into the shared-memory loads, so
+nothing is materialised.  The fp32 accumulator tile is staged through shared memory and
+written out with vector stores.
 
-The kernel's arguments are (data, weight, out, *workspaces): buffers the caller
-allocates once (``workspaces``), because TVM would allocate an intermediate global
-buffer on every call.  fp32 input (``dtype=float32``) is first cast to fp16 copies of
-data and weight (workspaces) by one vectorised kernel; the conv kernel then reads
-those copies and is the fp16 workload's kernel, instruction for instruction.
+The kernel's arguments are (A's tensor, B's tensor, C's tensor, *workspaces) (conv2d:
+data, weight, out): buffers the caller allocates once (``workspaces``), because TVM would
+allocate an intermediate global buffer on every call.  fp32 input (``dtype=float32``) is
+first cast to fp16 copies of the inputs (workspaces) by one vectorised kernel; the GEMM
+kernel then reads those copies and is the fp16 workload's kernel, instruction for
+instruction.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from tvm import te
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
                          wgmma_intrinsic, wmma_intrinsics)
 from . import tasks
+from .gemm import GemmView, Operand, conv2d_view, view_of
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
 from .rules import round_up as _round_up
@@ -33,46 +38,42 @@ SMEM = "shared.dyn"
 
 
 def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
-    """TE definition: (data, weight, out, workspace tensors in ``workspaces`` order), the
-    GEMM padded to the tile."""
-    wl = workload
-    m, n, k = wl.gemm_shape
+    """``gemm_compute`` of a conv2d workload's view."""
+    return gemm_compute(conv2d_view(workload), config)
+
+
+def gemm_compute(view: GemmView, config: Conv2dConfig):
+    """TE definition from the view's index maps: (A's tensor, B's tensor, C's tensor,
+    workspace tensors in ``workspaces`` order), the GEMM padded to the tile."""
+    m, n, k = view.shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
     kp = _round_up(k, config.block_k * config.split_k)
-    oh, ow = wl.out_height, wl.out_width
-    (sh, sw), (dh, dw) = wl.stride, wl.dilation
-    pad_top, pad_left = wl.padding[0], wl.padding[1]
-    c, s = wl.in_channels, wl.kernel_w
+    a_op, b_op, c_op = view.a, view.b, view.c
 
-    data_in = te.placeholder(wl.data_shape, wl.dtype, name=_input_name("data", wl))
-    weight_in = te.placeholder(wl.weight_shape, wl.dtype, name=_input_name("weight", wl))
-    if wl.dtype == "float16":
-        data, weight, copies = data_in, weight_in, []
+    a_in = te.placeholder(a_op.shape, view.dtype, name=_input_name(a_op.tensor, view.dtype))
+    b_in = te.placeholder(b_op.shape, view.dtype, name=_input_name(b_op.tensor, view.dtype))
+    if view.dtype == "float16":
+        a_tensor, b_tensor, copies = a_in, b_in, []
     else:
         # fp16 copies (workspaces) written by the cast kernel, named as the fp16 workload's
-        # inputs: the conv kernel reading them is the fp16 kernel, names included.
-        data, weight = copies = [_fp16_copy(data_in, "data"), _fp16_copy(weight_in, "weight")]
+        # inputs: the GEMM kernel reading them is the fp16 kernel, names included.
+        a_tensor, b_tensor = copies = [_fp16_copy(a_in, a_op.tensor), _fp16_copy(b_in, b_op.tensor)]
     zero = tvm.tirx.const(0, "float16")
 
-    def im2col(row, col):
-        img, pix = row // (oh * ow), row % (oh * ow)
-        y, x = pix // ow, pix % ow
-        rs, ci = col // c, col % c
-        h = y * sh + (rs // s) * dh - pad_top
-        w = x * sw + (rs % s) * dw - pad_left
-        inside = tvm.tirx.all(row < m, col < k, h >= 0, h < wl.in_height, w >= 0, w < wl.in_width)
-        return tvm.tirx.if_then_else(inside, data[img, h, w, ci].astype("float16"), zero)
+    def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int):
+        """Matrix element [row, col] of an input: its tensor's element through the index
+        map, 0 outside the matrix or where the map says it is outside the tensor."""
 
-    def weight_matrix(row, col):
-        # HWIO weight is a row-major (R*S*C, K) matrix: element [0, 0, row, col] has the
-        # address of [r, s, ci, col] (row < K keeps it inside the buffer), and the copy
-        # needs no div/mod, which the simplifier cannot fold out of the 4-D form.
-        inside = tvm.tirx.all(row < k, col < n)
-        value = weight[0, 0, row, col]
-        return tvm.tirx.if_then_else(inside, value.astype("float16"), zero)
+        def element(row, col):
+            index, inside = held.map.element(row, col)
+            inside = tvm.tirx.all(row < rows, col < cols, *inside)
+            return tvm.tirx.if_then_else(inside, tensor[index].astype("float16"), zero)
 
-    a = te.compute((mp, kp), im2col, name="A")
-    b = te.compute((kp, np_), weight_matrix, name="B")
+        return element
+
+    a = te.compute((mp, kp), operand(a_tensor, a_op, m, k), name="A")
+    b = te.compute((kp, np_), operand(b_tensor, b_op, k, n), name="B")
+    axes = list(c_op.axes) or None  # the output's iter var names
     if config.split_k == 1:
         red = te.reduce_axis((0, kp), name="rk")
         gemm = te.compute(
@@ -81,11 +82,10 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
             name="C",
         )
         out = te.compute(
-            wl.out_shape,
-            lambda bi, y, x, co: gemm[(bi * oh + y) * ow + x, co].astype(wl.out_dtype),
-            name="out",
+            c_op.shape, lambda *idx: gemm[c_op.map.matrix_index(*idx)].astype(view.out_dtype),
+            name=c_op.tensor, varargs_names=axes,
         )
-        return data_in, weight_in, out, copies
+        return a_in, b_in, out, copies
     # Split-K: slice z of the reduction goes to partial sums C[z], and a second kernel adds
     # the slices up: more blocks for a grid that cannot fill the GPU.  C is a parameter (the
     # caller's workspace, see ``workspace_shape``): TVM would allocate it on every call.
@@ -105,40 +105,42 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
     )
     zk = te.reduce_axis((0, config.split_k), name="zk")
     total = te.compute(
-        wl.out_shape, lambda bi, y, x, co: te.sum(gemm[zk, (bi * oh + y) * ow + x, co], axis=zk),
-        name="total",
+        c_op.shape, lambda *idx: te.sum(gemm[(zk, *c_op.map.matrix_index(*idx))], axis=zk),
+        name="total", varargs_names=axes,
     )
-    out = te.compute(wl.out_shape, lambda *idx: total[idx].astype(wl.out_dtype), name="out")
-    return data_in, weight_in, out, [gemm] + copies
+    out = te.compute(c_op.shape, lambda *idx: total[idx].astype(view.out_dtype), name=c_op.tensor)
+    return a_in, b_in, out, [gemm] + copies
 
 
 def _fp16_copy(tensor: te.Tensor, name: str) -> te.Tensor:
     return te.compute(tensor.shape, lambda *i: tensor(*i).astype("float16"), name=name)
 
 
-def _input_name(name: str, workload: Conv2dWorkload) -> str:
-    return name if workload.dtype == "float16" else f"{name}_{workload.dtype.replace('float', 'fp')}"
+def _input_name(name: str, dtype: str) -> str:
+    return name if dtype == "float16" else f"{name}_{dtype.replace('float', 'fp')}"
 
 
-def workspace_shape(workload: Conv2dWorkload, config: Conv2dConfig) -> tuple[int, int, int] | None:
-    """Shape of the fp32 split-K partial sums (None: no split); the first of ``workspaces``."""
+def workspace_shape(workload, config: Conv2dConfig) -> tuple[int, int, int] | None:
+    """Shape of the fp32 split-K partial sums (None: no split); the first of ``workspaces``.
+    ``workload``: a task's workload or its GemmView."""
     if config.split_k == 1:
         return None
-    m, n, _ = workload.gemm_shape
-    return (config.split_k, _round_up(m, config.block_m), _round_up(n, config.block_n))
+    view = view_of(workload)
+    return (config.split_k, _round_up(view.m, config.block_m), _round_up(view.n, config.block_n))
 
 
-def workspaces(workload: Conv2dWorkload, config: Conv2dConfig) -> list[tuple[tuple[int, ...], str]]:
-    """(shape, dtype) of each buffer the kernel takes after ``out``, in order: the fp32
-    split-K partial sums (split_k > 1), then for fp32 input the fp16 copies of data and
-    weight that the cast kernel writes and the conv kernel reads.  The caller allocates
-    them (once; their contents need not survive between calls)."""
+def workspaces(workload, config: Conv2dConfig) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each buffer the kernel takes after its output, in order: the fp32
+    split-K partial sums (split_k > 1), then for fp32 input the fp16 copies of the A and B
+    tensors (conv2d: data and weight) that the cast kernel writes and the GEMM kernel reads.
+    The caller allocates them (once; their contents need not survive between calls)."""
+    view = view_of(workload)
     out = []
-    split = workspace_shape(workload, config)
+    split = workspace_shape(view, config)
     if split is not None:
         out.append((split, "float32"))
-    if workload.dtype != "float16":
-        out += [(workload.data_shape, "float16"), (workload.weight_shape, "float16")]
+    if view.dtype != "float16":
+        out += [(operand.shape, "float16") for operand in view.inputs]
     return out
 
 
@@ -170,25 +172,30 @@ def _schedule_split_k_sum(sch, out_block) -> None:
 
 def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one (workload, config)."""
-    data, weight, out, extra = conv2d_compute(workload, config)
+    return schedule_gemm(conv2d_view(workload), config)
+
+
+def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
+    """The scheduled TensorIR module of one GEMM view and config: everything below reads
+    the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload."""
+    data, weight, out, extra = gemm_compute(view, config)
     sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out, *extra]))
     gemm = sch.get_sblock("C")
-    out_block = sch.get_sblock("out")
-    ow = workload.out_width
+    out_block = sch.get_sblock(view.c.tensor)
     if config.split_k == 1:
-        sch.transform_block_layout(
-            out_block,
-            tvm.tirx.IndexMap.from_func(
-                lambda bi, y, x, co: ((bi * workload.out_height + y) * ow + x, co), index_dtype="int32"
-            ),
-        )
+        # The output block's iterators become the GEMM's (m, n), so it inlines into the C tile.
+        c_op = view.c
+        axes = c_op.axes or tuple(f"i{d}" for d in range(len(c_op.shape)))
+        index = [tvm.tirx.Var(name, "int32") for name in axes]
+        sch.transform_block_layout(out_block, tvm.tirx.IndexMap(index, list(c_op.map.matrix_index(*index)), None))
         i, j, kk = sch.get_loops(gemm)
     else:
         _schedule_split_k_sum(sch, out_block)
         z, i, j, kk = sch.get_loops(gemm)
         sch.bind(z, "blockIdx.z")
     path = intrinsic_path(config.intrinsic)
-    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=config.split_k == 1)
+    inline_out = view.c.tensor if config.split_k == 1 else None
+    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=inline_out)
 
     if config.frag_buffers > 1:
         # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
@@ -202,8 +209,8 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
         sch.annotate(ko, "software_pipeline_stage", [0, 0] + [config.stages - 1] * compute)
         sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
         sch.annotate(ko, "software_pipeline_async_stages", [0])
-    if workload.dtype != "float16":
-        _schedule_input_cast(sch, workload)
+    if view.dtype != "float16":
+        _schedule_input_cast(sch, view)
     return sch.mod
 
 
@@ -213,19 +220,19 @@ CAST_THREADS = 256
 CAST_VECTOR_BYTES = 16  # a thread's load per operand: one float4 of fp32 (stored as 4 fp16)
 
 
-def _schedule_input_cast(sch, workload: Conv2dWorkload) -> None:
-    """The fp32 -> fp16 copies of data and weight as ONE kernel, launched before the conv
+def _schedule_input_cast(sch, view: GemmView) -> None:
+    """The fp32 -> fp16 copies of the inputs (conv2d: data and weight) as ONE kernel, launched before the conv
     kernel.  Each operand is cut into vectors of 4 elements (16-byte loads, 8-byte stores;
     narrower only where its element count is not a multiple of 4), a block's CAST_THREADS
     threads take one vector each, and block b converts the b-th run of CAST_THREADS vectors
     of data and the b-th of weight (the two loops are merged under one blockIdx.x).  The
     grid is what the larger operand needs: every element is read and written once, with
     enough blocks to fill any GPU for a real conv."""
-    per_vector = CAST_VECTOR_BYTES * 8 // tvm.DataType(workload.dtype).bits
+    per_vector = CAST_VECTOR_BYTES * 8 // tvm.DataType(view.dtype).bits
     loops = []
-    for name, shape in (("data", workload.data_shape), ("weight", workload.weight_shape)):
-        block = sch.get_sblock(name)
-        size = math.prod(shape)
+    for operand in view.inputs:
+        block = sch.get_sblock(operand.tensor)
+        size = math.prod(operand.shape)
         vec = math.gcd(size, per_vector)
         vectors, lanes = sch.split(sch.fuse(*sch.get_loops(block)), [None, vec])
         sch.vectorize(lanes)
@@ -255,18 +262,18 @@ def _tile_block(sch, loops, config: Conv2dConfig, tile_mnk):
     return by, tz, ko, ki, i_w
 
 
-def _stage_output(sch, gemm, by, tz, acc_scope: str, inline_out: bool):
+def _stage_output(sch, gemm, by, tz, acc_scope: str, inline_out: str | None):
     """Accumulators (per warp) -> shared C tile (per block) -> global.  Returns (c_frag, c_shared)."""
     c_shared = sch.cache_write(gemm, 0, SMEM)
     c_frag = sch.cache_write(gemm, 0, acc_scope)
     sch.reverse_compute_at(c_frag, tz, preserve_unit_loops=True)
     sch.reverse_compute_at(c_shared, by, preserve_unit_loops=True)
-    if inline_out:
-        sch.reverse_compute_inline(sch.get_sblock("out"))
+    if inline_out is not None:  # the output block (else split-K's sum kernel writes the output)
+        sch.reverse_compute_inline(sch.get_sblock(inline_out))
     return c_frag, c_shared
 
 
-def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: bool):
+def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: str | None):
     """Accumulators -> shared C tile (per block) -> global; global -> shared A/B tiles (per
     ko) -> fragments (per chunk step, unless ``frag_scopes`` has None for A and B: wgmma
     reads shared memory itself); cooperative vector copies.  Returns the blocks:
@@ -308,7 +315,7 @@ def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
 
 
 @schedules("wmma")
-def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
     """WMMA fragments on padded shared tiles; returns the (ko, ki) loops."""
     wm, wn, _ = config.wmma_mnk
     names = wmma_intrinsics(config.wmma_mnk, SMEM)
@@ -354,7 +361,7 @@ def _fragment_layout_map(ndim: int):
 
 
 @schedules("mma")
-def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
     """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
     chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
     and the ldmatrix reads of 8 rows both hit 8 distinct bank groups); returns (ko, ki)."""
@@ -393,7 +400,7 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
 
 
 @schedules("wgmma")
-def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: bool):
+def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
     """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
     columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
@@ -440,6 +447,11 @@ PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 @tasks.templates(tasks.CONV2D.name)
 def lower_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, target):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
-    mod = schedule_conv2d(workload, config)
+    return lower_gemm(conv2d_view(workload), config, target)
+
+
+def lower_gemm(view: GemmView, config: Conv2dConfig, target):
+    """``lower_conv2d`` of any task's GEMM view: a task's template is this on its view."""
+    mod = schedule_gemm(view, config)
     with tvm.transform.PassContext(opt_level=3, config=PASS_CONFIG):
         return tvm.compile(mod, target)

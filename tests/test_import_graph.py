@@ -23,7 +23,7 @@ LAZY = {
     "tomli": "the tomllib fallback on 3.10",
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
-LIGHT = ("workloads", "gpu", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
+LIGHT = ("workloads", "gpu", "gemm", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
          "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks")
 
 

@@ -1,0 +1,169 @@
+"""The GEMM view of a task: what the space, the rules, the prior, the cost model and the
+template see of a workload.
+
+Every task the package tunes is one Tensor Core GEMM, C[m, n] = sum_k A[m, k] B[k, n]
+(fp16 operands, fp32 accumulation), read from and written to the task's own tensors
+through *index maps*.  A ``GemmView`` is that description as plain data: M, N, K, the
+dtypes, and per operand the task's tensor (name, shape), its index map and the length of
+its contiguous, aligned runs (which vector widths can be loaded or stored without
+straddling a run).  Conv2d NHWC is an implicit GEMM (``conv2d_view``): A is the im2col
+matrix of the input (``Im2col``), B the HWIO weight seen as a (R*S*C, K) matrix and C the
+NHWC output seen as an (N*OH*OW, K) matrix (both ``RowMajor``).  A dense task would give
+``RowMajor`` maps of its 2-D tensors and register its view function with ``views``.
+
+Index maps are frozen dataclasses (they key caches with the view) whose methods are plain
+arithmetic (``+ - * // %`` and comparisons), so the same map runs on ints, on numpy arrays
+(the tests check a view against the host reference) and on TVM expressions (the template
+builds its TE compute from them).  This module does not import TVM.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+from .workloads import Conv2dWorkload
+
+
+@dataclass(frozen=True)
+class RowMajor:
+    """A tensor seen as a row-major matrix: its dims before the last are flattened into rows
+    and the last is the column."""
+
+    shape: tuple[int, ...]  # the tensor's
+
+    def element(self, row, col):
+        """(tensor index, in-bounds conditions) of matrix element [row, col] (row < rows):
+        element [0, ..., 0, row, col] has the address of the unflattened one, and the index
+        needs no div/mod (which the simplifier cannot fold out of the unflattened form)."""
+        return (0,) * (len(self.shape) - 2) + (row, col), ()
+
+    def matrix_index(self, *index):
+        """(row, col) of the tensor element at ``index``."""
+        row = index[0]
+        for i, extent in zip(index[1:-1], self.shape[1:-1]):
+            row = row * extent + i
+        return row, index[-1]
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """The implicit-GEMM A of an NHWC conv2d input: row m = (image, output row, output
+    column), column k = (filter row, filter column, input channel); taps that fall into
+    the padding read 0."""
+
+    in_height: int
+    in_width: int
+    channels: int
+    out_height: int
+    out_width: int
+    kernel_w: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pad: tuple[int, int]  # top, left
+
+    def element(self, row, col):
+        """(tensor index, in-bounds conditions) of A[row, col]: data[img, h, w, ci], inside
+        the input where all conditions hold."""
+        oh, ow = self.out_height, self.out_width
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        pad_top, pad_left = self.pad
+        c, s = self.channels, self.kernel_w
+        img, pix = row // (oh * ow), row % (oh * ow)
+        y, x = pix // ow, pix % ow
+        rs, ci = col // c, col % c
+        h = y * sh + (rs // s) * dh - pad_top
+        w = x * sw + (rs % s) * dw - pad_left
+        return (img, h, w, ci), (h >= 0, h < self.in_height, w >= 0, w < self.in_width)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One GEMM operand as the task's tensor holds it.
+
+    ``map``: for A and B, ``map.element(row, col)`` gives the tensor index of a matrix
+    element and the conditions under which it is inside the tensor (else it reads 0); for
+    C, ``map.matrix_index(*index)`` gives the matrix element a tensor element holds.
+    ``run``: the tensor is contiguous along the matrix's inner axis (A: K, B and C: N) in
+    aligned runs of ``run`` elements, so a vector of v elements never straddles a run (nor
+    is misaligned) iff v divides it; ``run_name`` is what a message calls those elements."""
+
+    tensor: str  # the kernel argument's name
+    shape: tuple[int, ...]
+    map: RowMajor | Im2col
+    run: int
+    run_name: str
+    axes: tuple[str, ...] = ()  # names of the tensor's dims in the TE compute (i0, i1, ... if empty)
+
+
+@dataclass(frozen=True)
+class GemmView:
+    """A task's workload as the Tensor Core GEMM C[M, N] = A[M, K] B[K, N]."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str  # of the input tensors (fp32 inputs are cast to fp16 copies first)
+    out_dtype: str  # of the output tensor (accumulation is fp32)
+    a: Operand  # M x K
+    b: Operand  # K x N
+    c: Operand  # M x N, the output
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.m, self.n, self.k
+
+    @property
+    def inputs(self) -> tuple[Operand, Operand]:
+        return self.a, self.b
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+# workload type -> its view function; ``view_of`` looks a workload's type up here.
+_VIEWS: dict[type, Callable] = {}
+
+
+def views(workload_type: type):
+    """Decorator: the function that gives a workload of ``workload_type`` its GemmView."""
+
+    def register_view(func):
+        known = _VIEWS.setdefault(workload_type, func)
+        if known is not func:
+            raise ValueError(f"{workload_type.__name__} has a GEMM view already ({known.__name__})")
+        return func
+
+    return register_view
+
+
+def view_of(workload) -> GemmView:
+    """The GemmView of a task's workload (a GemmView is its own view)."""
+    if isinstance(workload, GemmView):
+        return workload
+    try:
+        func = _VIEWS[type(workload)]
+    except KeyError:
+        raise TypeError(f"no GEMM view for {type(workload).__name__} (register one with gemm.views)") from None
+    return func(workload)
+
+
+@views(Conv2dWorkload)
+@functools.lru_cache(maxsize=1024)
+def conv2d_view(wl: Conv2dWorkload) -> GemmView:
+    """NHWC conv2d as an implicit GEMM: M = N*OH*OW output pixels, N = K output channels,
+    K = R*S*C.  The im2col A is contiguous along K in runs of C (one filter tap's
+    channels); B (HWIO) and C (NHWC) are row-major with K output channels a row."""
+    m, n, k = wl.gemm_shape
+    a = Im2col(wl.in_height, wl.in_width, wl.in_channels, wl.out_height, wl.out_width, wl.kernel_w,
+               wl.stride, wl.dilation, wl.padding[:2])
+    return GemmView(
+        m, n, k, wl.dtype, wl.out_dtype,
+        a=Operand("data", wl.data_shape, a, wl.in_channels, "input channels"),
+        b=Operand("weight", wl.weight_shape, RowMajor(wl.weight_shape), wl.out_channels, "output channels"),
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), wl.out_channels, "output channels",
+                  axes=("bi", "y", "x", "co")),
+    )
+
