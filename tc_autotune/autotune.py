@@ -21,9 +21,11 @@ from .benchmark import checked_kernel_time
 from .cuda import nvcc_version
 from .gpu import GpuInfo, local_gpu
 from .kernel import build_conv2d
-from .dispatch import AllDevicesLost
+from .devices import RpcDevice, choose_local, local_devices
+from .dispatch import AllDevicesLost, RunnerFault
 from .measure import LocalMeasurer, MeasureOptions
 from .records import shipped_log_files
+from .rpc_runner import RpcRunner, free_servers
 from .reference import conv2d_reference, random_inputs
 from .space import Conv2dConfig, conv2d_space
 from .tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
@@ -34,6 +36,30 @@ log = logging.getLogger(__name__)
 
 class NoGpuError(RuntimeError):
     """Tuning needs a CUDA GPU and there is none."""
+
+
+def measurement_devices(indices=None, tracker=None, key: str | None = None, sessions: int | None = None,
+                        options: MeasureOptions | None = None) -> tuple[GpuInfo, tuple]:
+    """(the GPU the run tunes for, the devices that measure): local GPUs (``indices`` as
+    nvidia-smi numbers them; default every GPU of GPU 0's model) or, with ``tracker`` (host,
+    port) and ``key``, ``sessions`` RPC sessions (default: one per free server of the key)
+    whose device limits are read from the remote GPU.  NoGpuError when there is nothing to
+    measure on; ValueError for GPUs that do not exist or are of different models."""
+    if tracker is not None:
+        rpc = RpcDevice(tracker[0], tracker[1], key)
+        try:
+            sessions = sessions or max(1, free_servers(rpc))
+            probe = RpcRunner("", options or MeasureOptions(), rpc)
+            gpu = probe.connect()
+            probe.stop()  # frees the server for the run's own sessions
+        except RunnerFault as err:
+            raise NoGpuError(str(err)) from None
+        return gpu, (rpc,) * sessions
+    gpu = local_gpu()
+    if gpu is None:
+        raise NoGpuError("no CUDA GPU found: tuning measures on the GPU, run it on a machine with one "
+                         "(or measure on remote GPUs with --rpc-tracker)")
+    return gpu, tuple(choose_local(tuple(indices) if indices else None, gpu.name, local_devices()))
 
 
 @dataclass

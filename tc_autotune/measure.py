@@ -179,16 +179,8 @@ class LocalMeasurer:
         building, running = set(submitted), set()
         # Builds share one deadline; runs happen beside them, on the runners' threads.
         deadline = time.time() + self.options.build_timeout + 5 * len(building) / self._pool_args["max_workers"]
-        while building or running:
-            if not self._dispatcher.alive:
-                lost = ", ".join(s.label for s in self._dispatcher.slots)
-                raise AllDevicesLost(f"every device is lost ({lost}); {len(building) + len(running)} "
-                                     "candidates of the batch were not measured", results)
-            try:
-                event = events.get(timeout=0.5)
-            except queue.Empty:
-                event = None
-            if event is not None and event[0] == "built" and event[1] in building:
+        def handle(event):
+            if event[0] == "built" and event[1] in building:
                 _, i, future = event
                 building.discard(i)
                 so_path = self._built(future, i, submitted[i], results)
@@ -199,11 +191,23 @@ class LocalMeasurer:
                     self._dispatcher.submit((so_path, self._key, tensors),
                                             lambda status, payload, label, i=i, so_path=so_path: events.put(
                                                 ("ran", i, status, payload, label, so_path)))
-            elif event is not None and event[0] == "ran" and event[1] in running:
+            elif event[0] == "ran" and event[1] in running:
                 _, i, status, payload, label, so_path = event
                 running.discard(i)
                 Path(so_path).unlink(missing_ok=True)
                 results[i] = _run_result(status, payload, label, time.time() - submitted[i])
+
+        while building or running:
+            try:
+                handle(events.get(timeout=0.5))
+            except queue.Empty:
+                pass
+            if not self._dispatcher.alive and running:
+                while not events.empty():  # what finished before the last device went
+                    handle(events.get())
+                lost = ", ".join(s.label for s in self._dispatcher.slots)
+                raise AllDevicesLost(f"every device is lost ({lost}); {len(building) + len(running)} "
+                                     "candidates of the batch were not measured", results)
             self._dispatcher.check_hung()
             if building and time.time() > deadline:
                 for i in building:
