@@ -236,7 +236,8 @@ def rpc_servers():
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
                                "--port", str(port), "--port-end", str(port + 1)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)]  # it serves from a child process
 
     def start_server():
         procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
@@ -265,7 +266,7 @@ def rpc_servers():
 def _kill_group(proc):
     """Kill a process we started and the children it forked (a server's listener and sessions)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL) if os.getpgid(proc.pid) == proc.pid else proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)  # started with start_new_session: its own group
     except ProcessLookupError:
         pass
     proc.wait(10)
