@@ -3,9 +3,12 @@
 
 The job file, the arguments and the job's paths (log, report and best-log folders) are checked
 before the lock is taken or the GPU is touched.
+With --devices 0,1 every batch is spread over those GPUs (default: GPU 0); the report names
+the devices that measured each workload's records.
 Exit codes: 0 fine, 2 bad job file or arguments, 3 no CUDA GPU, 5 another run holds the lock,
 6 a workload regressed beyond the noise threshold, re-timed slower than the default config,
-or produced no valid record.
+or produced no valid record, 8 every device died or hung (the log keeps every finished
+measurement).
 """
 
 import logging
@@ -24,6 +27,8 @@ def parse_args(argv):
     p.add_argument("--budget-minutes", type=cli.positive_float, help="override the job's wall-clock budget")
     p.add_argument("--no-transfer", action="store_true",
                    help="the tuner does not learn from the shipped histories (tuning_logs/history/)")
+    p.add_argument("--devices", type=cli.gpu_indices,
+                   help="local GPUs to spread each batch over, as nvidia-smi numbers them, e.g. 0,1 (default: 0)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p, p.parse_args(argv)
 
@@ -47,6 +52,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     from tc_autotune import jobs  # the job file is checked before TVM is imported
+    from tc_autotune.dispatch import AllDevicesLost  # no TVM either
 
     try:
         job = jobs.load_job(args.job)
@@ -58,8 +64,10 @@ def main(argv=None) -> int:
     try:
         with jobs.job_lock(job):
             from tc_autotune import nightly
+            from tc_autotune.autotune import measurement_devices
+            from tc_autotune.measure import MeasureOptions
 
-            gpu = None
+            gpu, options = None, None
             if not args.report_only:
                 from tc_autotune.gpu import local_gpu
 
@@ -68,11 +76,19 @@ def main(argv=None) -> int:
                     print("nightly.py: no CUDA GPU found (use --report-only to rebuild the report)",
                           file=sys.stderr)
                     return cli.EXIT_NO_GPU
+                try:
+                    gpu, devices = measurement_devices(args.devices or (0,))
+                except ValueError as err:
+                    parser.error(f"bad --devices: {err}")
+                options = MeasureOptions(devices=devices)
             report = nightly.run_nightly(job, gpu=gpu, report_only=args.report_only,
-                                         transfer=not args.no_transfer)
+                                         transfer=not args.no_transfer, options=options)
     except jobs.LockedError as err:
         print(f"nightly.py: {err}", file=sys.stderr)
         return cli.EXIT_LOCKED
+    except AllDevicesLost as err:
+        print(f"nightly.py: {err}; the finished measurements are in {job.log}", file=sys.stderr)
+        return cli.EXIT_DEVICES_LOST
     print(report.to_markdown())
     if report.failed:
         names = ", ".join(f"{r.name} ({r.status})" for r in report.failed)

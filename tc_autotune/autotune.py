@@ -21,8 +21,11 @@ from .benchmark import checked_kernel_time
 from .cuda import nvcc_version
 from .gpu import GpuInfo, local_gpu
 from .kernel import build_conv2d
+from .devices import RpcDevice, choose_local, local_devices
+from .dispatch import AllDevicesLost, RunnerFault
 from .measure import LocalMeasurer, MeasureOptions
 from .records import shipped_log_files
+from .rpc_runner import RpcRunner, free_servers
 from .reference import conv2d_reference, random_inputs
 from .space import Conv2dConfig, conv2d_space
 from .tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
@@ -33,6 +36,30 @@ log = logging.getLogger(__name__)
 
 class NoGpuError(RuntimeError):
     """Tuning needs a CUDA GPU and there is none."""
+
+
+def measurement_devices(indices=None, tracker=None, key: str | None = None, sessions: int | None = None,
+                        options: MeasureOptions | None = None) -> tuple[GpuInfo, tuple]:
+    """(the GPU the run tunes for, the devices that measure): local GPUs (``indices`` as
+    nvidia-smi numbers them; default every GPU of GPU 0's model) or, with ``tracker`` (host,
+    port) and ``key``, ``sessions`` RPC sessions (default: one per free server of the key)
+    whose device limits are read from the remote GPU.  NoGpuError when there is nothing to
+    measure on; ValueError for GPUs that do not exist or are of different models."""
+    if tracker is not None:
+        rpc = RpcDevice(tracker[0], tracker[1], key)
+        try:
+            sessions = sessions or max(1, free_servers(rpc))
+            probe = RpcRunner("", options or MeasureOptions(), rpc)
+            gpu = probe.connect()
+            probe.stop()  # frees the server for the run's own sessions
+        except RunnerFault as err:
+            raise NoGpuError(str(err)) from None
+        return gpu, (rpc,) * sessions
+    gpu = local_gpu()
+    if gpu is None:
+        raise NoGpuError("no CUDA GPU found: tuning measures on the GPU, run it on a machine with one "
+                         "(or measure on remote GPUs with --rpc-tracker)")
+    return gpu, tuple(choose_local(tuple(indices) if indices else None, gpu.name, local_devices()))
 
 
 @dataclass
@@ -52,6 +79,20 @@ class TuneSummary:
     final_seconds: float | None = None  # best config re-timed beside cuDNN
     cudnn_seconds: float | None = None
     error_counts: dict = field(default_factory=dict)
+    devices: int = 1  # devices measuring at the start
+    batches: list = field(default_factory=list)  # (seconds since start, configs) after each batch
+
+    @property
+    def configs_per_minute(self) -> float | None:
+        """Measured configs per minute after the first batch (which pays for starting the build
+        workers and runners), else over the whole run."""
+        if len(self.batches) >= 2:
+            (t0, _), (t1, _) = self.batches[0], self.batches[-1]
+            n = sum(count for _, count in self.batches[1:])
+            return n / (t1 - t0) * 60 if t1 > t0 else None
+        if self.batches and self.batches[0][0] > 0:
+            return self.batches[0][1] / self.batches[0][0] * 60
+        return None
 
     @property
     def cudnn_ratio(self) -> float | None:
@@ -70,6 +111,9 @@ class TuneSummary:
                  f"{self.errors} errors {self.error_counts} -> {self.log}",
                  f"   resumed from {self.resumed} earlier records on this GPU; {self.other_records} records "
                  "of other workloads, GPUs or template versions to learn from"]
+        if self.configs_per_minute:
+            lines.append(f"   throughput: {self.configs_per_minute:.1f} configs/min on {self.devices} device(s) "
+                         "(after the first batch)")
         if self.best_config is None:
             return "\n".join(lines + ["   no valid config measured"])
         lines.append(f"   best config: {self.best_config.as_dict()}")
@@ -172,22 +216,35 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     else:
         context = (measurer_factory or LocalMeasurer)(space, options)
     with context as measurer:
-        def measure_and_record(configs):
+        n_devices = getattr(measurer, "n_devices", None) or (options.n_devices if options else 1)
+
+        def record(configs, results):
             nonlocal provenance
-            results = measurer(configs)
             if provenance is None:
                 provenance = records.make_provenance(gpu, cuda=nvcc_version())
             records.append(log_path, [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, c, r,
-                                                                      provenance)
-                                      for c, r in zip(configs, results)])
+                                                                      _with_device(provenance, r))
+                                      for c, r in zip(configs, results) if r is not None])
             for r in results:
-                summary.error_counts[r.error_no.name] = summary.error_counts.get(r.error_no.name, 0) + 1
+                if r is not None:
+                    summary.error_counts[r.error_no.name] = summary.error_counts.get(r.error_no.name, 0) + 1
+
+        def measure_and_record(configs):
+            try:
+                results = measurer(configs)
+            except AllDevicesLost as lost:  # keep what the batch finished, then end the run
+                record(configs, lost.results)
+                raise
+            record(configs, results)
+            summary.batches.append((time.time() - start, len(results)))
             return results
 
         callbacks = [progress_logger(n_trial, log)]
         if deadline is not None:
             callbacks.append(_stop_at(deadline))
-        search.tune(n_trial, measure_and_record, batch_size=batch_size,
+        # Every device busy: each batch has batch_size configs per device.
+        summary.devices = n_devices
+        search.tune(n_trial, measure_and_record, batch_size=batch_size * n_devices,
                     early_stopping=early_stopping, callbacks=callbacks)
     summary.trials = search.trials
     summary.errors = sum(n for name, n in summary.error_counts.items() if name != "NO_ERROR")
@@ -200,6 +257,12 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
         if compare_cudnn:
             summary.final_seconds, summary.cudnn_seconds = compare_with_cudnn(workload, best[0])
     return summary
+
+
+def _with_device(provenance: dict, result) -> dict:
+    """The run's provenance plus the device that measured ``result`` (where known)."""
+    device = getattr(result, "device", None)
+    return {**provenance, "device": device} if device else provenance
 
 
 def _stop_at(deadline: float):

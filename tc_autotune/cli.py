@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from . import workloads
+from . import devices, workloads
 from .knobs import KNOBS
 
 # Exit codes of all scripts (scripts/nightly.py's agree with tc_autotune.nightly.EXIT_*).
@@ -25,6 +25,7 @@ EXIT_NO_GPU = 3
 EXIT_NOTHING_VALID = 4  # tune.py: no valid config was measured
 EXIT_LOCKED = 5  # nightly.py: another run holds the job's lock
 EXIT_REGRESSION = 6  # nightly.py: a workload regressed or has no valid record
+EXIT_DEVICES_LOST = 8  # tune.py, nightly.py: every GPU (local runner or RPC server) died or hung
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
 
 BadValue = argparse.ArgumentTypeError  # what the argument types raise; argparse prints its text
@@ -147,6 +148,22 @@ def workload_name(text) -> str:
     except ValueError as err:
         raise BadValue(str(err)) from None
     return text
+
+
+def gpu_indices(text) -> tuple[int, ...]:
+    """GPU indices as nvidia-smi numbers them: '0' or '0,1,3'."""
+    try:
+        return devices.parse_indices(text)
+    except ValueError as err:
+        raise BadValue(str(err)) from None
+
+
+def tracker_address(text) -> tuple[str, int]:
+    """An RPC tracker's HOST:PORT."""
+    try:
+        return devices.parse_tracker(text)
+    except ValueError as err:
+        raise BadValue(str(err)) from None
 
 
 def cuda_arch(text) -> str:

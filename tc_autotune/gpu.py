@@ -53,17 +53,23 @@ def local_gpu() -> GpuInfo | None:
         dev = tvm.cuda(0)
         if not dev.exist:
             return None
-        major, minor = dev.compute_version.split(".")
-        arch = f"sm_{major}{minor}"
-        return GpuInfo(
-            name=dev.device_name,
-            arch=arch,
-            sm_count=dev.multi_processor_count,
-            max_threads_per_block=dev.max_threads_per_block,
-            max_smem_per_block=_SMEM_OPTIN.get(arch, dev.max_shared_memory_per_block),
-        )
+        return gpu_from_device(dev)
     except Exception:  # no driver, no runtime library: treat as no GPU
         return None
+
+
+def gpu_from_device(dev) -> GpuInfo:
+    """The ``GpuInfo`` of a TVM CUDA device, local or remote (an RPC session's ``cuda(0)``):
+    the limits the space checks configs against, read from the device itself."""
+    major, minor = dev.compute_version.split(".")
+    arch = f"sm_{major}{minor}"
+    return GpuInfo(
+        name=dev.device_name,
+        arch=arch,
+        sm_count=dev.multi_processor_count,
+        max_threads_per_block=dev.max_threads_per_block,
+        max_smem_per_block=_SMEM_OPTIN.get(arch, dev.max_shared_memory_per_block),
+    )
 
 
 def gpu_log_name(gpu_name: str) -> str:

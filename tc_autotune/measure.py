@@ -1,13 +1,16 @@
-"""Measuring candidates on the GPU: parallel builds, an isolated runner, checked timings.
+"""Measuring candidates: parallel builds, isolated runners on every device, checked timings.
 
 Builds (TVM lowering + nvcc, ~1 s of CPU each) run in a pool of worker
 processes, one per core by default, with the work shipped by cloudpickle.  Each
 built kernel is exported to a shared library, its cubin left in the disk cache.
-One runner process owns the GPU: it loads each kernel, checks it against the
-fp32 reference on random inputs (output poisoned with NaN first), and only then
-times it with TVM's time_evaluator.  A crash, hang or illegal memory access
-kills only the runner; the candidate is recorded as a run error/timeout and a
-fresh runner takes the next one.
+Built kernels go to whichever runner is free (``dispatch.Dispatcher``): one
+process per local GPU (``runner.LocalRunner``) or one RPC session per remote
+server (``rpc_runner.RpcRunner``).  A runner loads each kernel, checks it against
+the fp32 reference on random inputs (output poisoned with NaN first), and only
+then times it with TVM's time_evaluator.  A crash, hang or illegal memory access
+kills only that runner; the candidate is recorded as a run error/timeout and a
+fresh runner takes the next one.  A runner that fails itself is restarted or
+dropped and its candidate measured elsewhere; with none left, ``AllDevicesLost``.
 """
 
 from __future__ import annotations
@@ -17,26 +20,29 @@ import hashlib
 import logging
 import multiprocessing as mp
 import os
+import queue
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import cloudpickle
 import numpy as np
-import tvm
 
 from . import cuda
+from .devices import LocalDevice, RpcDevice
+from .dispatch import AllDevicesLost, Dispatcher
 from .gpu import GpuInfo, gpu_for_arch
 from .kernel import compile_conv2d
 from .reference import conv2d_reference, random_inputs
-from .results import TOLERANCE, MeasureErrorNo, MeasureResult, check_then_time
+from .results import MeasureErrorNo, MeasureResult
+from .rpc_runner import RpcRunner
+from .runner import START_TIMEOUT, LocalRunner, MeasureOptions
 from .space import Conv2dConfig
 from .template import workspaces
 from .workloads import Conv2dWorkload
 
-__all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner",
-           "time_kernel"]
+__all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner", "RpcRunner",
+           "AllDevicesLost", "make_runners", "time_kernel"]
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +56,17 @@ def time_kernel(kernel, data, weight, out, number: int = 20, repeat: int = 30,
     return list(evaluator(data, weight, out).results)
 
 
-@dataclass(frozen=True)
-class MeasureOptions:
-    """How candidates are built and timed."""
-
-    build_workers: int = 0  # 0: one per CPU core
-    build_timeout: float = 60.0  # seconds per build
-    run_timeout: float = 30.0  # seconds per candidate on the GPU (load, check, time)
-    repeat: int = 5  # timed repeats, each at least min_repeat_ms long
-    min_repeat_ms: int = 20
-    tolerance: float = TOLERANCE  # relative L2 error against the fp32 reference
+def make_runners(inputs_dir: str, options: MeasureOptions) -> list:
+    """One runner per device of ``options.devices`` (one local runner on GPU 0 without any)."""
+    runners = []
+    for device in options.devices or (None,):
+        if isinstance(device, RpcDevice):
+            runners.append(RpcRunner(inputs_dir, options, device))
+        elif device is None or isinstance(device, LocalDevice):
+            runners.append(LocalRunner(inputs_dir, options, device))
+        else:
+            raise TypeError(f"not a device: {device!r}")
+    return runners
 
 
 # ---- building (worker processes) ---------------------------------------------
@@ -83,145 +90,31 @@ def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: fl
         return None, f"{type(err).__name__}: {str(err)[-1500:]}", time.time() - start
 
 
-# ---- running (one isolated process owning the GPU) --------------------------------
-def _device_report(dev) -> GpuInfo:
-    """The device a runner measures on and the limits the space checks configs against."""
-    major, minor = dev.compute_version.split(".")
-    arch = f"sm_{major}{minor}"
-    nominal = gpu_for_arch(arch)
-    return GpuInfo(dev.device_name, arch, dev.multi_processor_count, dev.max_threads_per_block,
-                   nominal.max_smem_per_block)
-
-
-def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
-    """Serve (so_path, inputs key, [(shape, dtype)] of the output and workspaces) requests until
-    the pipe closes; exit after any run error.  The kernel's arguments are the stored inputs,
-    then one tensor per spec: the first is the output, poisoned with NaN and checked against
-    the stored reference; the rest are workspaces."""
-    cuda.install_compile_callback()
-    dev = tvm.cuda(0)
-    conn.send(("ready", _device_report(dev)))
-    cache = {}
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        so_path, key, tensors = request
-        try:
-            if key not in cache:
-                cache.clear()
-                arrays = np.load(os.path.join(inputs_dir, f"{key}.npz"))
-                inputs = [tvm.runtime.tensor(arrays[f"input_{i}"], device=dev)
-                          for i in range(sum(name.startswith("input_") for name in arrays.files))]
-                cache[key] = (inputs, arrays["reference"])
-            inputs, reference = cache[key]
-            module = tvm.runtime.load_module(so_path)
-            func = module["main"]
-            (out_shape, out_dtype), *extra_specs = tensors
-            out = tvm.runtime.tensor(np.full(out_shape, np.nan, out_dtype), device=dev)
-            args = [*inputs, out, *(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in extra_specs)]
-
-            def run():
-                func(*args)
-                dev.sync()
-
-            def timer():
-                # One more repeat than kept: the first ran slow (clocks, caches) on ~5-10 us
-                # kernels, by up to 30% (H200 nightly, 2026-11-22), and skewed their medians.
-                evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat + 1,
-                                                  min_repeat_ms=int(options.min_repeat_ms))
-                return list(evaluator(*args).results)[1:]
-
-            costs, err = check_then_time(run, out.numpy, reference, timer, options.tolerance)
-            if costs is None:
-                conn.send(("wrong", f"relative L2 error {err:.3g} against the fp32 reference"))
-                continue
-            conn.send(("ok", costs))
-        except Exception as err:
-            conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
-            return  # the CUDA context may be broken: let the parent start a fresh runner
-
-
-class LocalRunner:
-    """The runner protocol, for the local GPU: ``run(artifact, inputs key, tensors)`` checks
-    and times one exported kernel in a process that owns the GPU (restarted on death, killed
-    on timeout); ``device`` is the GPU it measured on, with its limits (a ``GpuInfo``).
-    Per-device and RPC runners implement the same two members."""
-
-    def __init__(self, inputs_dir: str, options: MeasureOptions):
-        self.inputs_dir, self.options = inputs_dir, options
-        self.ctx = mp.get_context("spawn")
-        self.process = None
-        self.conn = None
-        self.device: GpuInfo | None = None
-
-    @property
-    def device_name(self) -> str | None:
-        return self.device.name if self.device else None
-
-    def _start(self):
-        parent, child = self.ctx.Pipe()
-        self.process = self.ctx.Process(target=_runner_main, args=(child, self.inputs_dir, self.options),
-                                        daemon=True)
-        self.process.start()
-        child.close()
-        self.conn = parent
-        if not parent.poll(120):
-            self.stop()
-            raise RuntimeError("the GPU runner did not start within 120 s")
-        try:
-            _, self.device = parent.recv()
-        except EOFError:
-            self.stop()
-            raise RuntimeError("the GPU runner died at start (no CUDA GPU?)") from None
-
-    def stop(self):
-        if self.process is not None:
-            if self.process.is_alive():
-                self.process.kill()
-            self.process.join(5)
-        self.process, self.conn = None, None
-
-    def run(self, so_path: str, key: str, tensors) -> tuple[str, object]:
-        """Check and time one exported kernel on the inputs stored under ``key``; ``tensors``
-        is the (shape, dtype) of the output, then of each workspace (``template.workspaces``).
-        Returns (status, payload): ("ok", costs), ("wrong" | "error" | "timeout", message)."""
-        if self.process is None or not self.process.is_alive():
-            self._start()
-        self.conn.send((so_path, key, [(tuple(shape), dtype) for shape, dtype in tensors]))
-        if not self.conn.poll(self.options.run_timeout):
-            self.stop()
-            return "timeout", f"no result within {self.options.run_timeout:.0f} s"
-        try:
-            status, payload = self.conn.recv()
-        except EOFError:
-            code = self.process.exitcode if self.process else None
-            self.stop()
-            return "error", f"the runner process died (exit code {code})"
-        if status == "error":
-            self.stop()
-        return status, payload
-
-
 class LocalMeasurer:
-    """``measurer(configs) -> results`` for one workload on the local GPU.
+    """``measurer(configs) -> results`` for one workload, on every device of ``options.devices``
+    (local GPUs or RPC servers; local GPU 0 without any).
 
-    Use as a context manager (or call ``close()``): it owns a build pool, a runner
-    process and a temporary directory holding the inputs and exported kernels.
+    Use as a context manager (or call ``close()``): it owns a build pool, the runners and a
+    temporary directory holding the inputs and exported kernels.  ``runners`` replaces the
+    runners ``options.devices`` would make (tests pass fakes).  Each result names the device
+    that measured it (``MeasureResult.device``).
     """
 
-    def __init__(self, space, options: MeasureOptions | None = None):
+    def __init__(self, space, options: MeasureOptions | None = None, runners=None):
         self.options = options or MeasureOptions()
         self._tmp = tempfile.TemporaryDirectory(prefix="tc_autotune_measure_")
         workers = self.options.build_workers or os.cpu_count() or 1
         self._pool_args = dict(max_workers=workers, mp_context=mp.get_context("spawn"))
         self._pool = cf.ProcessPoolExecutor(**self._pool_args)
-        self._runner = LocalRunner(self._tmp.name, self.options)
+        runners = list(runners) if runners is not None else make_runners(self._tmp.name, self.options)
+        self._runner = runners[0]  # the first device's runner (its GpuInfo is the run's)
+        # A runner that neither answers nor times out itself within this is hung.
+        hang = self.options.run_timeout + START_TIMEOUT + 30
+        self._dispatcher = Dispatcher(runners, hang_timeout=hang)
         self.use_space(space)
 
     def use_space(self, space) -> None:
-        """Measure another workload with the same build pool and runner (no restart cost)."""
+        """Measure another workload with the same build pool and runners (no restart cost)."""
         self.space, self.workload, self.arch = space, space.workload, space.gpu.arch
         self._key = hashlib.sha1(str(self.workload).encode()).hexdigest()[:16]
         path = os.path.join(self._tmp.name, f"{self._key}.npz")
@@ -231,12 +124,21 @@ class LocalMeasurer:
                      reference=conv2d_reference(self.workload, data, weight))
 
     @property
+    def inputs_dir(self) -> str:
+        return self._tmp.name
+
+    @property
+    def n_devices(self) -> int:
+        """Devices still measuring."""
+        return self._dispatcher.alive
+
+    @property
     def device_name(self) -> str | None:
-        return self._runner.device_name
+        return getattr(self.device, "name", None)
 
     @property
     def device(self) -> GpuInfo | None:
-        """The GPU the runner measured on, with its limits (None before the first run)."""
+        """The GPU the first runner measured on, with its limits (None before the first run)."""
         return self._runner.device
 
     def __enter__(self):
@@ -246,7 +148,7 @@ class LocalMeasurer:
         self.close()
 
     def close(self):
-        self._runner.stop()
+        self._dispatcher.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._tmp.cleanup()
 
@@ -262,55 +164,78 @@ class LocalMeasurer:
         return self._pool.submit(_run_pickled, payload)
 
     def __call__(self, configs) -> list[MeasureResult]:
+        """Results in the order of ``configs``; raises ``AllDevicesLost`` (with the finished
+        results) when no device is left to measure on."""
         results: list[MeasureResult | None] = [None] * len(configs)
-        futures = {}
+        events: queue.Queue = queue.Queue()  # ("built", i, future) and ("ran", i, status, payload, label)
+        submitted = {}
         for i, config in enumerate(configs):
             reason = self.space.why_invalid(config)
             if reason:
                 results[i] = MeasureResult((), MeasureErrorNo.INVALID_CONFIG, reason)
             else:
-                futures[self._submit(config)] = (i, time.time())
-        # Builds share one deadline; time spent running finished builds does not count.
-        deadline = time.time() + self.options.build_timeout + 5 * len(futures) / self._pool_args["max_workers"]
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=max(0.0, deadline - time.time()),
-                                    return_when=cf.FIRST_COMPLETED)
-            if not done:
-                for future in pending:
-                    i, submitted = futures[future]
+                submitted[i] = time.time()
+                self._submit(config).add_done_callback(lambda f, i=i: events.put(("built", i, f)))
+        building, running = set(submitted), set()
+        # Builds share one deadline; runs happen beside them, on the runners' threads.
+        deadline = time.time() + self.options.build_timeout + 5 * len(building) / self._pool_args["max_workers"]
+        def handle(event):
+            if event[0] == "built" and event[1] in building:
+                _, i, future = event
+                building.discard(i)
+                so_path = self._built(future, i, submitted[i], results)
+                if so_path is not None:
+                    running.add(i)
+                    tensors = [(self.workload.out_shape, self.workload.out_dtype),
+                               *workspaces(self.workload, configs[i])]
+                    self._dispatcher.submit((so_path, self._key, tensors),
+                                            lambda status, payload, label, i=i, so_path=so_path: events.put(
+                                                ("ran", i, status, payload, label, so_path)))
+            elif event[0] == "ran" and event[1] in running:
+                _, i, status, payload, label, so_path = event
+                running.discard(i)
+                Path(so_path).unlink(missing_ok=True)
+                results[i] = _run_result(status, payload, label, time.time() - submitted[i])
+
+        while building or running:
+            try:
+                handle(events.get(timeout=0.5))
+            except queue.Empty:
+                pass
+            if not self._dispatcher.alive and running:
+                while not events.empty():  # what finished before the last device went
+                    handle(events.get())
+                lost = ", ".join(s.label for s in self._dispatcher.slots)
+                raise AllDevicesLost(f"every device is lost ({lost}); {len(building) + len(running)} "
+                                     "candidates of the batch were not measured", results)
+            self._dispatcher.check_hung()
+            if building and time.time() > deadline:
+                for i in building:
                     results[i] = MeasureResult((), MeasureErrorNo.BUILD_TIMEOUT,
                                                f"build took over {self.options.build_timeout:.0f} s",
-                                               time.time() - submitted)
+                                               time.time() - submitted[i])
+                building = set()
                 self._restart_pool()
-                break
-            for future in done:
-                i, submitted = futures[future]
-                run_start = time.time()
-                tensors = [(self.workload.out_shape, self.workload.out_dtype),
-                           *workspaces(self.workload, configs[i])]
-                results[i] = self._run_built(future, submitted, tensors)
-                deadline += time.time() - run_start
         return results
 
-    def _run_built(self, future, submitted: float, tensors) -> MeasureResult:
+    def _built(self, future, i: int, submitted: float, results: list) -> str | None:
+        """The exported library of a finished build, or None with the build's error in results."""
         try:
             so_path, error, _build_s = future.result()
         except Exception as err:  # a worker died
             self._restart_pool()
-            return MeasureResult((), MeasureErrorNo.BUILD_ERROR, f"build worker failed: {err}",
-                                 time.time() - submitted)
+            results[i] = MeasureResult((), MeasureErrorNo.BUILD_ERROR, f"build worker failed: {err}",
+                                       time.time() - submitted)
+            return None
         if error:
-            return MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, time.time() - submitted)
-        try:
-            status, payload = self._runner.run(so_path, self._key, tensors)
-        except RuntimeError as err:
-            return MeasureResult((), MeasureErrorNo.RUN_ERROR, str(err), time.time() - submitted)
-        finally:
-            Path(so_path).unlink(missing_ok=True)
-        elapsed = time.time() - submitted
-        if status == "ok":
-            return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed)
-        code = {"wrong": MeasureErrorNo.WRONG_RESULT, "timeout": MeasureErrorNo.RUN_TIMEOUT}.get(
-            status, MeasureErrorNo.RUN_ERROR)
-        return MeasureResult((), code, str(payload), elapsed)
+            results[i] = MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, time.time() - submitted)
+            return None
+        return so_path
+
+
+def _run_result(status: str, payload, label: str, elapsed: float) -> MeasureResult:
+    if status == "ok":
+        return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed, device=label)
+    code = {"wrong": MeasureErrorNo.WRONG_RESULT, "timeout": MeasureErrorNo.RUN_TIMEOUT}.get(
+        status, MeasureErrorNo.RUN_ERROR)
+    return MeasureResult((), code, str(payload), elapsed, device=label)

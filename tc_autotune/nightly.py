@@ -24,14 +24,14 @@ from pathlib import Path
 from . import records
 from .autotune import retime_against_default, tune_workload
 from .gpu import gpu_log_name
-from .measure import LocalMeasurer
+from .measure import LocalMeasurer, MeasureOptions
 from .results import MeasureResult
 from .space import conv2d_space
 from .jobs import Job, JobEntry, JobError, LockedError, job_lock, load_job  # noqa: F401 (nightly's API)
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_BAD_JOB, EXIT_NO_GPU, EXIT_LOCKED, EXIT_REGRESSION = 0, 2, 3, 5, 6
+EXIT_OK, EXIT_BAD_JOB, EXIT_NO_GPU, EXIT_LOCKED, EXIT_REGRESSION, EXIT_DEVICES_LOST = 0, 2, 3, 5, 6, 8
 
 
 # ---- the report -------------------------------------------------------------------
@@ -49,6 +49,7 @@ class ReportRow:
     default_s: float | None = None  # the default config, same run
     cudnn_s: float | None = None
     previous_s: float | None = None
+    devices: list[str] = field(default_factory=list)  # the devices that measured its records
     # ok, no valid record, regression, slower than default, not reached; no record (report-only
     # without a nightly log: the job never ran here, so nothing failed)
     status: str = "ok"
@@ -114,14 +115,15 @@ class Report:
                  f"Mode {self.mode}; {self.elapsed_s / 60:.1f} of {self.budget_s / 60:.0f} budget minutes; "
                  f"from {', '.join(self.sources) or 'no log'}.", "",
                  "| workload | GPU | trials run | records | stale | best ms | TFLOP/s | change | default ms "
-                 "| default / ours | cuDNN ms | cuDNN / ours | status |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                 "| default / ours | cuDNN ms | cuDNN / ours | status | measured on |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in self.rows:
             change = f"{r.change:+.1%}" if r.change is not None else "-"
             tflops = f"{r.tflops:.1f}" if r.tflops else "-"
             lines.append(f"| {r.name} | {r.gpu or '-'} | {r.trials_run} | {r.records} | {r.stale} | "
                          f"{ms(r.current_s)} | {tflops} | {change} | {ms(r.default_s)} | "
-                         f"{ratio(r.default_ratio)} | {ms(r.cudnn_s)} | {ratio(r.cudnn_ratio)} | {r.status} |")
+                         f"{ratio(r.default_ratio)} | {ms(r.cudnn_s)} | {ratio(r.cudnn_ratio)} | {r.status} | "
+                         f"{', '.join(r.devices) or '-'} |")
         stale = [r for r in self.rows if r.stale]
         if stale:
             lines += ["", f"Stale records (made by another template version; not applied, kept as training "
@@ -165,12 +167,13 @@ def _sources(job: Job, gpu) -> list[Path]:
 
 
 def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=None,
-                retime=None, now=time.time, transfer: bool = True) -> Report:
+                retime=None, now=time.time, transfer: bool = True, options: MeasureOptions | None = None) -> Report:
     """Tune (unless ``report_only``), merge the best log, re-time, compare, report.
 
     ``retime(workload, config) -> autotune.Retimed`` re-measures a best config beside the default
     and cuDNN (default: ``autotune.retime_against_default``); tests pass synthetic ones.
     ``transfer``: the tuner learns from the shipped histories too (``--no-transfer``: not).
+    ``options.devices``: the GPUs every batch is spread over (``--devices``; default GPU 0).
     """
     start = now()
     deadline = start + job.budget_s
@@ -191,10 +194,11 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
             reached.add(entry.name)
             if measurer is None:
                 measurer = stack.enter_context((measurer_factory or LocalMeasurer)(
-                    conv2d_space(entry.workload, gpu), None))
+                    conv2d_space(entry.workload, gpu), options))
             summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
                                     early_stopping=None, seed=0, gpu=gpu, deadline=deadline,
-                                    compare_cudnn=False, measurer=measurer, shipped_transfer=transfer)
+                                    compare_cudnn=False, measurer=measurer, shipped_transfer=transfer,
+                                    options=options)
             trials[entry.name] = summary.trials
 
     sources = _sources(job, gpu)
@@ -213,6 +217,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
                 row.status = "not reached"
             mine = [r for r in all_records if r.workload == entry.workload and r.gpu == gpu_name]
             row.records, row.stale = len(mine), sum(r.stale for r in mine)
+            row.devices = sorted({r.provenance["device"] for r in mine if r.provenance.get("device")})
             best = records.load_best(mine, entry.workload)
             if best is None:
                 if row.status != "not reached":  # a job that never ran here has failed nothing

@@ -40,6 +40,8 @@ class MeasureResult:
     error_msg: str = ""
     all_cost: float = 0.0  # wall seconds spent on this candidate (build + run)
     timestamp: float = field(default_factory=time.time)
+    # What measured it ("cuda:1 GPU-<uuid>", "rpc:<key>@host:port"); not part of its identity.
+    device: str | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -24,7 +24,8 @@ LAZY = {
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
 LIGHT = ("workloads", "gpu", "gemm", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
-         "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks")
+         "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks",
+         "dispatch", "devices")
 
 
 def _modules() -> dict[str, Path]:

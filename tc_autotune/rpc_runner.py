@@ -1,0 +1,153 @@
+"""The runner protocol on a remote GPU, through TVM's RPC tracker (``tvm.rpc``).
+
+Kernels are built here (the shared build pool); the runner requests a session from the
+tracker for its key, uploads each exported library, loads it on the server and checks and
+times it there (``runner.check_and_time`` on the session's device: the same NaN-poisoned
+check against the fp32 reference and the same time_evaluator as the local runner).  The
+inputs are copied to the remote device once per session and workload.
+
+Faults: a candidate that raises is the candidate's error, unless a fresh session cannot be
+had afterwards (the server died): then ``RunnerFault`` sends it back to the queue.  A
+candidate that does not finish within ``run_timeout`` is a timeout; its session is abandoned
+(the server frees itself when the session's time limit, ``rpc_session_s``, runs out).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import tvm
+import tvm.rpc
+
+from .devices import RpcDevice
+from .dispatch import RunnerFault
+from .gpu import GpuInfo, gpu_from_device
+from .runner import MeasureOptions, check_and_time, load_inputs
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 60.0  # seconds to get a session from the tracker
+
+
+def connect_tracker(rpc: RpcDevice):
+    """A ``tvm.rpc.TrackerSession``; RunnerFault when the tracker cannot be reached."""
+    try:
+        return tvm.rpc.connect_tracker(rpc.host, rpc.port)
+    except Exception as err:  # socket errors, RuntimeError of TVM's retry loop
+        raise RunnerFault(f"cannot reach the RPC tracker {rpc.host}:{rpc.port}: {err}") from None
+
+
+def free_servers(rpc: RpcDevice) -> int:
+    """How many servers of ``rpc.key`` the tracker lists as free now (0 when none)."""
+    summary = connect_tracker(rpc).summary()
+    return int(summary.get("queue_info", {}).get(rpc.key, {}).get("free", 0))
+
+
+def _call_with_timeout(func, timeout: float):
+    """(finished, value or exception): ``func()`` in a daemon thread, abandoned after ``timeout``."""
+    box = {}
+
+    def target():
+        try:
+            box["value"] = func()
+        except BaseException as err:  # handed to the caller
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True, name="rpc call")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return False, None
+    if "error" in box:
+        raise box["error"]
+    return True, box.get("value")
+
+
+class RpcRunner:
+    """Check and time built kernels on a GPU behind an RPC tracker.
+
+    ``device_type`` is the remote device kind ("cuda"; tests use "cpu" with a CPU kernel) and
+    ``probe(remote device) -> GpuInfo`` reads its limits (default: the device's attributes).
+    """
+
+    def __init__(self, inputs_dir: str, options: MeasureOptions, rpc: RpcDevice, device_type: str = "cuda",
+                 probe=gpu_from_device):
+        self.inputs_dir, self.options, self.rpc = inputs_dir, options, rpc
+        self.device_type, self.probe = device_type, probe
+        self.device: GpuInfo | None = None
+        self._session = None
+        self._dev = None
+        self._since = 0.0
+        self._inputs: dict = {}
+
+    @property
+    def label(self) -> str:
+        return self.rpc.label
+
+    def _request(self):
+        tracker = connect_tracker(self.rpc)
+        try:
+            done, session = _call_with_timeout(
+                lambda: tracker.request(self.rpc.key, session_timeout=int(self.options.rpc_session_s)),
+                CONNECT_TIMEOUT)
+        except Exception as err:
+            raise RunnerFault(f"no RPC session for key {self.rpc.key!r}: {err}") from None
+        if not done:
+            raise RunnerFault(f"no free RPC server of key {self.rpc.key!r} within {CONNECT_TIMEOUT:.0f} s")
+        return session
+
+    def connect(self) -> GpuInfo:
+        """Open a session (if none is open) and return the remote device's ``GpuInfo``."""
+        if self._session is None or time.monotonic() - self._since > self.options.rpc_session_s * 0.9:
+            self.stop()
+            session = self._request()
+            dev = getattr(session, self.device_type)(0)
+            try:
+                info = self.probe(dev)
+            except Exception as err:
+                raise RunnerFault(f"the RPC server of key {self.rpc.key!r} has no usable "
+                                  f"{self.device_type} device: {err}") from None
+            if self.device is not None and (info.name, info.arch) != (self.device.name, self.device.arch):
+                raise RunnerFault(f"key {self.rpc.key!r} now serves a {info.name} ({info.arch}), "
+                                  f"not a {self.device.name}: one run tunes one GPU model")
+            self._session, self._dev, self.device, self._since = session, dev, info, time.monotonic()
+        return self.device
+
+    def stop(self):
+        self._session, self._dev, self._inputs = None, None, {}
+
+    def _check_and_time(self, so_path: str, key: str, tensors):
+        session, dev = self._session, self._dev
+        if key not in self._inputs:
+            arrays, reference = load_inputs(self.inputs_dir, key)
+            self._inputs = {key: ([tvm.runtime.tensor(a, device=dev) for a in arrays], reference)}
+        inputs, reference = self._inputs[key]
+        name = so_path.rsplit("/", 1)[-1]
+        session.upload(so_path, name)
+        try:
+            module = session.load_module(name)
+            return check_and_time(module, dev, inputs, reference, tensors, self.options)
+        finally:
+            try:
+                session.remove(name)
+            except Exception:  # best effort: the session's folder goes with it
+                pass
+
+    def run(self, so_path: str, key: str, tensors) -> tuple[str, object]:
+        """As ``LocalRunner.run``, on the remote GPU."""
+        self.connect()
+        tensors = [(tuple(shape), dtype) for shape, dtype in tensors]
+        try:
+            done, result = _call_with_timeout(lambda: self._check_and_time(so_path, key, tensors),
+                                              self.options.run_timeout)
+        except Exception as err:
+            message = f"{type(err).__name__}: {str(err)[-1500:]}"
+            self.stop()
+            self.connect()  # RunnerFault when the server is gone: not the candidate's fault
+            return "error", message
+        if not done:
+            self.stop()
+            return "timeout", f"no result within {self.options.run_timeout:.0f} s"
+        return result

@@ -1,0 +1,195 @@
+"""The runner protocol and the local runner: check, then time, one built kernel on one GPU.
+
+A runner has ``run(artifact, inputs key, tensors) -> (status, payload)`` (("ok", costs) or
+("wrong" | "error" | "timeout", message)), ``device`` (the ``GpuInfo`` it measures on, with
+its limits), ``label`` (what records name as the device: "cuda:1 GPU-<uuid>", "rpc:<key>@...")
+and ``stop()``.  A candidate's own failure is a status; a failure of the runner itself (it
+cannot start, its GPU or connection is gone) raises ``dispatch.RunnerFault`` so the candidate
+goes back to the queue.  ``check_and_time`` is the one measurement every runner makes: output
+poisoned with NaN, one run checked against the fp32 reference (``results.check_then_time``),
+then TVM's time_evaluator with the first repeat dropped.
+
+``LocalRunner`` is one spawned process owning one GPU (``CUDA_VISIBLE_DEVICES`` set to it):
+a crash, hang or illegal memory access kills only that process.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+
+from . import cuda
+from .devices import LocalDevice
+from .dispatch import RunnerFault
+from .gpu import GpuInfo, gpu_from_device
+from .results import TOLERANCE, check_then_time
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 120.0  # seconds a runner may take to start (TVM import, CUDA context)
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    """How candidates are built and timed, and on which devices."""
+
+    build_workers: int = 0  # 0: one per CPU core
+    build_timeout: float = 60.0  # seconds per build
+    run_timeout: float = 30.0  # seconds per candidate on the GPU (load, check, time)
+    repeat: int = 5  # timed repeats, each at least min_repeat_ms long
+    min_repeat_ms: int = 20
+    tolerance: float = TOLERANCE  # relative L2 error against the fp32 reference
+    # devices.LocalDevice or devices.RpcDevice entries; empty: one runner on local GPU 0
+    devices: tuple = ()
+    rpc_session_s: float = 600.0  # an RPC session is renewed after this long (frees hung servers)
+
+    @property
+    def n_devices(self) -> int:
+        return max(1, len(self.devices))
+
+
+def load_inputs(inputs_dir: str, key: str):
+    """(numpy inputs, fp32 reference) stored by the measurer under ``key``."""
+    arrays = np.load(os.path.join(inputs_dir, f"{key}.npz"))
+    count = sum(name.startswith("input_") for name in arrays.files)
+    return [arrays[f"input_{i}"] for i in range(count)], arrays["reference"]
+
+
+def check_and_time(module, dev, inputs, reference, tensors, options: MeasureOptions) -> tuple[str, object]:
+    """Check ``module["main"]`` on ``dev`` (local or remote) against ``reference``, then time
+    it.  ``inputs`` are tensors on ``dev``; ``tensors`` the (shape, dtype) of the output, then
+    of each workspace.  Returns ("ok", costs) or ("wrong", message)."""
+    func = module["main"]
+    (out_shape, out_dtype), *extra_specs = tensors
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, out_dtype), device=dev)
+    args = [*inputs, out, *(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in extra_specs)]
+
+    def run():
+        func(*args)
+        dev.sync()
+
+    def timer():
+        # One more repeat than kept: the first ran slow (clocks, caches) on ~5-10 us
+        # kernels, by up to 30% (H200 nightly, 2026-11-22), and skewed their medians.
+        evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat + 1,
+                                          min_repeat_ms=int(options.min_repeat_ms))
+        return list(evaluator(*args).results)[1:]
+
+    costs, err = check_then_time(run, out.numpy, reference, timer, options.tolerance)
+    if costs is None:
+        return "wrong", f"relative L2 error {err:.3g} against the fp32 reference"
+    return "ok", costs
+
+
+# ---- the local runner (one isolated process per GPU) -----------------------------------
+def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
+    """Serve (so_path, inputs key, [(shape, dtype)]) requests until the pipe closes; exit after
+    any run error (the CUDA context may be broken)."""
+    cuda.install_compile_callback()
+    dev = tvm.cuda(0)
+    conn.send(("ready", gpu_from_device(dev)))
+    cache = {}
+    while True:
+        try:
+            so_path, key, tensors = conn.recv()
+        except EOFError:
+            return
+        try:
+            if key not in cache:
+                cache.clear()
+                arrays, reference = load_inputs(inputs_dir, key)
+                cache[key] = ([tvm.runtime.tensor(a, device=dev) for a in arrays], reference)
+            inputs, reference = cache[key]
+            module = tvm.runtime.load_module(so_path)
+            conn.send(check_and_time(module, dev, inputs, reference, tensors, options))
+        except Exception as err:
+            conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
+            return  # let the parent start a fresh runner
+
+
+_SPAWN_LOCK = threading.Lock()  # the child's environment is the parent's at spawn time
+
+
+class LocalRunner:
+    """The runner protocol for one local GPU (``device``: a ``devices.LocalDevice``, None for
+    GPU 0 as this process sees it): a spawned process owning it, restarted after a crash,
+    killed after ``run_timeout``."""
+
+    def __init__(self, inputs_dir: str, options: MeasureOptions, device: LocalDevice | None = None):
+        self.inputs_dir, self.options, self.local = inputs_dir, options, device
+        self.ctx = mp.get_context("spawn")
+        self.process = None
+        self.conn = None
+        self.device: GpuInfo | None = None
+
+    @property
+    def label(self) -> str | None:
+        if self.local is not None:
+            return self.local.label
+        return self.device.name if self.device else None
+
+    @property
+    def device_name(self) -> str | None:
+        return self.device.name if self.device else None
+
+    def _start(self):
+        parent, child = self.ctx.Pipe()
+        self.process = self.ctx.Process(target=_runner_main, args=(child, self.inputs_dir, self.options),
+                                        daemon=True)
+        env = self.local.environment() if self.local is not None else {}
+        with _SPAWN_LOCK:
+            saved = {name: os.environ.get(name) for name in env}
+            try:
+                os.environ.update(env)
+                self.process.start()
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
+        child.close()
+        self.conn = parent
+        if not parent.poll(START_TIMEOUT):
+            self.stop()
+            raise RunnerFault(f"the GPU runner ({self.label or 'GPU 0'}) did not start within {START_TIMEOUT:.0f} s")
+        try:
+            _, self.device = parent.recv()
+        except EOFError:
+            self.stop()
+            raise RunnerFault(f"the GPU runner ({self.label or 'GPU 0'}) died at start (no CUDA GPU?)") from None
+
+    def stop(self):
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(5)
+        self.process, self.conn = None, None
+
+    def run(self, so_path: str, key: str, tensors) -> tuple[str, object]:
+        """Check and time one exported kernel on the inputs stored under ``key``; ``tensors``
+        is the (shape, dtype) of the output, then of each workspace (``template.workspaces``).
+        Returns (status, payload): ("ok", costs), ("wrong" | "error" | "timeout", message);
+        raises ``RunnerFault`` when the runner cannot (re)start."""
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        self.conn.send((so_path, key, [(tuple(shape), dtype) for shape, dtype in tensors]))
+        if not self.conn.poll(self.options.run_timeout):
+            self.stop()
+            return "timeout", f"no result within {self.options.run_timeout:.0f} s"
+        try:
+            status, payload = self.conn.recv()
+        except EOFError:
+            code = self.process.exitcode if self.process else None
+            self.stop()
+            self._start()  # the kernel killed it (its error), unless no runner starts again (a fault)
+            return "error", f"the runner process died (exit code {code})"
+        if status == "error":
+            self.stop()
+        return status, payload
