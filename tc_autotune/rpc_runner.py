@@ -108,7 +108,7 @@ class RpcRunner:
                 info = self.probe(dev)
             except Exception as err:
                 raise RunnerFault(f"the RPC server of key {self.rpc.key!r} has no usable "
-                                  f"{self.device_type} device: {err}") from None
+                                  f"{self.device_type} device: {_one_line(err)}") from None
             if self.device is not None and (info.name, info.arch) != (self.device.name, self.device.arch):
                 raise RunnerFault(f"key {self.rpc.key!r} now serves a {info.name} ({info.arch}), "
                                   f"not a {self.device.name}: one run tunes one GPU model")
@@ -151,3 +151,13 @@ class RpcRunner:
             self.stop()
             return "timeout", f"no result within {self.options.run_timeout:.0f} s"
         return result
+
+
+def _one_line(err: Exception) -> str:
+    """The last line of a (remote, multi-line) error, with the fix for the usual cause: a
+    server that forks its sessions after CUDA was initialised in the parent."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = lines[-1] if lines else type(err).__name__
+    if "InitializationError" in text:
+        text += " (start the server with --no-fork: a forked session cannot use CUDA)"
+    return text

@@ -326,3 +326,13 @@ def test_rpc_runner_checks_and_times_on_the_remote_device(tmp_path, monkeypatch,
             measure(configs[:1])
     assert not os.path.exists(tmp_path / "a.so")  # measured kernels are removed
     np.testing.assert_array_less(0, ok.costs)
+
+
+def test_a_remote_cuda_init_error_is_one_line_with_the_fix():
+    from tc_autotune.rpc_runner import _one_line
+
+    err = RuntimeError("Error caught from RPC call:\nCUDA Runtime Error: cudaErrorInitializationError (3): "
+                       "initialization error\n")
+    text = _one_line(err)
+    assert "\n" not in text and text.startswith("CUDA Runtime Error") and "--no-fork" in text
+    assert _one_line(ValueError("plain")) == "plain"
