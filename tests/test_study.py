@@ -86,3 +86,17 @@ def test_arm_configs_and_report_from_timed_rows(tmp_path, monkeypatch):
     assert table.splitlines()[0].startswith("| workload | cuDNN ms | default | zero-shot |")
     assert len([line for line in table.splitlines() if line.startswith("| n=")]) == 2
     assert study.row_dict(rows[0])["configs"]["zero-shot"] == predicted.as_dict()
+
+
+def test_the_shipped_study_logs_are_read_by_nothing_that_learns(monkeypatch):
+    """The held-out study's logs (tuning_logs/heldout/) must never become shipped logs: apply,
+    transfer and the zero-shot model read only shipped_log_files()."""
+    from pathlib import Path
+
+    from tc_autotune.apply import shipped_log_files
+
+    monkeypatch.delenv("TC_AUTOTUNE_SHIPPED_LOGS")
+    heldout = (Path(__file__).resolve().parent.parent / "tuning_logs" / "heldout").resolve()
+    files = [f.resolve() for f in shipped_log_files()]
+    assert files and list(heldout.glob("*.jsonl"))
+    assert not [f for f in files if heldout in f.parents]
