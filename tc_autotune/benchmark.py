@@ -21,7 +21,7 @@ import tvm
 from . import baseline, records
 from .apply import apply_history_best, best_or_default_config, choose_config
 from .gpu import default_gpu
-from .kernel import build_conv2d, compile_conv2d
+from .kernel import build_conv2d, compile_kernel
 from .measure import time_kernel
 from .reference import conv2d_reference, random_inputs
 from .results import TOLERANCE, check_then_time
@@ -149,7 +149,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
                                       invalid=space.why_invalid(config)), config))
         valid = [(row, config) for row, config in variants if row.invalid is None]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            kernels = list(pool.map(lambda v: compile_conv2d(wl, v[1], gpu), valid))
+            kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
         for (row, _), kernel in zip(valid, kernels):
             row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, **timing)
             log.info("%s %s: %s ms", name, row.changes, _ms(row.seconds))
