@@ -124,8 +124,9 @@ class TuneSummary:
         if self.final_seconds:
             lines.append(timing("best (re-timed)", self.final_seconds))
         if self.cudnn_seconds:
-            lines.append(timing("cuDNN (PyTorch, same run)", self.cudnn_seconds,
-                                f"; cuDNN/tuned time ratio {self.cudnn_ratio:.2f}" if self.cudnn_ratio else ""))
+            name = tasks.of(self.workload).baseline_name  # cuDNN, cuBLAS
+            lines.append(timing(f"{name} (PyTorch, same run)", self.cudnn_seconds,
+                                f"; {name}/tuned time ratio {self.cudnn_ratio:.2f}" if self.cudnn_ratio else ""))
         return "\n".join(lines)
 
 

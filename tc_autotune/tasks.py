@@ -35,6 +35,7 @@ class Task:
     space: Callable  # (workload, gpu) -> ConfigSpace
     gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
     template_version: int  # bump when the generated code changes (generator.FINGERPRINTS)
+    baseline_name: str = "cuDNN"  # what reports call the baseline
 
     def lower(self, workload, config, target):
         """The template's TVM Executable for one (workload, config) (see ``templates``)."""
@@ -116,4 +117,5 @@ DENSE = register(Task(
     space=dense_space,
     gemm_view=gemm.dense_view,
     template_version=1,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
+    baseline_name="cuBLAS",
 ))
