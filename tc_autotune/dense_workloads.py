@@ -84,16 +84,7 @@ class DenseWorkload:
         if not isinstance(spec, str) or not spec.strip().startswith(PREFIX):
             raise ValueError(f"a dense workload spec starts with {PREFIX!r}, got {spec!r}")
         fields: dict[str, object] = {}
-        for item in spec.strip()[len(PREFIX):].replace(" ", "").split(","):
-            if not item:
-                continue
-            key, eq, raw = item.partition("=")
-            if not eq or not raw:
-                raise ValueError(f"malformed item {item!r} in dense spec (expected key=value)")
-            if key not in _SPEC_KEYS:
-                raise ValueError(f"unknown key {key!r} in dense spec (known: {', '.join(_SPEC_KEYS)})")
-            if key in fields:
-                raise ValueError(f"key {key!r} given twice in dense spec")
+        for key, raw in spec_items(spec.strip()[len(PREFIX):], _SPEC_KEYS, "dense spec").items():
             if key in _INT_KEYS:
                 try:
                     fields[key] = int(raw)
@@ -105,6 +96,25 @@ class DenseWorkload:
         if missing:
             raise ValueError(f"dense spec is missing {', '.join(missing)}")
         return cls(**{_SPEC_KEYS[key]: value for key, value in fields.items()})
+
+
+def spec_items(body: str, known, what: str) -> dict[str, str]:
+    """The ``key=value`` items of a spec body (comma-separated, spaces ignored), raw values by
+    key; ValueError for a malformed item, an unknown key or one given twice (``what``: the
+    spec's name in messages).  Conv2d specs are read with it too."""
+    items: dict[str, str] = {}
+    for item in body.replace(" ", "").split(","):
+        if not item:
+            continue
+        key, eq, raw = item.partition("=")
+        if not eq or not raw:
+            raise ValueError(f"malformed item {item!r} in {what} (expected key=value)")
+        if key not in known:
+            raise ValueError(f"unknown key {key!r} in {what} (known: {', '.join(known)})")
+        if key in items:
+            raise ValueError(f"key {key!r} given twice in {what}")
+        items[key] = raw
+    return items
 
 
 # ---- presets ------------------------------------------------------------------

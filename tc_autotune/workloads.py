@@ -159,18 +159,7 @@ class Conv2dWorkload:
         if not isinstance(spec, str) or not spec.strip():
             raise ValueError("empty workload spec")
         fields: dict[str, object] = {}
-        for item in spec.replace(" ", "").split(","):
-            if not item:
-                continue
-            key, eq, raw = item.partition("=")
-            if not eq or not raw:
-                raise ValueError(f"malformed item {item!r} in workload spec (expected key=value)")
-            if key not in _SPEC_KEYS:
-                raise ValueError(
-                    f"unknown key {key!r} in workload spec (known: {', '.join(_SPEC_KEYS)})"
-                )
-            if key in fields:
-                raise ValueError(f"key {key!r} given twice in workload spec")
+        for key, raw in dense_workloads.spec_items(spec, _SPEC_KEYS, "workload spec").items():
             field_name, arity = _SPEC_KEYS[key]
             if key in ("dtype", "out_dtype"):
                 fields[key] = raw

@@ -1,12 +1,12 @@
 """On the GPU: dense kernels of every path and weight layout match numpy's matmul (output
-poisoned first), and a small dense tune builds from its best record."""
+poisoned first)."""
 
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from tc_autotune import apply_history_best, records, workloads
+from tc_autotune import workloads
 from tc_autotune.generator import DENSE_PROBES, probe_kernels
 from tc_autotune.reference import dense_inputs, dense_reference, relative_l2_error
 
@@ -60,22 +60,4 @@ def test_pipelined_scalar_weight_loads_match_numpy():
         if space.is_valid(config):
             check(wl, config)
 
-
-def test_small_dense_tune_then_build_from_the_best_record(tmp_path):
-    from tc_autotune.autotune import tune_workload
-    from tc_autotune.kernel import build_dense
-    from tc_autotune.measure import MeasureOptions
-
-    wl = workloads.get("dense:m=256,n=512,k=1024,b=nk")
-    log = tmp_path / "dense.jsonl"
-    summary = tune_workload(wl, 16, log, batch_size=16, seed=1, compare_cudnn=True,
-                            options=MeasureOptions(repeat=3, min_repeat_ms=5))
-    saved = list(records.load(log))
-    assert len(saved) == 16 and summary.best_config is not None
-    assert '"dense_tensorcore.cuda"' in log.read_text()
-    best_cfg, _ = records.load_best(log, wl)
-    with apply_history_best(log):
-        kernel = build_dense(wl)
-    assert kernel.config == best_cfg
-    data, weight = dense_inputs(wl, seed=9)
-    assert relative_l2_error(kernel(data, weight).numpy(), dense_reference(wl, data, weight)) < 1e-2
+# A small dense tune then a build from its best record: tests/test_gpu_tune.py.
