@@ -57,7 +57,8 @@ def parse_args(argv):
     p.add_argument("--rpc-sessions", type=cli.positive_int,
                    help="RPC servers to measure on at once (default: every free server of the key)")
     p.add_argument("--no-cudnn", action="store_true",
-                   help="skip the cuDNN (dense: cuBLAS) comparison at the end (always skipped with --rpc-tracker: it runs here)")
+                   help="skip the cuDNN (dense: cuBLAS) comparison at the end "
+                        "(always skipped with --rpc-tracker: it runs here)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p, p.parse_args(argv)
 
