@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Time the default and the best logged config of each workload against cuDNN, in one process.
+"""Time the default and the best logged config of each workload against cuDNN (dense: cuBLAS), in one process.
 
     python scripts/benchmark.py --log tuning_logs/nvidia-h200.jsonl [--workload tutorial ...]
     python scripts/benchmark.py --log LOG --sweep stages=1,2,3,4     # ablation of knobs

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Tune the Tensor Core conv2d template for one or more workloads on the local GPU(s) or on
-remote GPUs behind a TVM RPC tracker.
+"""Tune the Tensor Core conv2d or dense template for one or more workloads on the local GPU(s)
+or on remote GPUs behind a TVM RPC tracker.
 
     python scripts/tune.py --workload tutorial --trials 128
+    python scripts/tune.py --workload llm-4096x4096-m128 --workload dense:m=128,n=4096,k=4096
     python scripts/tune.py --workload tutorial --devices 0,1
     python scripts/tune.py --workload tutorial --rpc-tracker 10.0.0.1:9190 --rpc-key h100
 
@@ -26,8 +27,9 @@ from tc_autotune.tuner import TUNERS  # noqa: E402  (no TVM import either)
 def parse_args(argv):
     p = cli.script_parser("tune.py", __doc__)
     p.add_argument("--workload", action="append", required=True, type=cli.workload_name,
-                   help="preset name (tutorial, rfc-3x3-b32, resnet50-conv1-b1, ...) or spec "
-                        "'n=1,h=56,c=64,k=64,r=3,pad=1' (repeatable)")
+                   help="preset name (tutorial, rfc-3x3-b32, resnet50-conv1-b1, dense-rfc-b32, "
+                        "llm-4096x4096-m128, ...) or spec 'n=1,h=56,c=64,k=64,r=3,pad=1' or "
+                        "'dense:m=128,n=4096,k=4096,b=nk' (repeatable)")
     p.add_argument("--trials", type=cli.positive_int, default=128, help="new measurements per workload (128)")
     p.add_argument("--tuner", choices=TUNERS, default="xgb", help="search strategy (xgb)")
     p.add_argument("--log", type=cli.appendable_log, default="tuning.jsonl",
@@ -55,7 +57,8 @@ def parse_args(argv):
     p.add_argument("--rpc-sessions", type=cli.positive_int,
                    help="RPC servers to measure on at once (default: every free server of the key)")
     p.add_argument("--no-cudnn", action="store_true",
-                   help="skip the cuDNN comparison at the end (always skipped with --rpc-tracker: it runs here)")
+                   help="skip the cuDNN (dense: cuBLAS) comparison at the end "
+                        "(always skipped with --rpc-tracker: it runs here)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p, p.parse_args(argv)
 

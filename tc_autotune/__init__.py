@@ -1,4 +1,4 @@
-"""tc-autotune: AutoTVM-style tuning of Tensor Core conv2d (NHWC, fp16 in, fp32 accumulate) on TVM.
+"""tc-autotune: AutoTVM-style tuning of Tensor Core conv2d (NHWC) and dense (fp16 in, fp32 accumulate) on TVM.
 
 The top-level names load lazily, so ``import tc_autotune.records`` (and the CLIs'
 argument checks) stay fast and do not import TVM.
@@ -15,6 +15,9 @@ _EXPORTS = {
     "conv2d_space": "space",
     "Conv2dKernel": "kernel",
     "build_conv2d": "kernel",
+    "DenseWorkload": "dense_workloads",
+    "dense_space": "space",
+    "build_dense": "kernel",
     "apply_history_best": "apply",
     "conv2d": "kernel",
     "load_best": "records",

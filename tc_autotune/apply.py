@@ -1,4 +1,4 @@
-"""Applying the best record: which config ``build_conv2d`` uses when none is given.
+"""Applying the best record: which config ``build_conv2d`` (``build_dense``) uses when none is given.
 
 Logs given with ``apply_history_best`` come first, then the logs shipped in the
 repository's tuning_logs/ folder.  The first log set that has a successful,
@@ -19,10 +19,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import records
+from . import records, tasks
 from .gpu import GpuInfo, gpu_log_name, local_gpu
 from .records import SHIPPED_LOGS, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
-from .space import Conv2dConfig, conv2d_space
+from .space import Conv2dConfig
 from .workloads import Conv2dWorkload
 from . import zero_shot
 
@@ -99,7 +99,7 @@ def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.R
 
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo) -> tuple[Conv2dConfig, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first."""
-    space = conv2d_space(workload, gpu)
+    space = tasks.of(workload).space(workload, gpu)
     for path, include_stale in active_logs():
         found = records.load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
                                   include_stale=include_stale)
@@ -137,7 +137,7 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True) -> 
     if warn:
         warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the default config",
                       NoTunedConfigWarning, stacklevel=3)
-    return ConfigChoice(conv2d_space(workload, gpu).default_config(), "default")
+    return ConfigChoice(tasks.of(workload).space(workload, gpu).default_config(), "default")
 
 
 def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConfig:

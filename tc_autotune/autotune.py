@@ -15,20 +15,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import baseline, records
+from . import baseline, records, tasks
 from .apply import best_config, choose_config
 from .benchmark import checked_kernel_time
 from .cuda import nvcc_version
 from .gpu import GpuInfo, local_gpu
-from .kernel import build_conv2d
+from .kernel import build
 from .devices import RpcDevice, choose_local, local_devices
 from .dispatch import AllDevicesLost, RunnerFault
 from .measure import LocalMeasurer, MeasureOptions
 from .records import shipped_log_files
 from .rpc_runner import RpcRunner, free_servers
-from .reference import conv2d_reference, random_inputs
-from .space import Conv2dConfig, conv2d_space
+from .space import Conv2dConfig
 from .tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
+from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
 
 log = logging.getLogger(__name__)
@@ -124,8 +124,9 @@ class TuneSummary:
         if self.final_seconds:
             lines.append(timing("best (re-timed)", self.final_seconds))
         if self.cudnn_seconds:
-            lines.append(timing("cuDNN (PyTorch, same run)", self.cudnn_seconds,
-                                f"; cuDNN/tuned time ratio {self.cudnn_ratio:.2f}" if self.cudnn_ratio else ""))
+            name = tasks.of(self.workload).baseline_name  # cuDNN, cuBLAS
+            lines.append(timing(f"{name} (PyTorch, same run)", self.cudnn_seconds,
+                                f"; {name}/tuned time ratio {self.cudnn_ratio:.2f}" if self.cudnn_ratio else ""))
         return "\n".join(lines)
 
 
@@ -173,7 +174,7 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dCon
     return picks
 
 
-def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str = "xgb",
+def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_path, tuner: str = "xgb",
                   batch_size: int = 16, early_stopping: int | None = None, seed: int | None = None,
                   options: MeasureOptions | None = None, transfer_logs=(), shipped_transfer: bool = True,
                   compare_cudnn: bool = True, gpu: GpuInfo | None = None, deadline: float | None = None,
@@ -192,7 +193,7 @@ def tune_workload(workload: Conv2dWorkload, n_trial: int, log_path, tuner: str =
     if gpu is None:
         raise NoGpuError("no CUDA GPU found: tuning needs one to measure on")
     log_path = str(log_path)
-    space = conv2d_space(workload, gpu)
+    space = tasks.of(workload).space(workload, gpu)
     search = make_tuner(tuner, space, seed)
     own = list(records.load(log_path))
     transfer = _transfer_records(transfer_logs, shipped_transfer, log_path, gpu.arch)
@@ -289,26 +290,27 @@ def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repea
     the same inputs, each checked against the fp32 reference first (None where wrong)."""
     configs = {"tuned": config}
     if with_default:
-        configs["default"] = conv2d_space(workload).default_config()
+        configs["default"] = tasks.of(workload).space(workload).default_config()
     seconds, cudnn_s = time_configs(workload, configs, repeat=repeat)
     return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s)
 
 
 def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
-    """({name: seconds or None}, cuDNN seconds or None): each distinct config of ``configs``
-    built and timed once in this process, beside cuDNN, on the same inputs, each checked
-    against the fp32 reference first (None where wrong or cuDNN is missing)."""
-    data, weight = random_inputs(workload, seed=1)
-    reference = conv2d_reference(workload, data, weight)
+    """({name: seconds or None}, baseline seconds or None): each distinct config of ``configs``
+    built and timed once in this process, beside the task's baseline (cuDNN, cuBLAS), on the
+    same inputs, each checked against the fp32 reference first (None where wrong or missing)."""
+    task = tasks.of(workload)
+    data, weight = task.inputs(workload, seed=1)
+    reference = task.reference(workload, data, weight)
     timed: dict = {}
     for config in configs.values():
         if config in timed:
             continue
-        timed[config], err = checked_kernel_time(build_conv2d(workload, config), workload, data, weight,
+        timed[config], err = checked_kernel_time(build(workload, config), workload, data, weight,
                                                  reference, repeat=repeat)
         if timed[config] is None:
             log.error("%s: config %s gives a wrong result (error %.3g) on fresh inputs", workload, config, err)
     cudnn_s = None
-    if baseline.available():
-        cudnn_s, _ = baseline.checked_cudnn_time(workload, data, weight, reference, repeat=repeat)
+    if baseline.available() and task.baseline is not None:
+        cudnn_s, _ = task.baseline(workload, data, weight, reference, repeat=repeat)
     return {name: timed[config] for name, config in configs.items()}, cudnn_s

@@ -1,4 +1,5 @@
-"""cuDNN through PyTorch (channels-last fp16), the figure every tuned kernel is judged by.
+"""cuDNN (conv2d, channels-last fp16) and cuBLAS (dense, ``torch.matmul``) through PyTorch:
+the figures every tuned kernel is judged by.
 
 PyTorch is optional: ``available()`` says whether it can run here.
 """
@@ -11,6 +12,7 @@ import statistics
 import numpy as np
 
 from .results import TOLERANCE, check_then_time
+from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
 
 
@@ -53,7 +55,37 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray)
 def checked_cudnn_time(workload: Conv2dWorkload, data, weight, reference, number: int = 20,
                        repeat: int = 30, min_repeat_ms: float = 10) -> tuple[float | None, float]:
     """(median seconds or None, relative error): cuDNN is timed only when its result is right."""
-    run, out = cudnn_conv2d(workload, data, weight)  # ran once: its output is fresh
+    return _checked_time(cudnn_conv2d(workload, data, weight), reference, number, repeat, min_repeat_ms)
+
+
+def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray):
+    """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 tensors with fp16
+    output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    dev = torch.device("cuda")
+    a = torch.from_numpy(data.astype(np.float16)).to(dev)
+    b = torch.from_numpy(weight.astype(np.float16)).to(dev)
+    if workload.b_layout == "nk":
+        b = b.t()  # a transposed view: cuBLAS reads the (N, K) weight as is
+
+    def run():
+        return torch.matmul(a, b)
+
+    out = run()
+    torch.cuda.synchronize()
+    return run, out.float().cpu().numpy()
+
+
+def checked_cublas_time(workload: DenseWorkload, data, weight, reference, number: int = 20,
+                        repeat: int = 30, min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error): cuBLAS is timed only when its result is right."""
+    return _checked_time(cublas_dense(workload, data, weight), reference, number, repeat, min_repeat_ms)
+
+
+def _checked_time(run_out, reference, number, repeat, min_repeat_ms) -> tuple[float | None, float]:
+    run, out = run_out  # ran once: its output is fresh
     return check_then_time(lambda: None, lambda: out, reference,
                            lambda: median(time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms)),
                            TOLERANCE)

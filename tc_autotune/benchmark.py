@@ -1,4 +1,5 @@
-"""Side-by-side timings: default config, applied config and cuDNN, in one process.
+"""Side-by-side timings: default config, applied config and the task's baseline (cuDNN for
+conv2d, cuBLAS for dense: the "cudnn" columns), in one process.
 
 The applied config is what ``build_conv2d`` would use (``apply.choose_config``): the best
 record of the given and shipped logs, else a zero-shot prediction, else the default; the
@@ -18,14 +19,12 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from . import baseline, records
+from . import baseline, records, tasks
 from .apply import apply_history_best, best_or_default_config, choose_config
 from .gpu import default_gpu
-from .kernel import build_conv2d, compile_conv2d
+from .kernel import build, compile_kernel
 from .measure import time_kernel
-from .reference import conv2d_reference, random_inputs
 from .results import TOLERANCE, check_then_time
-from .space import conv2d_space
 from .workloads import get
 
 log = logging.getLogger(__name__)
@@ -74,6 +73,13 @@ def checked_kernel_time(kernel, workload, data, weight, reference, number: int =
     return float(np.median(times)), err
 
 
+def _inputs(workload):
+    """(data, weight, fp32 reference) of the task's random inputs (seed 0)."""
+    task = tasks.of(workload)
+    data, weight = task.inputs(workload, seed=0)
+    return data, weight, task.reference(workload, data, weight)
+
+
 def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
               min_repeat_ms: float = 10) -> list[BenchRow]:
     """Time the default config, the applied config (best record of ``logs`` and the shipped
@@ -82,14 +88,14 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
     rows = []
     for name in names:
         wl = get(name)
+        task = tasks.of(wl)
         row = BenchRow(workload=name, flops=wl.flops)
-        data, weight = random_inputs(wl, seed=0)
         t0 = time.time()
-        reference = conv2d_reference(wl, data, weight)
+        data, weight, reference = _inputs(wl)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
         timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-        default_config = conv2d_space(wl, gpu).default_config()
-        default = build_conv2d(wl, default_config)
+        default_config = task.space(wl, gpu).default_config()
+        default = build(wl, default_config)
         row.default_s, row.default_err = checked_kernel_time(default, wl, data, weight, reference, **timing)
         with apply_history_best(logs or []):
             choice = choose_config(wl, gpu, warn=False)
@@ -97,10 +103,10 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
         if choice.config == default_config:
             row.tuned_s, row.tuned_err = row.default_s, row.default_err
         else:
-            tuned = build_conv2d(wl, choice.config)
+            tuned = build(wl, choice.config)
             row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, data, weight, reference, **timing)
-        if baseline.available():
-            row.cudnn_s, row.cudnn_err = baseline.checked_cudnn_time(wl, data, weight, reference, **timing)
+        if baseline.available() and task.baseline is not None:
+            row.cudnn_s, row.cudnn_err = task.baseline(wl, data, weight, reference, **timing)
         log.info("%s: %s", name, row)
         rows.append(row)
     return rows
@@ -133,14 +139,14 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
     rows = []
     for name in names:
         wl = get(name)
-        space = conv2d_space(wl, gpu)
+        task = tasks.of(wl)
+        space = task.space(wl, gpu)
         with apply_history_best(logs or []):
             base = best_or_default_config(wl, gpu)
-        data, weight = random_inputs(wl, seed=0)
-        reference = conv2d_reference(wl, data, weight)
+        data, weight, reference = _inputs(wl)
         cudnn_s = None
-        if baseline.available():
-            cudnn_s, _ = baseline.checked_cudnn_time(wl, data, weight, reference, **timing)
+        if baseline.available() and task.baseline is not None:
+            cudnn_s, _ = task.baseline(wl, data, weight, reference, **timing)
         variants = []  # (row, config)
         for combo in itertools.product(*knobs.values()):
             changes = dict(zip(knobs, combo))
@@ -149,7 +155,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
                                       invalid=space.why_invalid(config)), config))
         valid = [(row, config) for row, config in variants if row.invalid is None]
         with ThreadPoolExecutor(max_workers=8) as pool:
-            kernels = list(pool.map(lambda v: compile_conv2d(wl, v[1], gpu), valid))
+            kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
         for (row, _), kernel in zip(valid, kernels):
             row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, **timing)
             log.info("%s %s: %s ms", name, row.changes, _ms(row.seconds))

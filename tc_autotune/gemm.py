@@ -8,8 +8,8 @@ dtypes, and per operand the task's tensor (name, shape), its index map and the l
 its contiguous, aligned runs (which vector widths can be loaded or stored without
 straddling a run).  Conv2d NHWC is an implicit GEMM (``conv2d_view``): A is the im2col
 matrix of the input (``Im2col``), B the HWIO weight seen as a (R*S*C, K) matrix and C the
-NHWC output seen as an (N*OH*OW, K) matrix (both ``RowMajor``).  A dense task would give
-``RowMajor`` maps of its 2-D tensors and register its view function with ``views``.
+NHWC output seen as an (N*OH*OW, K) matrix (both ``RowMajor``).  Dense (``dense_view``)
+has ``RowMajor`` maps of its tensors, and ``Transposed`` for an (N, K) weight.
 
 Index maps are frozen dataclasses (they key caches with the view) whose methods are plain
 arithmetic (``+ - * // %`` and comparisons), so the same map runs on ints, on numpy arrays
@@ -23,6 +23,7 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
+from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
 
 
@@ -45,6 +46,19 @@ class RowMajor:
         for i, extent in zip(index[1:-1], self.shape[1:-1]):
             row = row * extent + i
         return row, index[-1]
+
+
+@dataclass(frozen=True)
+class Transposed:
+    """A 2-D tensor of shape (cols, rows) seen as its transpose (an nn.Linear (N, K) weight
+    as the K x N matrix B): contiguous along the matrix's rows, so along its inner axis the
+    runs are 1 element long (no vector loads)."""
+
+    shape: tuple[int, int]  # the tensor's
+
+    def element(self, row, col):
+        """(tensor index, in-bounds conditions) of matrix element [row, col]."""
+        return (col, row), ()
 
 
 @dataclass(frozen=True)
@@ -91,7 +105,7 @@ class Operand:
 
     tensor: str  # the kernel argument's name
     shape: tuple[int, ...]
-    map: RowMajor | Im2col
+    map: RowMajor | Im2col | Transposed
     run: int
     run_name: str
     axes: tuple[str, ...] = ()  # names of the tensor's dims in the TE compute (i0, i1, ... if empty)
@@ -167,3 +181,23 @@ def conv2d_view(wl: Conv2dWorkload) -> GemmView:
                   axes=("bi", "y", "x", "co")),
     )
 
+
+
+@views(DenseWorkload)
+@functools.lru_cache(maxsize=1024)
+def dense_view(wl: DenseWorkload) -> GemmView:
+    """Dense as a GEMM: M = batch*m rows of A (a batch shares B), N, K.  A (M x K) and C
+    (M x N) are row-major with runs of K and N; B is row-major (K, N) with runs of N, or an
+    (N, K) weight (``b=nk``) read transposed, whose runs along N are single elements."""
+    m, n, k = wl.gemm_shape
+    if wl.b_layout == "kn":
+        b = Operand("weight", wl.b_shape, RowMajor(wl.b_shape), n, "output features")
+    else:
+        b = Operand("weight", wl.b_shape, Transposed(wl.b_shape), 1,
+                    "output feature (an N x K weight is contiguous along K)")
+    return GemmView(
+        m, n, k, wl.dtype, wl.out_dtype,
+        a=Operand("data", wl.a_shape, RowMajor(wl.a_shape), k, "input features"),
+        b=b,
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), n, "output features"),
+    )

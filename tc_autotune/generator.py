@@ -13,7 +13,9 @@ source (plus build arch and nvcc flags) generated for ``PROBES``, a fixed set of
 it with ``FINGERPRINTS[TEMPLATE_VERSION]``.  When the generated code changes on
 purpose: bump the task's ``template_version`` (``tasks.CONV2D``, which records read
 without importing TVM), add its fingerprint here (``python -m tc_autotune.generator``
-prints it), never edit an older entry.
+prints it), never edit an older entry.  Dense (``tasks.DENSE``) shares the generator but
+has its own version, probes and fingerprints (``DENSE_PROBES``: the transposed weight,
+batched A, tiny M), so the conv2d ones stay as they were.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from . import cuda, tasks
 from .gpu import gpu_for_arch
 from .kernel import build_arch
 from .space import Conv2dConfig
-from .template import lower_conv2d
 from .workloads import get
 
 TEMPLATE_VERSION = tasks.CONV2D.template_version
@@ -59,25 +60,40 @@ PROBES: tuple[tuple[str, dict], ...] = (
 )
 PROBE_ARCH = "sm_90"
 
+DENSE_TEMPLATE_VERSION = tasks.DENSE.template_version
+DENSE_FINGERPRINTS = {
+    1: "fd5b6b730ab87edfe512b0160ff2df2f58ffaffaee90576a0462d91318d4a1b7",
+}
+# Dense: both weight layouts (an (N, K) weight has scalar B loads), batched A, M=16 with
+# split-K, fp16 output, every intrinsic path.
+DENSE_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=200,n=136,k=264", {}),
+    ("dense:m=200,n=136,k=264,b=nk,out_dtype=float16", dict(vec_b=1, stages=2)),
+    ("dense:batch=2,m=100,n=136,k=264,b=nk", dict(_SWIZZLED, intrinsic="mma", vec_b=1, stages=3, frag_buffers=2)),
+    ("dense:m=16,n=4096,k=4096,b=nk", dict(vec_b=1, block_row_warps=1, warp_row_tiles=1, split_k=8, stages=2)),
+    ("dense:m=256,n=256,k=512", dict(_WGMMA, warp_col_tiles=4, stages=2)),
+    ("dense:m=256,n=256,k=512,b=nk", dict(_WGMMA, warp_col_tiles=4, vec_b=1, stages=2)),
+)
 
-def probe_kernels():
+
+def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
-    return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in PROBES]
+    return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
 
 
 def generated_code(workload, config, arch: str = PROBE_ARCH) -> dict:
     """What the generator makes of one config: build arch, nvcc flags and CUDA source."""
     gpu = gpu_for_arch(arch)
     build = build_arch(config, gpu)
-    executable = lower_conv2d(workload, config, tvm.target.Target({"kind": "cuda", "arch": build}))
+    executable = tasks.of(workload).lower(workload, config, tvm.target.Target({"kind": "cuda", "arch": build}))
     return {"workload": str(workload), "config": config.as_dict(), "arch": build,
             "nvcc_flags": list(cuda.NVCC_FLAGS), "source": executable.mod.imports[0].inspect_source()}
 
 
-def fingerprint() -> str:
+def fingerprint(probes=PROBES) -> str:
     """sha256 of the code generated for every probe (deterministic for one TVM version)."""
     digest = hashlib.sha256()
-    for workload, config in probe_kernels():
+    for workload, config in probe_kernels(probes):
         digest.update(json.dumps(generated_code(workload, config), sort_keys=True).encode())
     return digest.hexdigest()
 
@@ -97,3 +113,4 @@ def version_check(found: str | None = None) -> str | None:
 
 if __name__ == "__main__":
     print(f"TEMPLATE_VERSION {TEMPLATE_VERSION}: fingerprint {fingerprint()}")
+    print(f"DENSE_TEMPLATE_VERSION {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_PROBES)}")

@@ -1,4 +1,5 @@
-"""``build_conv2d``: the template applied to one workload and config, ready to run."""
+"""``build_conv2d`` and ``build_dense``: the template applied to one workload and config,
+ready to run.  One kernel class serves every task: its tensors are the task's signature."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm
 
-from . import cuda
+from . import cuda, tasks
 from .apply import active_logs, best_or_default_config, workload_of
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
 from .intrinsic_paths import get as intrinsic_path
-from .space import Conv2dConfig, conv2d_space
-from .template import lower_conv2d, workspace_shape, workspaces
+from .dense_workloads import DenseWorkload
+from .space import Conv2dConfig
+from .template import workspace_shape, workspaces
 from .workloads import Conv2dWorkload, get
 
 log = logging.getLogger(__name__)
@@ -22,9 +24,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Conv2dKernel:
-    """A built conv2d: call it with NHWC data and HWIO weights (TVM tensors or numpy)."""
+    """A built kernel of any task: call it with the task's inputs (TVM tensors or numpy):
+    conv2d NHWC data and HWIO weights, dense A and weight."""
 
-    workload: Conv2dWorkload
+    workload: Conv2dWorkload | DenseWorkload
     config: Conv2dConfig
     target: tvm.target.Target
     executable: object  # tvm.runtime.Executable
@@ -73,12 +76,13 @@ class Conv2dKernel:
     def __call__(self, data, weight, out=None, device=None):
         """Run once; returns ``out`` (allocated when not given) as a TVM tensor."""
         dev = device or tvm.cuda(0)
-        wl = self.workload
-        data = self._as_tensor(data, wl.data_shape, wl.dtype, "data", dev)
-        weight = self._as_tensor(weight, wl.weight_shape, wl.dtype, "weight", dev)
+        specs = tasks.of(self.workload).signature(self.workload)  # data, weight, out
+        data, weight = (self._as_tensor(value, shape, dtype, name, dev)
+                        for value, (name, shape, dtype) in zip((data, weight), specs))
+        name, shape, dtype = specs[2]
         if out is None:
-            out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev)
-        out = self._as_tensor(out, wl.out_shape, wl.out_dtype, "out", dev)
+            out = tvm.runtime.empty(shape, dtype, device=dev)
+        out = self._as_tensor(out, shape, dtype, name, dev)
         self._function()(data, weight, out, *self._extra_args(dev))
         return out
 
@@ -91,9 +95,12 @@ class Conv2dKernel:
         return lambda data, weight, out: evaluator(data, weight, out, *extra)
 
 
-def resolve_config(workload: Conv2dWorkload, config, gpu: GpuInfo) -> Conv2dConfig:
+DenseKernel = Conv2dKernel  # what build_dense returns: the same class
+
+
+def resolve_config(workload, config, gpu: GpuInfo) -> Conv2dConfig:
     """A Conv2dConfig from a config, a knob dict or a space index; ValueError if invalid."""
-    space = conv2d_space(workload, gpu)
+    space = tasks.of(workload).space(workload, gpu)
     if isinstance(config, int):
         config = space.get(config)
     elif isinstance(config, dict):
@@ -114,6 +121,24 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
     space's default config.  ``target`` defaults to CUDA for the local GPU
     (sm_90 without one); a TVM target or an arch string ("sm_80") is accepted.
     """
+    return build(_of_type(workload, Conv2dWorkload), config, target)
+
+
+def build_dense(workload, config=None, target=None) -> DenseKernel:
+    """Build the Tensor Core dense for ``workload`` (a DenseWorkload, dense preset or
+    "dense:..." spec); ``config`` and ``target`` as ``build_conv2d`` takes them."""
+    return build(_of_type(workload, DenseWorkload), config, target)
+
+
+def _of_type(workload, workload_type: type):
+    workload = get(workload)
+    if not isinstance(workload, workload_type):
+        raise ValueError(f"expected a {workload_type.__name__}, got {type(workload).__name__} {workload}")
+    return workload
+
+
+def build(workload, config=None, target=None) -> Conv2dKernel:
+    """Build the kernel of any task's ``workload`` (see ``build_conv2d``)."""
     workload = get(workload)
     if target is None:
         gpu = default_gpu()
@@ -126,7 +151,7 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
         gpu = local if local.arch == arch else gpu_for_arch(arch)
     if config is None:
         config = best_or_default_config(workload, gpu)
-    return compile_conv2d(workload, resolve_config(workload, config, gpu), gpu)
+    return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
 
 
 def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
@@ -134,7 +159,7 @@ def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
     return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
 
 
-def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
+def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
                    nvcc_timeout: float | None = None) -> Conv2dKernel:
     """Lower a resolved config and compile its cubin (into the disk cache).
 
@@ -145,7 +170,7 @@ def compile_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, gpu: GpuInfo,
     target = tvm.target.Target({"kind": "cuda", "arch": build_arch(config, gpu)})
     cuda.install_compile_callback()
     with target:  # the callback compiles for this target's arch
-        executable = lower_conv2d(workload, config, target)
+        executable = tasks.of(workload).lower(workload, config, target)
     cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
                                nvcc_timeout)
     return Conv2dKernel(workload, config, target, executable, cubin)

@@ -28,18 +28,17 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 
-from . import cuda
+from . import cuda, tasks
 from .devices import LocalDevice, RpcDevice
 from .dispatch import AllDevicesLost, Dispatcher
 from .gpu import GpuInfo, gpu_for_arch
-from .kernel import compile_conv2d
-from .reference import conv2d_reference, random_inputs
+from .kernel import compile_kernel
 from .results import MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
 from .runner import START_TIMEOUT, LocalRunner, MeasureOptions
 from .space import Conv2dConfig
 from .template import workspaces
-from .workloads import Conv2dWorkload
+from .workloads import get as get_workload
 
 __all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner", "RpcRunner",
            "AllDevicesLost", "make_runners", "time_kernel"]
@@ -79,8 +78,8 @@ def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: fl
     """Lower, nvcc-compile (cubin into the disk cache) and export one candidate."""
     start = time.time()
     try:
-        workload = Conv2dWorkload.parse(spec)
-        kernel = compile_conv2d(workload, Conv2dConfig(**knobs), gpu_for_arch(arch), nvcc_timeout)
+        workload = get_workload(spec)
+        kernel = compile_kernel(workload, Conv2dConfig(**knobs), gpu_for_arch(arch), nvcc_timeout)
         path = os.path.join(out_dir, f"{os.getpid()}_{time.monotonic_ns()}.so")
         kernel.executable.export_library(path)
         return path, None, time.time() - start
@@ -118,10 +117,10 @@ class LocalMeasurer:
         self.space, self.workload, self.arch = space, space.workload, space.gpu.arch
         self._key = hashlib.sha1(str(self.workload).encode()).hexdigest()[:16]
         path = os.path.join(self._tmp.name, f"{self._key}.npz")
-        if not os.path.exists(path):
-            data, weight = random_inputs(self.workload, seed=0)
-            np.savez(path, input_0=data, input_1=weight,
-                     reference=conv2d_reference(self.workload, data, weight))
+        if not os.path.exists(path):  # the task's random inputs and fp32 reference
+            task = tasks.of(self.workload)
+            data, weight = task.inputs(self.workload, seed=0)
+            np.savez(path, input_0=data, input_1=weight, reference=task.reference(self.workload, data, weight))
 
     @property
     def inputs_dir(self) -> str:
@@ -186,8 +185,8 @@ class LocalMeasurer:
                 so_path = self._built(future, i, submitted[i], results)
                 if so_path is not None:
                     running.add(i)
-                    tensors = [(self.workload.out_shape, self.workload.out_dtype),
-                               *workspaces(self.workload, configs[i])]
+                    _, out_shape, out_dtype = tasks.of(self.workload).signature(self.workload)[-1]
+                    tensors = [(out_shape, out_dtype), *workspaces(self.workload, configs[i])]
                     self._dispatcher.submit((so_path, self._key, tensors),
                                             lambda status, payload, label, i=i, so_path=so_path: events.put(
                                                 ("ran", i, status, payload, label, so_path)))

@@ -45,7 +45,7 @@ from . import __version__ as _package_version
 from . import journal, tasks
 from .gpu import gpu_for_arch
 from .results import MeasureErrorNo, MeasureResult
-from .space import conv2d_space
+from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload, display_name, get as get_workload
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 # 2: records carry template_version (1-readers skip them: they cannot tell stale ones)
 RECORD_VERSION = 2
 BAD_LINE_WARNINGS = 3  # per file; the rest are summarised in one line
-TASK_NAME = tasks.CONV2D.name
+TASK_NAME = tasks.CONV2D.name  # conv2d's; a record names its own workload's task
 TEMPLATE_VERSION = tasks.CONV2D.template_version
 LOG_SUFFIXES = (".jsonl", ".log")
 
@@ -114,7 +114,7 @@ class Record:
     """One measured config of one workload on one target: a line of the log."""
 
     target: str  # e.g. "cuda -arch=sm_90"
-    workload: Conv2dWorkload
+    workload: Conv2dWorkload | DenseWorkload  # its type names the task (``tasks.of``)
     config: dict  # entity form: {"index": i, "entity": [[knob, "ot", value], ...]}
     result: MeasureResult
     provenance: dict = field(default_factory=dict)
@@ -135,12 +135,16 @@ class Record:
             target = f"cuda -arch={arch}" if arch else str(target)
         return cls(target, space.workload, space.to_entity(config), result,
                    dict(provenance) if provenance is not None else make_provenance(space.gpu),
-                   template_version=TEMPLATE_VERSION)
+                   template_version=tasks.of(space.workload).template_version)
+
+    @property
+    def task(self) -> tasks.Task:
+        return tasks.of(self.workload)
 
     @property
     def stale(self) -> bool:
         """Measured on a kernel another generator version made: its time may not hold today."""
-        return self.template_version != TEMPLATE_VERSION
+        return self.template_version != self.task.template_version
 
     @property
     def seconds(self) -> float:
@@ -171,7 +175,7 @@ class Record:
         """One line of JSON (no newline) in the AutoTVM-like log format."""
         r = self.result
         obj = {
-            "input": [self.target, TASK_NAME, [str(self.workload)], {}],
+            "input": [self.target, self.task.name, [str(self.workload)], {}],
             "config": self.config,
             "result": [list(r.costs), int(r.error_no), r.all_cost, r.timestamp],
             "error_msg": r.error_msg,
@@ -211,14 +215,16 @@ class Record:
         target, task, args, kwargs = inp
         if not isinstance(target, str) or not target:
             raise ValueError(f"target must be a non-empty string, got {target!r}")
-        if task != TASK_NAME:
-            raise ValueError(f"wrong task name {task!r} (expected {TASK_NAME!r})")
+        try:
+            task = tasks.get(task)
+        except (KeyError, TypeError):
+            raise ValueError(f"wrong task name {task!r} (expected one of {', '.join(tasks.names())})") from None
         if not (isinstance(args, list) and len(args) == 1 and isinstance(args[0], str)):
             raise ValueError(f"task args must be [workload spec string], got {args!r}")
         if not isinstance(kwargs, dict):
             raise ValueError(f"task kwargs must be an object, got {kwargs!r}")
         try:
-            workload = Conv2dWorkload.parse(args[0])
+            workload = task.workload_type.parse(args[0])
         except ValueError as err:
             raise ValueError(f"bad workload spec {args[0]!r}: {err}") from None
 
@@ -407,7 +413,7 @@ def load_best(logs, workload, target=None, include_stale: bool = False):
         if best is not None and seconds >= best[1]:
             continue
         try:
-            config = conv2d_space(workload, gpu_for_arch(record.arch or "sm_90")).from_entity(record.config)
+            config = record.task.space(workload, gpu_for_arch(record.arch or "sm_90")).from_entity(record.config)
         except ValueError as err:
             skipped += 1
             first_reason = first_reason or str(err)
@@ -418,7 +424,7 @@ def load_best(logs, workload, target=None, include_stale: bool = False):
                        "(first: %s)", skipped, workload, first_reason)
     if stale:
         logger.info("skipped %d stale record(s) of %s (made by another template version than %d)",
-                    stale, workload, TEMPLATE_VERSION)
+                    stale, workload, tasks.of(workload).template_version)
     return best
 
 

@@ -1,10 +1,11 @@
-"""An fp32 reference conv2d on the host, to check every kernel that is built or timed."""
+"""fp32 references on the host (conv2d, dense), to check every kernel that is built or timed."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .results import relative_l2_error  # noqa: F401 (checking is results'; kept importable here)
+from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
 
 
@@ -32,3 +33,18 @@ def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndar
             patch = x[:, r * dh: r * dh + (oh - 1) * sh + 1: sh, s * dw: s * dw + (ow - 1) * sw + 1: sw, :]
             out += (patch.reshape(-1, wl.in_channels) @ w[r, s]).reshape(out.shape)
     return out
+
+
+def dense_inputs(workload: DenseWorkload, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Random A and weight (never zeros), scaled so outputs stay O(1) in fp16."""
+    rng = np.random.default_rng(seed)
+    data = rng.uniform(-1.0, 1.0, workload.a_shape).astype(workload.dtype)
+    weight = (rng.uniform(-1.0, 1.0, workload.b_shape) / np.sqrt(workload.k)).astype(workload.dtype)
+    return data, weight
+
+
+def dense_reference(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """A @ B (B = weight, or its transpose for ``b=nk``) in float32, inputs rounded to fp16."""
+    a = data.astype(np.float16).astype(np.float32)
+    b = weight.astype(np.float16).astype(np.float32)
+    return a @ (b if workload.b_layout == "kn" else b.T)

@@ -25,10 +25,11 @@ from .knobs import KNOB_DEFAULTS, KNOB_NAMES, KNOBS, WMMA_SHAPES, Conv2dConfig, 
 from .prior import prior_score
 from .rules import (FRAG_BUFFERS, HEAD, MAX_ACCUMULATOR_FRAGMENTS, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context,
                     derive, derive_rows, values_of_config)
+from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
 
 __all__ = ["KNOBS", "KNOB_DEFAULTS", "KNOB_NAMES", "WMMA_SHAPES", "MAX_ACCUMULATOR_FRAGMENTS",
-           "INTRINSIC_REQUIRES", "Conv2dConfig", "ConfigSpace", "conv2d_space", "valid_mask",
+           "INTRINSIC_REQUIRES", "Conv2dConfig", "ConfigSpace", "conv2d_space", "dense_space", "valid_mask",
            "radices", "positions_from_indices", "indices_from_positions", "positions_from_configs"]
 
 # What each non-WMMA path requires of other knobs (the tuner's moves onto it set these).
@@ -254,4 +255,9 @@ def _best_sampled(space: ConfigSpace) -> Conv2dConfig:
 
 def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:
     """The knob space of ``build_conv2d`` for one workload (on ``gpu``, default: local or sm_90)."""
+    return ConfigSpace(workload, gpu)
+
+
+def dense_space(workload: DenseWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:
+    """The knob space of ``build_dense`` for one workload (on ``gpu``, default: local or sm_90)."""
     return ConfigSpace(workload, gpu)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import baseline, gemm
-from .reference import conv2d_reference, random_inputs
-from .space import conv2d_space
+from .dense_workloads import DenseWorkload
+from .reference import conv2d_reference, dense_inputs, dense_reference, random_inputs
+from .space import conv2d_space, dense_space
 from .workloads import Conv2dWorkload
 
 
@@ -34,6 +35,7 @@ class Task:
     space: Callable  # (workload, gpu) -> ConfigSpace
     gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
     template_version: int  # bump when the generated code changes (generator.FINGERPRINTS)
+    baseline_name: str = "cuDNN"  # what reports call the baseline
 
     def lower(self, workload, config, target):
         """The template's TVM Executable for one (workload, config) (see ``templates``)."""
@@ -51,6 +53,18 @@ def register(task: Task) -> Task:
     gemm.views(task.workload_type)(task.gemm_view)
     _TASKS[task.name] = task
     return task
+
+
+def of(workload) -> Task:
+    """The task whose workload type ``workload`` is."""
+    for task in _TASKS.values():
+        if isinstance(workload, task.workload_type):
+            return task
+    raise KeyError(f"no task for {type(workload).__name__} workloads")
+
+
+def names() -> list[str]:
+    return list(_TASKS)
 
 
 def get(name: str) -> Task:
@@ -86,4 +100,22 @@ CONV2D = register(Task(
     space=conv2d_space,
     gemm_view=gemm.conv2d_view,
     template_version=1,
+))
+
+
+def _dense_signature(wl: DenseWorkload):
+    return [("data", wl.a_shape, wl.dtype), ("weight", wl.b_shape, wl.dtype), ("out", wl.out_shape, wl.out_dtype)]
+
+
+DENSE = register(Task(
+    name="dense_tensorcore.cuda",
+    workload_type=DenseWorkload,
+    signature=_dense_signature,
+    reference=dense_reference,
+    inputs=dense_inputs,
+    baseline=baseline.checked_cublas_time,
+    space=dense_space,
+    gemm_view=gemm.dense_view,
+    template_version=1,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
+    baseline_name="cuBLAS",
 ))

@@ -27,7 +27,8 @@ from tvm import te
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
                          wgmma_intrinsic, wmma_intrinsics)
 from . import tasks
-from .gemm import GemmView, Operand, conv2d_view, view_of
+from .dense_workloads import DenseWorkload
+from .gemm import GemmView, Operand, conv2d_view, dense_view, view_of
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
 from .rules import round_up as _round_up
@@ -448,6 +449,12 @@ PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 def lower_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, target):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
     return lower_gemm(conv2d_view(workload), config, target)
+
+
+@tasks.templates(tasks.DENSE.name)
+def lower_dense(workload: DenseWorkload, config: Conv2dConfig, target):
+    """``lower_conv2d`` of a dense workload: the same template on its view."""
+    return lower_gemm(dense_view(workload), config, target)
 
 
 def lower_gemm(view: GemmView, config: Conv2dConfig, target):

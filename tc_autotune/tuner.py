@@ -22,7 +22,7 @@ from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from
                          prior_score, radices, valid_mask)
 from .results import MeasureResult
 from .intrinsic_paths import PATHS
-from .space import ConfigSpace, Conv2dConfig, conv2d_space
+from .space import ConfigSpace, Conv2dConfig
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
@@ -522,7 +522,7 @@ class _TransferSet:
         if self._cache is None:
             xs, ys, gs = [], [], []
             for group, ((workload, _source), (indices, tput)) in enumerate(self.rows.items(), start=1):
-                space = conv2d_space(workload, gpu)
+                space = ConfigSpace(workload, gpu)
                 xs.append(features_from_positions(space, positions_from_indices(space, indices)))
                 ys.append(np.asarray(tput, dtype=np.float64))
                 gs.append(np.full(len(indices), group, dtype=np.int64))

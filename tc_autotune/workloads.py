@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass
 from dataclasses import replace as _replace
 
+from . import dense_workloads
+from .dense_workloads import DenseWorkload
+
 INPUT_DTYPES = ("float16", "float32")
 OUTPUT_DTYPES = ("float32", "float16")
 
@@ -156,18 +159,7 @@ class Conv2dWorkload:
         if not isinstance(spec, str) or not spec.strip():
             raise ValueError("empty workload spec")
         fields: dict[str, object] = {}
-        for item in spec.replace(" ", "").split(","):
-            if not item:
-                continue
-            key, eq, raw = item.partition("=")
-            if not eq or not raw:
-                raise ValueError(f"malformed item {item!r} in workload spec (expected key=value)")
-            if key not in _SPEC_KEYS:
-                raise ValueError(
-                    f"unknown key {key!r} in workload spec (known: {', '.join(_SPEC_KEYS)})"
-                )
-            if key in fields:
-                raise ValueError(f"key {key!r} given twice in workload spec")
+        for key, raw in dense_workloads.spec_items(spec, _SPEC_KEYS, "workload spec").items():
             field_name, arity = _SPEC_KEYS[key]
             if key in ("dtype", "out_dtype"):
                 fields[key] = raw
@@ -254,8 +246,12 @@ TUTORIAL = Conv2dWorkload(256, 14, 14, 256, 512, 3, 3, padding=1)
 _FAMILY = re.compile(r"^(rfc-1x1|rfc-3x3|resnet50-(?P<layer>.+))-b(?P<batch>\d+)$")
 
 
-def preset(name: str) -> Conv2dWorkload:
-    """A named workload: tutorial, rfc-{1x1,3x3}-b<N>, resnet50-<layer>-b<N>."""
+def preset(name: str) -> Conv2dWorkload | DenseWorkload:
+    """A named workload: tutorial, rfc-{1x1,3x3}-b<N>, resnet50-<layer>-b<N>, or a dense
+    preset (``dense_workloads.preset``)."""
+    dense = dense_workloads.preset(name)
+    if dense is not None:
+        return dense
     if name == "tutorial":
         return TUTORIAL
     match = _FAMILY.match(name)
@@ -278,8 +274,10 @@ def preset_names(batch_sizes=RFC_BATCHES) -> list[str]:
     return names
 
 
-def preset_name(workload: Conv2dWorkload) -> str | None:
+def preset_name(workload: Conv2dWorkload | DenseWorkload) -> str | None:
     """The preset that names ``workload`` ("rfc-3x3-b32"), or None: for tables people read."""
+    if isinstance(workload, DenseWorkload):
+        return dense_workloads.preset_name(workload)
     if workload == TUTORIAL:
         return "tutorial"
     batch = workload.batch
@@ -292,18 +290,21 @@ def preset_name(workload: Conv2dWorkload) -> str | None:
     return None
 
 
-def display_name(workload: Conv2dWorkload) -> str:
+def display_name(workload: Conv2dWorkload | DenseWorkload) -> str:
     """The preset name where there is one, else the spec string."""
     return preset_name(workload) or str(workload)
 
 
-def get(name_or_spec) -> Conv2dWorkload:
-    """A workload from a preset name, a spec string, or a workload (returned as is)."""
-    if isinstance(name_or_spec, Conv2dWorkload):
+def get(name_or_spec) -> Conv2dWorkload | DenseWorkload:
+    """A workload from a preset name, a spec string ("dense:..." for a dense one), or a
+    workload (returned as is)."""
+    if isinstance(name_or_spec, (Conv2dWorkload, DenseWorkload)):
         return name_or_spec
     if not isinstance(name_or_spec, str):
         raise ValueError(f"expected a preset name or a spec string, got {type(name_or_spec).__name__}")
     text = name_or_spec.strip()
+    if text.startswith(dense_workloads.PREFIX):
+        return DenseWorkload.parse(text)
     if "=" in text:
         return Conv2dWorkload.parse(text)
     return preset(text)

@@ -123,11 +123,13 @@ def _era(record) -> str:
 def select_records(recs, gpu: GpuInfo, exclude=()) -> tuple[list, str]:
     """(records, scope): the successful records measured on ``gpu``'s name ("gpu"), else on
     any GPU of its arch ("arch"), minus the ``exclude``d workloads; a measurement read twice
-    (a best log repeats its history's lines) counts once."""
+    (a best log repeats its history's lines) counts once.  Conv2d records only: the shape
+    features and the distances are conv2d's."""
     exclude = frozenset(exclude)
     ok, seen = [], set()
     for record in recs:
-        if not record.ok or record.arch != gpu.arch or record.workload in exclude:
+        if (not record.ok or record.arch != gpu.arch or record.workload in exclude
+                or not isinstance(record.workload, Conv2dWorkload)):
             continue
         ident = records.identity(record)  # the reader has rejected impossible times
         if ident not in seen:
@@ -451,6 +453,8 @@ def zero_shot_configs(workload, gpu: GpuInfo, logs=None, k: int = 8) -> list[Con
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     workload = get_workload(workload)
+    if not isinstance(workload, Conv2dWorkload):  # trained on conv2d shapes only
+        return []
     start = time.perf_counter()
     model = load_model(gpu, logs)
     if model is not None and workload in model.best:  # the caller has records of it: not those

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tc_autotune import apply_history_best, build_conv2d, records, workloads
+from tc_autotune import apply_history_best, records, workloads
 from tc_autotune.autotune import tune_workload
 from tc_autotune.measure import MeasureOptions
 from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_error
@@ -10,8 +10,13 @@ from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_e
 pytestmark = pytest.mark.gpu
 
 
-def test_tune_then_build_from_the_best_record(tmp_path):
-    wl = workloads.get("n=8,h=14,c=128,k=128,r=3,pad=1")
+@pytest.mark.parametrize("spec", ["n=8,h=14,c=128,k=128,r=3,pad=1", "dense:m=256,n=512,k=1024,b=nk"])
+def test_tune_then_build_from_the_best_record(tmp_path, spec):
+    from tc_autotune import tasks
+    from tc_autotune.kernel import build
+
+    wl = workloads.get(spec)
+    task = tasks.of(wl)
     log = tmp_path / "tune.jsonl"
     summary = tune_workload(wl, 32, log, batch_size=16, seed=1, compare_cudnn=False,
                             options=MeasureOptions(repeat=3, min_repeat_ms=5))
@@ -20,11 +25,12 @@ def test_tune_then_build_from_the_best_record(tmp_path):
     assert all(r.gpu == summary_gpu_name() for r in saved)
     best_cfg, best_s = records.load_best(log, wl)
     assert best_s == pytest.approx(summary.best_seconds)
+    assert f'"{task.name}"' in log.read_text()
     with apply_history_best(log):
-        kernel = build_conv2d(wl)
+        kernel = build(wl)  # build_conv2d or build_dense
     assert kernel.config == best_cfg
-    data, weight = random_inputs(wl, seed=9)
-    err = relative_l2_error(kernel(data, weight).numpy(), conv2d_reference(wl, data, weight))
+    data, weight = task.inputs(wl, seed=9)
+    err = relative_l2_error(kernel(data, weight).numpy(), task.reference(wl, data, weight))
     assert err < 1e-2
 
 

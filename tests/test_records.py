@@ -121,7 +121,7 @@ def _mutate(obj_fn):
     ("[1, 2, 3]", "JSON object"),
     (_mutate(lambda o: o.pop("result")), "missing field.*result"),
     (_mutate(lambda o: o.pop("version")), "missing field.*version"),
-    (_mutate(lambda o: o["input"].__setitem__(1, "dense_tensorcore.cuda")), "wrong task name"),
+    (_mutate(lambda o: o["input"].__setitem__(1, "matmul_simt.cuda")), "wrong task name"),
     (_mutate(lambda o: o["input"].__setitem__(2, ["n=1,h=oops,c=3,k=4,r=1"])), "bad workload spec"),
     (_mutate(lambda o: o["input"].__setitem__(2, [])), "workload spec"),
     (_mutate(lambda o: o["input"].pop()), "input must be"),

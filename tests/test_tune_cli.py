@@ -20,6 +20,8 @@ def run(*args):
     (["--workload", "bogus"], "unknown workload preset 'bogus'"),
     (["--workload", "n=1,h=8,c=3,k=8,r=3,zz=1"], "unknown key 'zz'"),
     (["--workload", "n=1,h=2,c=3,k=8,r=5"], "larger than the padded input"),
+    (["--workload", "dense:m=128,n=4096,k=4096,b=kk"], "unknown b_layout 'kk'"),
+    (["--workload", "llm-4096x4097-m1"], "unknown dense preset 'llm-4096x4097-m1'"),
     (["--workload", "tutorial", "--trials", "0"], "'0' must be positive"),
     (["--workload", "tutorial", "--trials", "many"], "'many' is not an integer"),
     (["--workload", "tutorial", "--tuner", "genetic"], "invalid choice: 'genetic'"),
@@ -33,9 +35,10 @@ def test_bad_arguments_exit_2_with_one_line(args, needle):
 
 
 @pytest.mark.skipif(local_gpu() is not None, reason="this machine has a GPU")
-def test_no_gpu_exits_3_and_writes_no_log(tmp_path):
+@pytest.mark.parametrize("workload", ["tutorial", "dense:m=128,n=4096,k=4096,b=nk"])
+def test_no_gpu_exits_3_and_writes_no_log(tmp_path, workload):
     log = tmp_path / "t.jsonl"
-    code, out, err = run("--workload", "tutorial", "--trials", "4", "--log", str(log))
+    code, out, err = run("--workload", workload, "--trials", "4", "--log", str(log))
     assert code == 3
     assert "no CUDA GPU" in err and len(err.strip().splitlines()) == 1
     assert not log.exists()

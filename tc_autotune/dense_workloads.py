@@ -1,0 +1,165 @@
+"""Dense (GEMM) workloads: C = A B with A row-major and B a weight, spec strings and presets.
+
+A dense workload is plain data (a frozen dataclass) like a conv2d one, so it keys caches,
+logs and records.  A is (M, K), or (batch, M, K) with one B shared by the batch (a linear
+layer on a 3-D activation: the batch folds into M); B is the weight, (K, N) (``b=kn``)
+or (N, K) like ``torch.nn.Linear`` (``b=nk``); C is (M, N) or (batch, M, N).  A batch
+with one B per item (batched matmul) is not supported.  ``str(workload)`` is a canonical
+spec string, "dense:batch=1,m=...,n=...,k=...,b=kn,dtype=float16,out_dtype=float32",
+that ``DenseWorkload.parse`` reads back to an equal workload.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "dense:"
+INPUT_DTYPES = ("float16",)
+OUTPUT_DTYPES = ("float32", "float16")
+B_LAYOUTS = ("kn", "nk")
+
+# spec key -> field
+_SPEC_KEYS = {"batch": "batch", "m": "m", "n": "n", "k": "k", "b": "b_layout",
+              "dtype": "dtype", "out_dtype": "out_dtype"}
+_INT_KEYS = ("batch", "m", "n", "k")
+
+
+@dataclass(frozen=True)
+class DenseWorkload:
+    """One dense layer: fp16 A and B, fp32 accumulation, fp32 or fp16 output."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1  # A and C have a leading batch dim of this size (B is shared) when > 1
+    b_layout: str = "kn"  # "kn": B is (K, N); "nk": (N, K), as nn.Linear's weight
+    dtype: str = "float16"
+    out_dtype: str = "float32"
+
+    def __post_init__(self):
+        for name in _INT_KEYS:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name, known in (("b_layout", B_LAYOUTS), ("dtype", INPUT_DTYPES), ("out_dtype", OUTPUT_DTYPES)):
+            if getattr(self, name) not in known:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}: expected one of {', '.join(known)}")
+
+    # ---- shapes -------------------------------------------------------------
+    @property
+    def _lead(self) -> tuple[int, ...]:
+        return (self.batch,) if self.batch > 1 else ()
+
+    @property
+    def a_shape(self) -> tuple[int, ...]:
+        return (*self._lead, self.m, self.k)
+
+    @property
+    def b_shape(self) -> tuple[int, int]:
+        return (self.k, self.n) if self.b_layout == "kn" else (self.n, self.k)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (*self._lead, self.m, self.n)
+
+    @property
+    def gemm_shape(self) -> tuple[int, int, int]:
+        """(M, N, K) of the GEMM: the batch folds into M (B is shared)."""
+        return self.batch * self.m, self.n, self.k
+
+    @property
+    def flops(self) -> int:
+        m, n, k = self.gemm_shape
+        return 2 * m * n * k
+
+    # ---- spec strings ---------------------------------------------------------
+    def __str__(self) -> str:
+        return (f"{PREFIX}batch={self.batch},m={self.m},n={self.n},k={self.k},b={self.b_layout},"
+                f"dtype={self.dtype},out_dtype={self.out_dtype}")
+
+    @classmethod
+    def parse(cls, spec: str) -> "DenseWorkload":
+        """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,out_dtype=..]"."""
+        if not isinstance(spec, str) or not spec.strip().startswith(PREFIX):
+            raise ValueError(f"a dense workload spec starts with {PREFIX!r}, got {spec!r}")
+        fields: dict[str, object] = {}
+        for key, raw in spec_items(spec.strip()[len(PREFIX):], _SPEC_KEYS, "dense spec").items():
+            if key in _INT_KEYS:
+                try:
+                    fields[key] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{key}={raw!r} is not an integer") from None
+            else:
+                fields[key] = raw
+        missing = [k for k in ("m", "n", "k") if k not in fields]
+        if missing:
+            raise ValueError(f"dense spec is missing {', '.join(missing)}")
+        return cls(**{_SPEC_KEYS[key]: value for key, value in fields.items()})
+
+
+def spec_items(body: str, known, what: str) -> dict[str, str]:
+    """The ``key=value`` items of a spec body (comma-separated, spaces ignored), raw values by
+    key; ValueError for a malformed item, an unknown key or one given twice (``what``: the
+    spec's name in messages).  Conv2d specs are read with it too."""
+    items: dict[str, str] = {}
+    for item in body.replace(" ", "").split(","):
+        if not item:
+            continue
+        key, eq, raw = item.partition("=")
+        if not eq or not raw:
+            raise ValueError(f"malformed item {item!r} in {what} (expected key=value)")
+        if key not in known:
+            raise ValueError(f"unknown key {key!r} in {what} (known: {', '.join(known)})")
+        if key in items:
+            raise ValueError(f"key {key!r} given twice in {what}")
+        items[key] = raw
+    return items
+
+
+# ---- presets ------------------------------------------------------------------
+# The RFC's dense tables (V100, T4): weight 1024x2048 (OC, IC), as nn.Linear holds it.
+RFC_DENSE_BATCHES = (32, 256)
+RESNET50_FC_BATCHES = (1, 32, 256)
+# Transformer projections (LLaMA-7B-like hidden 4096, MLP 11008): (K, N) of the weight.
+LLM_SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))
+LLM_TOKENS = (1, 16, 128, 2048, 8192)
+
+_PRESET = re.compile(r"^(?:dense-rfc|resnet50-fc)-b(?P<batch>\d+)$|^llm-(?P<k>\d+)x(?P<n>\d+)-m(?P<m>\d+)$")
+
+
+def preset(name: str) -> DenseWorkload | None:
+    """The dense preset ``name`` (dense-rfc-b<N>, resnet50-fc-b<N>, llm-<K>x<N>-m<M>), else None."""
+    match = _PRESET.match(name)
+    if match is None:
+        return None
+    if match["batch"] is not None:
+        batch = int(match["batch"])
+        if batch <= 0:
+            raise ValueError(f"preset {name!r}: batch must be positive")
+        if name.startswith("dense-rfc"):
+            return DenseWorkload(m=batch, n=1024, k=2048, b_layout="nk")
+        return DenseWorkload(m=batch, n=1000, k=2048, b_layout="nk")  # ResNet-50's fc (nn.Linear)
+    k, n, m = int(match["k"]), int(match["n"]), int(match["m"])
+    if (k, n) not in LLM_SHAPES or m <= 0:
+        raise ValueError(f"unknown dense preset {name!r} (llm shapes: "
+                         f"{', '.join(f'{a}x{b}' for a, b in LLM_SHAPES)}; m positive)")
+    return DenseWorkload(m=m, n=n, k=k, b_layout="nk")
+
+
+def preset_names() -> list[str]:
+    """The documented dense preset names."""
+    return ([f"dense-rfc-b{b}" for b in RFC_DENSE_BATCHES] + [f"resnet50-fc-b{b}" for b in RESNET50_FC_BATCHES]
+            + [f"llm-{k}x{n}-m{m}" for k, n in LLM_SHAPES for m in LLM_TOKENS])
+
+
+def preset_name(workload: DenseWorkload) -> str | None:
+    """The preset that names ``workload``, or None."""
+    wl = workload
+    names = [f"dense-rfc-b{wl.m}", f"resnet50-fc-b{wl.m}"]
+    if (wl.k, wl.n) in LLM_SHAPES:
+        names.append(f"llm-{wl.k}x{wl.n}-m{wl.m}")
+    for name in names:
+        if preset(name) == workload:
+            return name
+    return None
