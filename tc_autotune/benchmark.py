@@ -42,8 +42,9 @@ class BenchRow:
     tuned_err: float | None = None
     tuned_config: dict | None = None
     tuned_source: str | None = None  # record, zero-shot or default (apply.choose_config)
-    cudnn_s: float | None = None
+    cudnn_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
     cudnn_err: float | None = None
+    baseline: str = "cuDNN"  # what the cudnn_* fields timed (tasks.Task.baseline_name)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -89,7 +90,7 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
     for name in names:
         wl = get(name)
         task = tasks.of(wl)
-        row = BenchRow(workload=name, flops=wl.flops)
+        row = BenchRow(workload=name, flops=wl.flops, baseline=tasks.of(wl).baseline_name)
         t0 = time.time()
         data, weight, reference = _inputs(wl)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
@@ -124,6 +125,7 @@ class SweepRow:
     err: float | None = None
     cudnn_s: float | None = None
     invalid: str | None = None
+    baseline: str = "cuDNN"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -152,7 +154,8 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
             changes = dict(zip(knobs, combo))
             config = replace(base, **changes)
             variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), cudnn_s=cudnn_s,
-                                      invalid=space.why_invalid(config)), config))
+                                      invalid=space.why_invalid(config),
+                                      baseline=tasks.of(wl).baseline_name), config))
         valid = [(row, config) for row, config in variants if row.invalid is None]
         with ThreadPoolExecutor(max_workers=8) as pool:
             kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
@@ -164,7 +167,8 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
 
 
 def sweep_table(rows: list[SweepRow]) -> str:
-    lines = ["| workload | changed knobs | ms | TFLOP/s | cuDNN ms | cuDNN / ours |", "|---|---|---|---|---|---|"]
+    base = baseline_label(rows)
+    lines = [f"| workload | changed knobs | ms | TFLOP/s | {base} ms | {base} / ours |", "|---|---|---|---|---|---|"]
     for r in rows:
         changes = ", ".join(f"{k}={v}" for k, v in r.changes.items())
         if r.invalid:
@@ -192,11 +196,18 @@ def _geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def baseline_label(rows) -> str:
+    """What the baseline columns timed: "cuDNN", "cuBLAS", or both names for a mixed table."""
+    return "/".join(sorted({getattr(r, "baseline", "cuDNN") for r in rows})) or "cuDNN"
+
+
 def markdown_table(rows: list[BenchRow]) -> str:
-    """One line per workload, then the geomeans of cuDNN time / ours and the losses to the
-    default (the applied kernel slower than the untuned default by more than 3%)."""
+    """One line per workload, then the geomeans of baseline (cuDNN, cuBLAS) time / ours and
+    the losses to the default (the applied kernel slower than the untuned default by more
+    than 3%)."""
+    base = baseline_label(rows)
     head = ("| workload | default ms | default TFLOP/s | applied ms | applied TFLOP/s | applied from "
-            "| cuDNN ms | cuDNN TFLOP/s | cuDNN / default | cuDNN / applied |")
+            f"| {base} ms | {base} TFLOP/s | {base} / default | {base} / applied |")
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in rows:
         mark = " (slower than default)" if r.slower_than_default else ""
@@ -208,7 +219,7 @@ def markdown_table(rows: list[BenchRow]) -> str:
     if timed:
         applied = _geomean(r.cudnn_s / r.tuned_s for r in timed)
         default = _geomean(r.cudnn_s / r.default_s for r in timed)
-        lines += ["", f"Geomean cuDNN / ours over {len(timed)} workloads: applied {applied:.3f}, "
+        lines += ["", f"Geomean {base} / ours over {len(timed)} workloads: applied {applied:.3f}, "
                       f"default {default:.3f}. Applied slower than default (>3%): "
                       f"{sum(r.slower_than_default for r in timed)} of {len(timed)}."]
     return "\n".join(lines)

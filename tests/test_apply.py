@@ -131,6 +131,9 @@ def test_benchmark_table_reports_geomeans_and_losses_to_the_default():
     assert "| zero-shot (slower than default) |" in table
     assert "Geomean cuDNN / ours over 2 workloads: applied 0.674, default 0.500." in table
     assert "Applied slower than default (>3%): 1 of 2." in table
+    dense = BenchRow("dense:m=16,n=64,k=128", 10**9, default_s=1e-5, tuned_s=1e-5, cudnn_s=1e-5, baseline="cuBLAS")
+    assert "| cuBLAS ms |" in markdown_table([dense]) and "cuDNN" not in markdown_table([dense])
+    assert "Geomean cuBLAS/cuDNN / ours over 3 workloads" in markdown_table(rows + [dense])
 
 
 def test_a_log_is_indexed_once_until_it_changes(tmp_path, monkeypatch):
