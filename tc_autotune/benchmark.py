@@ -90,7 +90,7 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
     for name in names:
         wl = get(name)
         task = tasks.of(wl)
-        row = BenchRow(workload=name, flops=wl.flops, baseline=tasks.of(wl).baseline_name)
+        row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_name)
         t0 = time.time()
         data, weight, reference = _inputs(wl)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
@@ -161,7 +161,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
             kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
         for (row, _), kernel in zip(valid, kernels):
             row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, **timing)
-            log.info("%s %s: %s ms", name, row.changes, _ms(row.seconds))
+            log.info("%s %s: %s ms", name, row.changes, ms_cell(row.seconds))
         rows += [row for row, _ in variants]
     return rows
 
@@ -174,12 +174,13 @@ def sweep_table(rows: list[SweepRow]) -> str:
         if r.invalid:
             lines.append(f"| {r.workload} | {changes} | invalid: {r.invalid} | | | |")
             continue
-        lines.append(f"| {r.workload} | {changes} | {_ms(r.seconds)} | {_tf(r.flops, r.seconds)} |"
-                     f" {_ms(r.cudnn_s)} | {_ratio(r.cudnn_s, r.seconds)} |")
+        lines.append(f"| {r.workload} | {changes} | {ms_cell(r.seconds)} | {_tf(r.flops, r.seconds)} |"
+                     f" {ms_cell(r.cudnn_s)} | {ratio_cell(r.cudnn_s, r.seconds)} |")
     return "\n".join(lines)
 
 
-def _ms(seconds):
+def ms_cell(seconds) -> str:
+    """Milliseconds for a table cell; "-" where not measured."""
     return f"{seconds * 1e3:.4f}" if seconds else "-"
 
 
@@ -187,11 +188,13 @@ def _tf(flops, seconds):
     return f"{flops / seconds / 1e12:.1f}" if seconds else "-"
 
 
-def _ratio(cudnn_s, ours_s):
+def ratio_cell(cudnn_s, ours_s) -> str:
+    """Baseline time / ours for a table cell; "-" where either is missing."""
     return f"{cudnn_s / ours_s:.2f}" if (cudnn_s and ours_s) else "-"
 
 
-def _geomean(values) -> float | None:
+def geomean(values) -> float | None:
+    """Geometric mean of the values that were measured (None and 0 skipped)."""
     values = [v for v in values if v]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
@@ -211,14 +214,14 @@ def markdown_table(rows: list[BenchRow]) -> str:
     lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
     for r in rows:
         mark = " (slower than default)" if r.slower_than_default else ""
-        lines.append(f"| {r.workload} | {_ms(r.default_s)} | {_tf(r.flops, r.default_s)} | {_ms(r.tuned_s)} | "
-                     f"{_tf(r.flops, r.tuned_s)} | {r.tuned_source or '-'}{mark} | {_ms(r.cudnn_s)} | "
-                     f"{_tf(r.flops, r.cudnn_s)} | {_ratio(r.cudnn_s, r.default_s)} | "
-                     f"{_ratio(r.cudnn_s, r.tuned_s)} |")
+        lines.append(f"| {r.workload} | {ms_cell(r.default_s)} | {_tf(r.flops, r.default_s)} | {ms_cell(r.tuned_s)} | "
+                     f"{_tf(r.flops, r.tuned_s)} | {r.tuned_source or '-'}{mark} | {ms_cell(r.cudnn_s)} | "
+                     f"{_tf(r.flops, r.cudnn_s)} | {ratio_cell(r.cudnn_s, r.default_s)} | "
+                     f"{ratio_cell(r.cudnn_s, r.tuned_s)} |")
     timed = [r for r in rows if r.cudnn_s and r.tuned_s and r.default_s]
     if timed:
-        applied = _geomean(r.cudnn_s / r.tuned_s for r in timed)
-        default = _geomean(r.cudnn_s / r.default_s for r in timed)
+        applied = geomean(r.cudnn_s / r.tuned_s for r in timed)
+        default = geomean(r.cudnn_s / r.default_s for r in timed)
         lines += ["", f"Geomean {base} / ours over {len(timed)} workloads: applied {applied:.3f}, "
                       f"default {default:.3f}. Applied slower than default (>3%): "
                       f"{sum(r.slower_than_default for r in timed)} of {len(timed)}."]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from . import records, zero_shot
 from .autotune import time_configs, tune_workload
+from .benchmark import geomean, ms_cell, ratio_cell
 from .space import conv2d_space
 from .workloads import Conv2dWorkload, display_name
 
@@ -127,18 +127,9 @@ def retime(workloads, out_dir, gpu, repeat: int = 50, timer=time_configs, **kw) 
         configs, logged = arm_configs(workload, out_dir, gpu, **kw)
         seconds, cudnn_s = timer(workload, configs, repeat=repeat)
         rows.append(StudyRow(workload, configs, seconds, logged, cudnn_s))
-        log.info("%s: %s | cuDNN %s", display_name(workload),
-                 ", ".join(f"{k} {_ms(v)}" for k, v in seconds.items()), _ms(cudnn_s))
+        log.info("%s: %s | cuDNN %s ms", display_name(workload),
+                 ", ".join(f"{k} {ms_cell(v)} ms" for k, v in seconds.items()), ms_cell(cudnn_s))
     return rows
-
-
-def _ms(seconds) -> str:
-    return f"{seconds * 1e3:.4f} ms" if seconds else "-"
-
-
-def geomean(values) -> float | None:
-    values = [v for v in values if v]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 @dataclass(frozen=True)
@@ -168,10 +159,8 @@ def markdown(rows: list[StudyRow]) -> str:
     arms = list(dict.fromkeys(a for r in rows for a in r.seconds))
     lines = ["| workload | cuDNN ms | " + " | ".join(arms) + " |", "| --- | --- |" + " --- |" * len(arms)]
     for r in rows:
-        cells = [f"{r.cudnn_s / r.seconds[a]:.2f}" if (r.cudnn_s and r.seconds.get(a)) else "-" for a in arms]
-        lines.append(f"| {display_name(r.workload)} | {r.cudnn_s * 1e3:.4f} | " if r.cudnn_s else
-                     f"| {display_name(r.workload)} | - | ")
-        lines[-1] += " | ".join(cells) + " |"
+        cells = [ratio_cell(r.cudnn_s, r.seconds.get(a)) for a in arms]
+        lines.append(f"| {display_name(r.workload)} | {ms_cell(r.cudnn_s)} | " + " | ".join(cells) + " |")
     s = summarize(rows)
     lines.append("| **geomean** | | " + " | ".join(f"**{s.cudnn_ratio[a]:.3f}**" if s.cudnn_ratio[a] else "-"
                                                    for a in arms) + " |")
