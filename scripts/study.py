@@ -29,6 +29,8 @@ def parse_args(argv):
     p.add_argument("--out", type=cli.writable_dir, help="folder of the study's logs (the job's best_log_dir)")
     p.add_argument("--trials", type=cli.positive_int, default=256, help="trials of the transfer run (256)")
     p.add_argument("--plain-trials", type=cli.positive_int, default=64, help="trials without transfer (64)")
+    p.add_argument("--tuner", choices=("xgb", "xgb-joint"), default="xgb",
+                   help="search of the transfer arm (xgb); another one gets a log of its own")
     p.add_argument("--budget-minutes", type=cli.positive_float, help="stop starting workloads after this")
     p.add_argument("--estimate-minutes", type=cli.positive_float, default=0.0,
                    help="what one workload is expected to take, before one was timed")
@@ -70,7 +72,8 @@ def main(argv=None) -> int:
 
     with LocalMeasurer(conv2d_space(wls[0], gpu)) as measurer:  # one build pool and runner for all
         left = study.run_tuning(wls, out, budget_s=budget, estimate_s=args.estimate_minutes * 60, gpu=gpu,
-                                trials=args.trials, plain_trials=args.plain_trials, measurer=measurer)
+                                trials=args.trials, plain_trials=args.plain_trials, tuner=args.tuner,
+                                measurer=measurer)
     if left:
         print(f"study.py: {len(left)} workloads not tuned yet: run it again to go on", file=sys.stderr)
         return EXIT_INCOMPLETE

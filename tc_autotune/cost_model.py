@@ -22,7 +22,7 @@ from .rules import derive_rows
 from .space import (ConfigSpace, indices_from_positions, positions_from_configs, positions_from_indices,
                     radices, valid_mask)
 
-__all__ = ["FEATURE_NAMES", "XGBCostModel", "features_from_positions", "config_features", "block_tiles",
+__all__ = ["FEATURE_NAMES", "XGBCostModel", "TransferCostModel", "features_from_positions", "config_features", "block_tiles",
            "normalise_per_group", "prior_score", "valid_mask", "radices", "positions_from_indices",
            "indices_from_positions", "positions_from_configs"]
 
@@ -153,12 +153,14 @@ class XGBCostModel:
     def fitted(self) -> bool:
         return self._booster is not None
 
-    def fit(self, features, throughputs, groups=None, weights=None) -> "XGBCostModel":
+    def fit(self, features, throughputs, groups=None, weights=None, base_margin=None) -> "XGBCostModel":
         """Train on measured throughputs (FLOP/s or any per-workload scale; failed = 0).
 
         ``groups`` labels each row's workload; throughput is normalised within a group.
         ``weights`` (per row) lets the workload being tuned outweigh pooled transfer data;
         ranking objectives weight whole groups, so a group takes its rows' mean weight.
+        ``base_margin`` (per row) is a score the trees only correct (residual learning);
+        ``predict`` then needs the same kind of margin.
         With fewer than two successful rows the model stays (or becomes) unfitted.
         """
         import xgboost as xgb
@@ -172,6 +174,8 @@ class XGBCostModel:
             return self
         order = np.argsort(g, kind="stable")  # ranking objectives need rows grouped by query
         dtrain = xgb.DMatrix(x[order], label=y[order], nthread=self.params["nthread"])
+        if base_margin is not None:
+            dtrain.set_base_margin(np.asarray(base_margin, dtype=np.float64)[order])
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
         if self.objective.startswith("rank:"):
             dtrain.set_group(np.bincount(g[order]))
@@ -182,9 +186,47 @@ class XGBCostModel:
         self._booster = xgb.train(self.params, dtrain, num_boost_round=self.num_rounds)
         return self
 
-    def predict(self, features) -> np.ndarray:
-        """Scores, higher = faster; zeros before the model could be fitted."""
+    def predict(self, features, base_margin=None) -> np.ndarray:
+        """Scores, higher = faster; ``base_margin`` (or zeros) before the model could be fitted."""
         x = np.asarray(features, dtype=np.float32)
+        base = np.zeros(len(x)) if base_margin is None else np.asarray(base_margin, dtype=np.float64)
         if self._booster is None or len(x) == 0:
-            return np.zeros(len(x), dtype=np.float64)
-        return np.asarray(self._booster.inplace_predict(x), dtype=np.float64)
+            return base
+        if base_margin is None:
+            return np.asarray(self._booster.inplace_predict(x), dtype=np.float64)
+        return np.asarray(self._booster.inplace_predict(x, base_margin=base), dtype=np.float64)
+
+
+class TransferCostModel:
+    """A model of other workloads' records (the base) that this workload's own measurements
+    correct: the own model is fitted on residuals of the base's scores, and the base's share
+    halves every ``half_life`` own measurements (AutoTVM's scheme).  Pooling both in one fit
+    let ~4,000 transfer rows pull the ranking back towards what was fast elsewhere long after
+    the workload's own data said otherwise.  ``fitted``/``fit_base``/``fit``/``predict``."""
+
+    def __init__(self, seed: int | None = 0, half_life: float = 64.0, **params):
+        self.base = XGBCostModel(seed=seed, **params)
+        self.own = XGBCostModel(seed=seed, **params)
+        self.half_life = half_life
+        self._discount = 1.0
+
+    @property
+    def fitted(self) -> bool:
+        return self.base.fitted or self.own.fitted
+
+    def fit_base(self, features, throughputs, groups=None) -> None:
+        """Train the base on other workloads' records (one group per workload and GPU)."""
+        self.base.fit(features, throughputs, groups)
+
+    def _margin(self, x) -> np.ndarray | None:
+        return self._discount * self.base.predict(x) if self.base.fitted else None
+
+    def fit(self, features, throughputs) -> None:
+        """Train the own model on this workload's measurements, on top of the base."""
+        x = np.asarray(features, dtype=np.float32)
+        self._discount = 0.5 ** (len(x) / self.half_life)
+        self.own.fit(x, throughputs, base_margin=self._margin(x))
+
+    def predict(self, features) -> np.ndarray:
+        x = np.asarray(features, dtype=np.float32)
+        return self.own.predict(x, base_margin=self._margin(x))

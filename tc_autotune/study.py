@@ -28,15 +28,25 @@ from .workloads import Conv2dWorkload, display_name
 log = logging.getLogger(__name__)
 
 CHECKPOINTS = (32, 64, 256)  # trials of the transfer run whose best is reported
+# Transfer runs the report looks for: today's default, and the pooled fit it replaced
+# (the held-out logs of BENCHMARKS section 11 were searched by it).
+TRANSFER_TUNERS = ("xgb", "xgb-joint")
 PLAIN_TRIALS = 64  # trials of the run without transfer
 
 
-def arm_logs(out_dir, workload: Conv2dWorkload) -> tuple[Path, Path]:
-    """(transfer log, no-transfer log) of one workload: a readable slug plus a hash."""
+def arm_logs(out_dir, workload: Conv2dWorkload, tuner: str = "xgb") -> tuple[Path, Path]:
+    """(transfer log, no-transfer log) of one workload: a readable slug plus a hash; the
+    transfer log of a tuner other than the default names it (``.transfer-xgb-joint``)."""
     digest = hashlib.sha1(str(workload).encode()).hexdigest()[:8]
     slug = "".join(ch if ch.isalnum() else "-" for ch in display_name(workload))[:60].strip("-")
     base = Path(out_dir) / f"{slug}-{digest}"
-    return base.with_name(base.name + ".transfer.jsonl"), base.with_name(base.name + ".plain.jsonl")
+    transfer = ".transfer.jsonl" if tuner == "xgb" else f".transfer-{tuner}.jsonl"
+    return base.with_name(base.name + transfer), base.with_name(base.name + ".plain.jsonl")
+
+
+def arm_name(trials: int, tuner: str = "xgb") -> str:
+    """A transfer arm's column: "64 transfer", or "64 transfer (xgb-joint)" for another tuner."""
+    return f"{trials} transfer" + ("" if tuner == "xgb" else f" ({tuner})")
 
 
 def workload_records(path, workload: Conv2dWorkload) -> list:
@@ -51,16 +61,17 @@ def best_after(recs, n: int):
 
 
 def tune_arms(workload: Conv2dWorkload, out_dir, trials: int = CHECKPOINTS[-1],
-              plain_trials: int = PLAIN_TRIALS, seed: int = 0, gpu=None, **tune_kw) -> float:
-    """Bring both logs of ``workload`` up to their trial counts; seconds spent."""
+              plain_trials: int = PLAIN_TRIALS, seed: int = 0, gpu=None, tuner: str = "xgb", **tune_kw) -> float:
+    """Bring both logs of ``workload`` up to their trial counts (the transfer arm searched by
+    ``tuner``); seconds spent."""
     start = time.time()
-    for path, total, shipped in zip(arm_logs(out_dir, workload), (trials, plain_trials), (True, False)):
+    for path, total, shipped in zip(arm_logs(out_dir, workload, tuner), (trials, plain_trials), (True, False)):
         missing = total - len(workload_records(path, workload))
         if missing > 0:
             log.info("%s: %s arm, %d trials to go", display_name(workload),
                      "transfer" if shipped else "no-transfer", missing)
             tune_workload(workload, missing, path, seed=seed, gpu=gpu, shipped_transfer=shipped,
-                          compare_cudnn=False, **tune_kw)
+                          compare_cudnn=False, tuner=tuner if shipped else "xgb", **tune_kw)
     return time.time() - start
 
 
@@ -69,7 +80,7 @@ def run_tuning(workloads, out_dir, budget_s: float | None = None, estimate_s: fl
     """``tune_arms`` for each workload in turn; stops before one that would not finish inside
     ``budget_s`` by the slowest workload so far (``estimate_s`` before the first).  Returns
     the workloads not complete yet."""
-    counts = {k: kw[k] for k in ("trials", "plain_trials") if k in kw}
+    counts = {k: kw[k] for k in ("trials", "plain_trials", "tuner") if k in kw}
     start, slowest, tuned = time.time(), estimate_s, 0
     for i, workload in enumerate(workloads):
         if complete(workload, out_dir, **counts):
@@ -84,8 +95,8 @@ def run_tuning(workloads, out_dir, budget_s: float | None = None, estimate_s: fl
 
 
 def complete(workload: Conv2dWorkload, out_dir, trials: int = CHECKPOINTS[-1],
-             plain_trials: int = PLAIN_TRIALS) -> bool:
-    transfer, plain = arm_logs(out_dir, workload)
+             plain_trials: int = PLAIN_TRIALS, tuner: str = "xgb") -> bool:
+    transfer, plain = arm_logs(out_dir, workload, tuner)
     return (len(workload_records(transfer, workload)) >= trials
             and len(workload_records(plain, workload)) >= plain_trials)
 
@@ -105,14 +116,16 @@ class StudyRow:
 def arm_configs(workload: Conv2dWorkload, out_dir, gpu, checkpoints=CHECKPOINTS,
                 plain_trials: int = PLAIN_TRIALS) -> tuple[dict, dict]:
     """({arm: config}, {arm: seconds the search logged}) for the default, the zero-shot pick,
-    each checkpoint of the transfer run and the end of the plain run."""
+    each checkpoint of every transfer run (one per tuner of ``TRANSFER_TUNERS`` with a log)
+    and the end of the plain run."""
     space = conv2d_space(workload, gpu)
     configs, logged = {"default": space.default_config()}, {}
     predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         configs["zero-shot"] = predicted
-    transfer, plain = (workload_records(p, workload) for p in arm_logs(out_dir, workload))
-    for name, recs, n in [*((f"{n} transfer", transfer, n) for n in checkpoints),
+    plain = workload_records(arm_logs(out_dir, workload)[1], workload)
+    runs = [(tuner, workload_records(arm_logs(out_dir, workload, tuner)[0], workload)) for tuner in TRANSFER_TUNERS]
+    for name, recs, n in [*((arm_name(n, tuner), recs, n) for tuner, recs in runs for n in checkpoints),
                           (f"{plain_trials} no transfer", plain, plain_trials)]:
         best = best_after(recs, n) if len(recs) >= n else None
         if best is not None:
@@ -161,13 +174,18 @@ def markdown(rows: list[StudyRow]) -> str:
     for r in rows:
         cells = [ratio_cell(r.cudnn_s, r.seconds.get(a)) for a in arms]
         lines.append(f"| {display_name(r.workload)} | {ms_cell(r.cudnn_s)} | " + " | ".join(cells) + " |")
-    s = summarize(rows)
-    lines.append("| **geomean** | | " + " | ".join(f"**{s.cudnn_ratio[a]:.3f}**" if s.cudnn_ratio[a] else "-"
-                                                   for a in arms) + " |")
-    lines += ["", f"median over workloads of speed(32 trials) / speed(256 trials), with transfer: "
-                  f"{s.short_vs_long:.3f}" if s.short_vs_long else "32 vs 256: not measured",
-              f"64 trials with transfer against 64 without: {s.transfer_wins}/{s.compared} faster, geomean "
-              f"speed-up {s.transfer_gain:.3f}" if s.transfer_gain else "64 vs 64: not measured"]
+    ratio = summarize(rows).cudnn_ratio
+    lines.append("| **geomean** | | " + " | ".join(f"**{ratio[a]:.3f}**" if ratio[a] else "-" for a in arms) + " |")
+    lines.append("")
+    for tuner in TRANSFER_TUNERS:
+        if arm_name(64, tuner) not in arms and arm_name(32, tuner) not in arms:
+            continue
+        s = summarize(rows, arm_name(32, tuner), arm_name(256, tuner), arm_name(64, tuner))
+        label = "" if tuner == "xgb" else f" ({tuner})"
+        lines += [f"median over workloads of speed(32 trials) / speed(256 trials), with transfer{label}: "
+                  f"{s.short_vs_long:.3f}" if s.short_vs_long else f"32 vs 256{label}: not measured",
+                  f"64 trials with transfer{label} against 64 without: {s.transfer_wins}/{s.compared} faster, "
+                  f"geomean speed-up {s.transfer_gain:.3f}" if s.transfer_gain else f"64 vs 64{label}: not measured"]
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cost_model import (FEATURE_NAMES, XGBCostModel, block_tiles, features_from_positions,
+from .cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, block_tiles, features_from_positions,
                          indices_from_positions, positions_from_configs, positions_from_indices,
                          prior_score, radices, valid_mask)
 from .results import MeasureResult
@@ -26,7 +26,10 @@ from .space import ConfigSpace, Conv2dConfig
 from .workloads import get as get_workload
 
 _log = logging.getLogger(__name__)
-TUNERS = ("xgb", "random", "grid")  # names of make_tuner's strategies
+TUNERS = ("xgb", "xgb-joint", "random", "grid")  # names of make_tuner's strategies
+# How XGBTuner learns from other workloads: "residual" corrects a model of them with the
+# workload's own measurements; "joint" pools both in one fit (own rows weighted up).
+TRANSFER_MODES = ("residual", "joint")
 _CHUNK = 1 << 16  # configs decoded and pre-filtered at once
 _DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
 _SCAN_LIMIT = _CHUNK  # spaces up to one draw's size may be listed whole; larger ones (the real
@@ -328,15 +331,20 @@ class XGBTuner(Tuner):
 
     def __init__(self, space: ConfigSpace, seed: int | None = None, explore_ratio: float = 0.15,
                  n_chains: int = 128, n_steps: int = 100, temperature: float = 1.0,
-                 model: XGBCostModel | None = None):
+                 transfer: str = "residual"):
         super().__init__(space, seed)
+        if transfer not in TRANSFER_MODES:
+            raise ValueError(f"unknown transfer mode {transfer!r} (one of {', '.join(TRANSFER_MODES)})")
         self.explore_ratio = explore_ratio
         self.n_chains = n_chains
         self.n_steps = n_steps
         self.temperature = temperature
-        self.model = model or XGBCostModel(seed=0 if seed is None else seed)
+        self.transfer = transfer
+        model_seed = 0 if seed is None else seed
+        self.model = TransferCostModel(seed=model_seed) if transfer == "residual" else XGBCostModel(seed=model_seed)
         self._history_x = np.zeros((0, len(FEATURE_NAMES)), np.float32)  # features of history[:len]
         self._transfer = _TransferSet()
+        self._base_rows = -1  # transfer rows the base model was fitted on (residual mode)
 
     # ---- training ---------------------------------------------------------------
     def update(self, configs, results) -> None:
@@ -365,6 +373,12 @@ class XGBTuner(Tuner):
         flops = self.workload.flops
         y = np.array([flops / r.seconds if r.ok else 0.0 for _, r in self.history], dtype=np.float64)
         tx, ty, tg = self._transfer.arrays(self.space.gpu)
+        if self.transfer == "residual":
+            if self._base_rows != len(ty):  # the transfer set changed: refit the base once
+                self.model.fit_base(tx, ty, tg)
+                self._base_rows = len(ty)
+            self.model.fit(self._history_x, y)
+            return
         groups = np.concatenate([np.zeros(len(y), np.int64), tg])  # 0: this workload
         # This workload's own measurements count as much as all transfer data together.
         own = max(1.0, len(ty) / max(len(y), 1))
@@ -442,6 +456,8 @@ class XGBTuner(Tuner):
 
 def make_tuner(name: str, space: ConfigSpace, seed: int | None = None) -> Tuner:
     """The tuner called ``name`` (one of ``TUNERS``) on ``space``."""
+    if name == "xgb-joint":
+        return XGBTuner(space, seed=seed, transfer="joint")
     classes = {"xgb": XGBTuner, "random": RandomTuner, "grid": GridTuner}
     if name not in classes:
         raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(TUNERS)})")

@@ -88,15 +88,30 @@ def test_arm_configs_and_report_from_timed_rows(tmp_path, monkeypatch):
     assert study.row_dict(rows[0])["configs"]["zero-shot"] == predicted.as_dict()
 
 
-def test_the_shipped_study_logs_are_read_by_nothing_that_learns(monkeypatch):
-    """The held-out study's logs (tuning_logs/heldout/) must never become shipped logs: apply,
-    transfer and the zero-shot model read only shipped_log_files()."""
+def test_another_tuner_gets_a_transfer_log_of_its_own_and_its_own_columns(tmp_path, monkeypatch):
+    import tc_autotune.zero_shot
+
+    monkeypatch.setattr(tc_autotune.zero_shot, "zero_shot_config", lambda w, gpu, logs=None: None)
+    tune(tmp_path)
+    tune(tmp_path, tuner="xgb-joint")
+    joint, plain = study.arm_logs(tmp_path, A, "xgb-joint")
+    assert joint.name.endswith(".transfer-xgb-joint.jsonl") and plain == study.arm_logs(tmp_path, A)[1]
+    assert len(list(records.load(joint))) == 24 and len(list(records.load(plain))) == 16  # plain not re-run
+    assert len(SyntheticMeasurer.calls) == 2 * (24 + 16) + 2 * 24
+    configs, _ = study.arm_configs(A, tmp_path, GPU, checkpoints=(8, 24), plain_trials=16)
+    assert {"8 transfer", "24 transfer", "8 transfer (xgb-joint)", "24 transfer (xgb-joint)"} <= set(configs)
+
+
+@pytest.mark.parametrize("folder", ["heldout", "validation"])
+def test_the_shipped_study_logs_are_read_by_nothing_that_learns(monkeypatch, folder):
+    """The held-out and validation studies' logs (tuning_logs/heldout/, validation/) must never
+    become shipped logs: apply, transfer and the zero-shot model read only shipped_log_files()."""
     from pathlib import Path
 
     from tc_autotune.apply import shipped_log_files
 
     monkeypatch.delenv("TC_AUTOTUNE_SHIPPED_LOGS")
-    heldout = (Path(__file__).resolve().parent.parent / "tuning_logs" / "heldout").resolve()
+    study_dir = (Path(__file__).resolve().parent.parent / "tuning_logs" / folder).resolve()
     files = [f.resolve() for f in shipped_log_files()]
-    assert files and list(heldout.glob("*.jsonl"))
-    assert not [f for f in files if heldout in f.parents]
+    assert files and study_dir.parent in [f.parent for f in files]
+    assert not [f for f in files if study_dir in f.parents]

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tc_autotune import workloads
-from tc_autotune.cost_model import (FEATURE_NAMES, XGBCostModel, config_features,
+from tc_autotune.cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, config_features,
                                     normalise_per_group, positions_from_indices, valid_mask)
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.measure import MeasureErrorNo, MeasureResult
@@ -190,6 +190,22 @@ def test_cost_model_with_fewer_than_two_successes_predicts_zeros():
     for objective in ("rank:pairwise", "reg:squarederror"):
         model = XGBCostModel(objective=objective).fit(x, np.arange(8) * 1e12, groups, weights)
         assert model.fitted and model.predict(x).shape == (8,)
+
+
+def test_transfer_model_starts_from_other_workloads_and_gives_way_to_own_measurements():
+    """Other workloads say bigger block tiles are faster; this workload says the opposite.
+    Before any own measurement the base decides; after enough, the own data does."""
+    space = space_of("rfc-3x3-b32")
+    configs = space.sample(256, seed=4)
+    x = config_features(space, configs)
+    size = x[:, FEATURE_NAMES.index("log2_block_m")] + x[:, FEATURE_NAMES.index("log2_block_n")]
+    model = TransferCostModel(seed=0, half_life=16)
+    model.fit_base(x, np.exp(size), np.zeros(len(x)))
+    rank = lambda v, ref=size: np.corrcoef(np.argsort(np.argsort(v)), np.argsort(np.argsort(ref)))[0, 1]  # noqa: E731
+    assert model.fitted and rank(model.predict(x)) > 0.8
+    np.testing.assert_array_equal(model.predict(x), model.base.predict(x))  # no own data: the base alone
+    model.fit(x[:96], np.exp(-size[:96]))
+    assert rank(model.predict(x[96:]), size[96:]) < -0.5
 
 
 def test_throughput_is_normalised_per_group():
