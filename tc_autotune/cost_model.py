@@ -61,7 +61,7 @@ def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
     the raw offsets are not: offset 0 is bad for WMMA but the only choice for mma and wgmma."""
     swizzled = _SWIZZLED[v["intrinsic"]]
     ways = [np.where(swizzled, 1, np.gcd((v[size] + v[offset]) // 8, 8))
-            for size, offset in (("bk", "offset_a"), ("bn", "offset_b"))]
+            for size, offset in (("bk", "offset_a"), ("b_row", "offset_b"))]
     return tuple(w.astype(np.float64) for w in ways)
 
 

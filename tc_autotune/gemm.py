@@ -4,12 +4,14 @@ template see of a workload.
 Every task the package tunes is one Tensor Core GEMM, C[m, n] = sum_k A[m, k] B[k, n]
 (fp16 operands, fp32 accumulation), read from and written to the task's own tensors
 through *index maps*.  A ``GemmView`` is that description as plain data: M, N, K, the
-dtypes, and per operand the task's tensor (name, shape), its index map and the length of
-its contiguous, aligned runs (which vector widths can be loaded or stored without
-straddling a run).  Conv2d NHWC is an implicit GEMM (``conv2d_view``): A is the im2col
-matrix of the input (``Im2col``), B the HWIO weight seen as a (R*S*C, K) matrix and C the
-NHWC output seen as an (N*OH*OW, K) matrix (both ``RowMajor``).  Dense (``dense_view``)
-has ``RowMajor`` maps of its tensors, and ``Transposed`` for an (N, K) weight.
+dtypes, and per operand the task's tensor (name, shape), its index map, the matrix axis it
+is contiguous along (its ``layout``) and the length of its contiguous, aligned runs (which
+vector widths can be loaded or stored without straddling a run).  Conv2d NHWC is an
+implicit GEMM (``conv2d_view``): A is the im2col matrix of the input (``Im2col``), B the
+HWIO weight seen as a (R*S*C, K) matrix and C the NHWC output seen as an (N*OH*OW, K)
+matrix (both ``RowMajor``).  Dense (``dense_view``) has ``RowMajor`` maps of its tensors,
+and ``Transposed`` for an (N, K) weight: a ``COL_MAJOR`` B (contiguous along K), which the
+template keeps K-contiguous in shared memory and feeds to the Tensor Cores as such.
 
 Index maps are frozen dataclasses (they key caches with the view) whose methods are plain
 arithmetic (``+ - * // %`` and comparisons), so the same map runs on ints, on numpy arrays
@@ -25,6 +27,13 @@ from typing import Callable
 
 from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
+
+
+# An operand's layout: which matrix axis its tensor is contiguous along (the names WMMA
+# gives a fragment's layout).  ROW_MAJOR: along the columns, the inner axis (A: K, B and C:
+# N); COL_MAJOR: along the rows (B: K, an nn.Linear (N, K) weight).
+ROW_MAJOR = "row_major"
+COL_MAJOR = "col_major"
 
 
 @dataclass(frozen=True)
@@ -51,8 +60,7 @@ class RowMajor:
 @dataclass(frozen=True)
 class Transposed:
     """A 2-D tensor of shape (cols, rows) seen as its transpose (an nn.Linear (N, K) weight
-    as the K x N matrix B): contiguous along the matrix's rows, so along its inner axis the
-    runs are 1 element long (no vector loads)."""
+    as the K x N matrix B): contiguous along the matrix's rows (a ``COL_MAJOR`` operand)."""
 
     shape: tuple[int, int]  # the tensor's
 
@@ -99,9 +107,11 @@ class Operand:
     ``map``: for A and B, ``map.element(row, col)`` gives the tensor index of a matrix
     element and the conditions under which it is inside the tensor (else it reads 0); for
     C, ``map.matrix_index(*index)`` gives the matrix element a tensor element holds.
-    ``run``: the tensor is contiguous along the matrix's inner axis (A: K, B and C: N) in
-    aligned runs of ``run`` elements, so a vector of v elements never straddles a run (nor
-    is misaligned) iff v divides it; ``run_name`` is what a message calls those elements."""
+    ``layout``: the matrix axis the tensor is contiguous along, ``ROW_MAJOR`` (the inner
+    axis: A's K, B's and C's N) or ``COL_MAJOR`` (B only: K); the template copies the tile
+    to shared memory along it.  ``run``: along that axis the tensor is contiguous in aligned
+    runs of ``run`` elements, so a vector of v elements never straddles a run (nor is
+    misaligned) iff v divides it; ``run_name`` is what a message calls those elements."""
 
     tensor: str  # the kernel argument's name
     shape: tuple[int, ...]
@@ -109,6 +119,7 @@ class Operand:
     run: int
     run_name: str
     axes: tuple[str, ...] = ()  # names of the tensor's dims in the TE compute (i0, i1, ... if empty)
+    layout: str = ROW_MAJOR
 
 
 @dataclass(frozen=True)
@@ -182,19 +193,17 @@ def conv2d_view(wl: Conv2dWorkload) -> GemmView:
     )
 
 
-
 @views(DenseWorkload)
 @functools.lru_cache(maxsize=1024)
 def dense_view(wl: DenseWorkload) -> GemmView:
     """Dense as a GEMM: M = batch*m rows of A (a batch shares B), N, K.  A (M x K) and C
     (M x N) are row-major with runs of K and N; B is row-major (K, N) with runs of N, or an
-    (N, K) weight (``b=nk``) read transposed, whose runs along N are single elements."""
+    (N, K) weight (``b=nk``): the transposed map, column-major, with runs of K."""
     m, n, k = wl.gemm_shape
     if wl.b_layout == "kn":
         b = Operand("weight", wl.b_shape, RowMajor(wl.b_shape), n, "output features")
     else:
-        b = Operand("weight", wl.b_shape, Transposed(wl.b_shape), 1,
-                    "output feature (an N x K weight is contiguous along K)")
+        b = Operand("weight", wl.b_shape, Transposed(wl.b_shape), k, "input features", layout=COL_MAJOR)
     return GemmView(
         m, n, k, wl.dtype, wl.out_dtype,
         a=Operand("data", wl.a_shape, RowMajor(wl.a_shape), k, "input features"),

@@ -14,7 +14,7 @@ it with ``FINGERPRINTS[TEMPLATE_VERSION]``.  When the generated code changes on
 purpose: bump the task's ``template_version`` (``tasks.CONV2D``, which records read
 without importing TVM), add its fingerprint here (``python -m tc_autotune.generator``
 prints it), never edit an older entry.  Dense (``tasks.DENSE``) shares the generator but
-has its own version, probes and fingerprints (``DENSE_PROBES``: the transposed weight,
+has its own version, probes and fingerprints (``DENSE_PROBES``: both weight layouts,
 batched A, tiny M), so the conv2d ones stay as they were.
 """
 
@@ -63,16 +63,23 @@ PROBE_ARCH = "sm_90"
 DENSE_TEMPLATE_VERSION = tasks.DENSE.template_version
 DENSE_FINGERPRINTS = {
     1: "fd5b6b730ab87edfe512b0160ff2df2f58ffaffaee90576a0462d91318d4a1b7",
+    # 2: an (N, K) weight is copied along K with vector loads / cp.async and stored [n][k]
+    # (col_major matrix_b, ldmatrix without .trans, K-major wgmma B); (K, N) code unchanged.
+    2: "0d7db00ea509df8b7e216ee0898b40fa2b6ea0fd2c791e4219a660118b0a5fde",
 }
-# Dense: both weight layouts (an (N, K) weight has scalar B loads), batched A, M=16 with
-# split-K, fp16 output, every intrinsic path.
+# Dense: both weight layouts, every WMMA shape and intrinsic path on the (N, K) weight
+# (vector loads along K of 16, 8 and 2 bytes: K = 264, 100, 9), batched A, M=16 with
+# split-K, fp16 output.
 DENSE_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=200,n=136,k=264", {}),
-    ("dense:m=200,n=136,k=264,b=nk,out_dtype=float16", dict(vec_b=1, stages=2)),
-    ("dense:batch=2,m=100,n=136,k=264,b=nk", dict(_SWIZZLED, intrinsic="mma", vec_b=1, stages=3, frag_buffers=2)),
-    ("dense:m=16,n=4096,k=4096,b=nk", dict(vec_b=1, block_row_warps=1, warp_row_tiles=1, split_k=8, stages=2)),
+    ("dense:m=200,n=136,k=264,b=nk,out_dtype=float16", dict(stages=2)),
+    ("dense:batch=2,m=100,n=136,k=264,b=nk", dict(_SWIZZLED, intrinsic="mma", stages=3, frag_buffers=2)),
+    ("dense:m=16,n=4096,k=4096,b=nk", dict(wmma="m8n32k16", block_row_warps=1, warp_row_tiles=2, split_k=8,
+                                           stages=2)),
     ("dense:m=256,n=256,k=512", dict(_WGMMA, warp_col_tiles=4, stages=2)),
-    ("dense:m=256,n=256,k=512,b=nk", dict(_WGMMA, warp_col_tiles=4, vec_b=1, stages=2)),
+    ("dense:m=256,n=256,k=512,b=nk", dict(_WGMMA, warp_col_tiles=4, stages=2)),
+    ("dense:m=96,n=72,k=100,b=nk", dict(wmma="m32n8k16", warp_row_tiles=1, warp_col_tiles=4, vec_a=4, vec_b=4)),
+    ("dense:m=40,n=24,k=9,b=nk", dict(vec_a=1, vec_b=1, block_row_warps=1, block_col_warps=1, chunk=1)),
 )
 
 

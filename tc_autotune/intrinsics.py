@@ -1,5 +1,7 @@
 """Tensor Core intrinsics for the template: WMMA of every fragment shape, and
-ldmatrix + mma.sync.
+ldmatrix + mma.sync.  Each comes for a B tile stored [k][n] in shared memory (row-major,
+N contiguous) and one stored [n][k] (column-major, K contiguous: an nn.Linear weight's
+layout, copied with vector loads along K).
 
 TVM 0.27 registers only 16x16x16 WMMA intrinsics, and importing the module that
 does so parses ~100 TVMScript functions (~25 s).  This module defines the five
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
+
+from .gemm import COL_MAJOR, ROW_MAJOR
 
 _PREFIX = "tc_autotune"
 
@@ -35,7 +39,10 @@ def _fragment_index(buf, stride, rows, cols):
     return buf.elem_offset // stride // rows * (stride // cols) + buf.elem_offset % stride // cols
 
 
-def _load(rows: int, cols: int, mnk: tuple[int, int, int], scope_in: str, scope_frag: str):
+def _load(rows: int, cols: int, mnk: tuple[int, int, int], scope_in: str, scope_frag: str,
+          layout: str = ROW_MAJOR):
+    """A (rows x cols) tile of shared memory into a fragment; ``layout`` says which of the
+    fragment's axes the tile's rows are (col_major B: a [n][k] tile)."""
     m, n, k = mnk
 
     @T.prim_func(s_tir=True)
@@ -65,7 +72,7 @@ def _load(rows: int, cols: int, mnk: tuple[int, int, int], scope_in: str, scope_
             T.writes(dst[0:rows, 0:cols])
             T.evaluate(T.tvm_load_matrix_sync(
                 dst.data, m, n, k, _fragment_index(dst, d1, rows, cols),
-                src.access_ptr("r", ptr_type="float16"), s1, "row_major", dtype="void"))
+                src.access_ptr("r", ptr_type="float16"), s1, layout, dtype="void"))
 
     return desc, impl
 
@@ -134,21 +141,25 @@ def _store(mnk, scope_out: str):
     return desc, impl
 
 
-def _mma(mnk):
+def _mma(mnk, b_layout: str = ROW_MAJOR):
+    """C += A B on fragments; B's fragment is (k, n), or (n, k) for a col_major B."""
     m, n, k = mnk
+    b_shape = (n, k) if b_layout == COL_MAJOR else (k, n)
+    b_index = (lambda kk, j: (j, kk)) if b_layout == COL_MAJOR else (lambda kk, j: (kk, j))
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (m, k), "float16", align=64, offset_factor=k, scope="wmma.matrix_a")
-        B = T.match_buffer(b, (k, n), "float16", align=64, offset_factor=n, scope="wmma.matrix_b")
+        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=b_shape[1], scope="wmma.matrix_b")
         C = T.match_buffer(c, (m, n), "float32", align=64, offset_factor=n, scope="wmma.accumulator")
         with T.sblock("root"):
-            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:k, 0:n])
+            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:b_shape[0], 0:b_shape[1]])
             T.writes(C[0:m, 0:n])
             for i, j, kk in T.grid(m, n, k):
                 with T.sblock(""):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, kk])
-                    C[vi, vj] = C[vi, vj] + T.Cast("float32", A[vi, vk]) * T.Cast("float32", B[vk, vj])
+                    b_at = T.meta_var(b_index(vk, vj))
+                    C[vi, vj] = C[vi, vj] + T.Cast("float32", A[vi, vk]) * T.Cast("float32", B[b_at])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -160,17 +171,17 @@ def _mma(mnk):
         c0 = T.int32()
         A = T.match_buffer(a, (m, k), "float16", align=64, offset_factor=k,
                            scope="wmma.matrix_a", strides=[a1, a0])
-        B = T.match_buffer(b, (k, n), "float16", align=64, offset_factor=n,
+        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=b_shape[1],
                            scope="wmma.matrix_b", strides=[b1, b0])
         C = T.match_buffer(c, (m, n), "float32", align=64, offset_factor=n,
                            scope="wmma.accumulator", strides=[c1, c0])
         with T.sblock("root"):
-            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:k, 0:n])
+            T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:b_shape[0], 0:b_shape[1]])
             T.writes(C[0:m, 0:n])
             T.evaluate(T.tvm_mma_sync(
                 C.data, _fragment_index(C, c1, m, n),
                 A.data, _fragment_index(A, a1, m, k),
-                B.data, _fragment_index(B, b1, k, n),
+                B.data, _fragment_index(B, b1, *b_shape),
                 C.data, _fragment_index(C, c1, m, n), dtype="void"))
 
     return desc, impl
@@ -193,14 +204,22 @@ def _register(tag: str, make: dict) -> IntrinsicNames:
     return names
 
 
-def wmma_intrinsics(mnk: tuple[int, int, int], smem_scope: str = "shared.dyn") -> IntrinsicNames:
-    """Register (once per process) and name the intrinsics of one WMMA shape."""
+def _b_tag(b_layout: str) -> str:
+    """The suffix of an intrinsic family's names for a B tile stored in ``b_layout``."""
+    return "" if b_layout == ROW_MAJOR else "_bcol"
+
+
+def wmma_intrinsics(mnk: tuple[int, int, int], smem_scope: str = "shared.dyn",
+                    b_layout: str = ROW_MAJOR) -> IntrinsicNames:
+    """Register (once per process) and name the intrinsics of one WMMA shape, B's tile
+    stored [k][n] (row_major) or [n][k] (col_major, loaded as a col_major matrix_b)."""
     m, n, k = mnk
-    return _register(f"wmma_{m}x{n}x{k}_{smem_scope.replace('.', '_')}", {
+    b_tile = (n, k) if b_layout == COL_MAJOR else (k, n)
+    return _register(f"wmma_{m}x{n}x{k}_{smem_scope.replace('.', '_')}{_b_tag(b_layout)}", {
         "fill": lambda: _fill(mnk),
         "load_a": lambda: _load(m, k, mnk, smem_scope, "wmma.matrix_a"),
-        "load_b": lambda: _load(k, n, mnk, smem_scope, "wmma.matrix_b"),
-        "mma": lambda: _mma(mnk),
+        "load_b": lambda: _load(*b_tile, mnk, smem_scope, "wmma.matrix_b", b_layout),
+        "mma": lambda: _mma(mnk, b_layout),
         "store": lambda: _store(mnk, smem_scope),
     })
 
@@ -219,10 +238,19 @@ def mma_fragment_layout(i, j):
     return 4 * (i % 8) + (j % 8) // 2, 4 * (j // 8) + 2 * (i // 8) + j % 2
 
 
-def _ldmatrix(transpose: bool, smem_scope: str):
-    """A 16x16 fp16 tile, row-major in shared memory, into the warp's fragment layout.
-    Lane t gives the address of row t % 16, column block t // 16 (ldmatrix.x4); B (K x N,
-    N contiguous) is loaded with .trans so both operands end up in the same layout."""
+def _ldmatrix(transpose: bool, smem_scope: str, b_layout: str = ROW_MAJOR):
+    """A 16x16 fp16 tile in shared memory into the warp's fragment layout (ldmatrix.x4).
+    Lane t gives the address of row t % 16, column block t // 16; B stored [k][n] is loaded
+    with .trans so both operands end up in the same layout.  B stored [n][k] (col_major)
+    is loaded without .trans, its 8x8 blocks in the order (n, k) = (0, 0), (0, 8), (8, 0),
+    (8, 8): lane t gives row 8 (t // 16) + t % 8, column block t // 8 % 2, and the mma
+    reads the registers it would read from the [k][n] tile loaded with .trans."""
+    col_b = b_layout == COL_MAJOR
+    at = (lambda i, j: mma_fragment_layout(j, i)) if col_b else mma_fragment_layout  # of smem[i, j]
+    if col_b:
+        address = lambda tx, stride: stride * (8 * (tx // 16) + tx % 8) + 8 * (tx // 8 % 2)  # noqa: E731
+    else:
+        address = lambda tx, stride: stride * (tx % 16) + 8 * (tx // 16)  # noqa: E731
 
     @T.prim_func(s_tir=True)
     def desc(w: T.handle, s: T.handle) -> None:
@@ -236,7 +264,7 @@ def _ldmatrix(transpose: bool, smem_scope: str):
             for i, j in T.grid(MMA_TILE, MMA_TILE):
                 with T.sblock("load"):
                     vi, vj = T.axis.remap("SS", [i, j])
-                    lane, slot = T.meta_var(mma_fragment_layout(vi, vj))
+                    lane, slot = T.meta_var(at(vi, vj))
                     T.reads(smem[vi, vj])
                     T.writes(frag[lane, slot])
                     frag[lane, slot] = smem[vi, vj]
@@ -255,7 +283,7 @@ def _ldmatrix(transpose: bool, smem_scope: str):
             for tx in T.thread_binding(0, _WARP, "threadIdx.x"):
                 T.evaluate(T.ptx_legacy.ldmatrix(
                     transpose, 4, ".b16", frag.data, frag.elem_offset + _SLOTS * tx,
-                    smem.access_ptr("r"), s0 * (tx % 16) + 8 * (tx // 16), dtype="float16"))
+                    smem.access_ptr("r"), address(tx, s0), dtype="float16"))
 
     return desc, impl
 
@@ -371,12 +399,13 @@ def _mma_store(smem_scope: str):
     return desc, impl
 
 
-def mma_intrinsics(smem_scope: str = "shared.dyn") -> IntrinsicNames:
-    """Register (once per process) and name the ldmatrix + mma.sync intrinsics (16x16x16)."""
-    return _register(f"mma_16x16x16_{smem_scope.replace('.', '_')}", {
+def mma_intrinsics(smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR) -> IntrinsicNames:
+    """Register (once per process) and name the ldmatrix + mma.sync intrinsics (16x16x16),
+    B's tile stored [k][n] (row_major) or [n][k] (col_major)."""
+    return _register(f"mma_16x16x16_{smem_scope.replace('.', '_')}{_b_tag(b_layout)}", {
         "fill": _mma_fill,
         "load_a": lambda: _ldmatrix(False, smem_scope),
-        "load_b": lambda: _ldmatrix(True, smem_scope),
+        "load_b": lambda: _ldmatrix(b_layout == ROW_MAJOR, smem_scope, b_layout),
         "mma": _mma_sync,
         "store": lambda: _mma_store(smem_scope),
     })
@@ -392,60 +421,78 @@ def mma_intrinsics(smem_scope: str = "shared.dyn") -> IntrinsicNames:
 # hand a custom call a pointer to registers) is not involved.
 # Shared tiles use the 128-byte swizzle (16-byte chunk c of a 128-byte row r sits at c ^ r%8,
 # TVM's permuted layout for 64-element fp16 rows): A is K-major, 64-row slabs of (row, 64 k);
-# B is MN-major in 64-column atoms, (N / 64, 64 k, 64 n), its atom stride passed in bytes.
+# B is MN-major in 64-column atoms, (N / 64, 64 k, 64 n), its atom stride passed in bytes,
+# or, stored [n][k] (col_major), K-major rows (n, 64 k) like A's: wgmma's native B layout.
 WGMMA_M = 64  # rows of one warpgroup instruction
 WGMMA_K = 64  # k of one call: a 128-byte swizzled row of fp16, four k16 instructions
 WGMMA_ATOM = 64  # columns of one B atom
 _ACC_FRAGMENT = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
 
 
-def _wgmma_source(n: int) -> str:
-    """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them."""
+def _wgmma_name(n: int, b_layout: str) -> str:
+    return f"tc_wgmma_m64n{n}k64{_b_tag(b_layout)}"
+
+
+def _wgmma_source(n: int, b_layout: str = ROW_MAJOR) -> str:
+    """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them.
+    A col_major B is K-major like A (same descriptor, same k-steps, not transposed)."""
     regs = ",".join(f"%{i}" for i in range(n // 2))
     outs = ", ".join(f'"+f"(c[first + {i // 8}].x[{i % 8}])' for i in range(n // 2))
     da, db = n // 2, n // 2 + 1
+    if b_layout == COL_MAJOR:  # b_atom_bytes is unused
+        b_lbo, b_step, trans_b, lbo_note, steps = (
+            "(1ull << 16)", 2, 0, "unused: A and B are K-major", "+32 B along the A and B rows")
+    else:
+        b_lbo, b_step, trans_b, lbo_note, steps = (
+            "((unsigned long long)((b_atom_bytes & 0x3FFFF) >> 4) << 16)", 128, 1,
+            "B: the atom stride; unused for A", "+32 B along the A rows, +16 rows (2048 B) of B")
     return f"""
-__device__ __forceinline__ void tc_wgmma_m64n{n}k64({_ACC_FRAGMENT}* c, int first, const void* a,
+__device__ __forceinline__ void {_wgmma_name(n, b_layout)}({_ACC_FRAGMENT}* c, int first, const void* a,
                                                     const void* b, unsigned b_atom_bytes) {{
   // c[first], c[first + 1], ...: this warp's 16 x {n} accumulators, 16 columns per fragment.
-  // Descriptors: start address, leading byte offset (B: the atom stride; unused for A),
+  // Descriptors: start address, leading byte offset ({lbo_note}),
   // stride byte offset (8 swizzled rows: 1024 B), 128-byte swizzle; in 16-byte units.
   const unsigned long long a0 = (unsigned long long)((__cvta_generic_to_shared(a) & 0x3FFFF) >> 4)
       | (1ull << 16) | (64ull << 32) | (1ull << 62);
   const unsigned long long b0 = (unsigned long long)((__cvta_generic_to_shared(b) & 0x3FFFF) >> 4)
-      | ((unsigned long long)((b_atom_bytes & 0x3FFFF) >> 4) << 16) | (64ull << 32) | (1ull << 62);
+      | {b_lbo} | (64ull << 32) | (1ull << 62);
   asm volatile("fence.proxy.async.shared::cta;\\nwgmma.fence.sync.aligned;\\n" ::: "memory");
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {{  // k16 steps: +32 B along the A rows, +16 rows (2048 B) of B
-    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, 1;\\n"
-                 : {outs} : "l"(a0 + 2 * k), "l"(b0 + 128 * k));
+  for (int k = 0; k < 4; ++k) {{  // k16 steps: {steps}
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, {trans_b};\\n"
+                 : {outs} : "l"(a0 + 2 * k), "l"(b0 + {b_step} * k));
   }}
   asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;\\n" ::: "memory");
 }}
 """
 
 
-def _wgmma(n: int, smem_scope: str):
+def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR):
     """C[16 x n] (this warp's rows of a warpgroup slab) += A[16 x 64] @ B[64 x n]."""
     from tvm.backend.cuda.op import cuda_func_call
 
     atoms = n // WGMMA_ATOM
+    if b_layout == COL_MAJOR:  # [n][64 k]
+        b_shape, b_index, atom_bytes = (n, WGMMA_K), (lambda j, k: (j, k)), (lambda stride: 0)
+    else:  # 64-column atoms [n / 64][64 k][64 n], the atom stride in bytes
+        b_shape, b_index = (atoms, WGMMA_K, WGMMA_ATOM), (lambda j, k: (j // WGMMA_ATOM, k, j % WGMMA_ATOM))
+        atom_bytes = lambda stride: stride * 2  # noqa: E731
+    b_whole = tuple(slice(0, extent) for extent in b_shape)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
         A = T.match_buffer(a, (MMA_TILE, WGMMA_K), "float16", align=64, offset_factor=1, scope=smem_scope)
-        B = T.match_buffer(b, (atoms, WGMMA_K, WGMMA_ATOM), "float16", align=64, offset_factor=1,
-                           scope=smem_scope)
+        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=1, scope=smem_scope)
         C = T.match_buffer(c, (MMA_TILE, n), "float32", align=64, offset_factor=MMA_TILE,
                            scope="wmma.accumulator")
         with T.sblock("root"):
-            T.reads(C[0:MMA_TILE, 0:n], A[0:MMA_TILE, 0:WGMMA_K], B[0:atoms, 0:WGMMA_K, 0:WGMMA_ATOM])
+            T.reads(C[0:MMA_TILE, 0:n], A[0:MMA_TILE, 0:WGMMA_K], B[b_whole])
             T.writes(C[0:MMA_TILE, 0:n])
             for i, j, k in T.grid(MMA_TILE, n, WGMMA_K):
                 with T.sblock("C"):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                    C[vi, vj] = C[vi, vj] + T.Cast("float32", A[vi, vk]) * T.Cast(
-                        "float32", B[vj // WGMMA_ATOM, vk, vj % WGMMA_ATOM])
+                    b_at = T.meta_var(b_index(vj, vk))
+                    C[vi, vj] = C[vi, vj] + T.Cast("float32", A[vi, vk]) * T.Cast("float32", B[b_at])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -458,30 +505,31 @@ def _wgmma(n: int, smem_scope: str):
         c0 = T.int32()
         A = T.match_buffer(a, (MMA_TILE, WGMMA_K), "float16", align=64, offset_factor=1, scope=smem_scope,
                            strides=[a1, a0])
-        B = T.match_buffer(b, (atoms, WGMMA_K, WGMMA_ATOM), "float16", align=64, offset_factor=1,
-                           scope=smem_scope, strides=[b2, b1, b0])
+        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=1,
+                           scope=smem_scope, strides=[b2, b1, b0][-len(b_shape):])
         C = T.match_buffer(c, (MMA_TILE, n), "float32", align=64, offset_factor=MMA_TILE,
                            scope="wmma.accumulator", strides=[c1, c0])
         with T.sblock("root"):
-            T.reads(C[0:MMA_TILE, 0:n], A[0:MMA_TILE, 0:WGMMA_K], B[0:atoms, 0:WGMMA_K, 0:WGMMA_ATOM])
+            T.reads(C[0:MMA_TILE, 0:n], A[0:MMA_TILE, 0:WGMMA_K], B[b_whole])
             T.writes(C[0:MMA_TILE, 0:n])
             # The instruction reads the warpgroup's 64 rows: from this warp's 16 rows back to
             # the first of its slab (the template stores the four warps' rows as one slab).
             T.evaluate(cuda_func_call(
-                f"tc_wgmma_m64n{n}k64", C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
+                _wgmma_name(n, b_layout), C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
                 A.access_ptr("r", offset=-(A.elem_offset // (MMA_TILE * a1) % (WGMMA_M // MMA_TILE))
                              * MMA_TILE * a1),
-                B.access_ptr("r"), b2 * 2, source_code=_wgmma_source(n)))
+                B.access_ptr("r"), atom_bytes(b2), source_code=_wgmma_source(n, b_layout)))
 
     return desc, impl
 
 
-def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn") -> str:
-    """Register (once per process) and name the wgmma intrinsic for warpgroup tiles n wide."""
-    name = f"{_PREFIX}_wgmma_m64n{n}k64_{smem_scope.replace('.', '_')}"
+def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR) -> str:
+    """Register (once per process) and name the wgmma intrinsic for warpgroup tiles n wide,
+    B's tile in 64-column atoms (row_major) or [n][k] rows (col_major)."""
+    name = f"{_PREFIX}_wgmma_m64n{n}k64_{smem_scope.replace('.', '_')}{_b_tag(b_layout)}"
     with _REGISTERING:
         try:
             TensorIntrin.get(name)
         except Exception:  # not registered yet in this process
-            TensorIntrin.register(name, *_wgmma(n, smem_scope))
+            TensorIntrin.register(name, *_wgmma(n, smem_scope, b_layout))
     return name

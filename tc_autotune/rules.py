@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from .gemm import GemmView, view_of
+from .gemm import COL_MAJOR, GemmView, view_of
 from .knobs import KNOBS, NAMED_KNOBS, WMMA_SHAPES, code
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
@@ -65,15 +65,18 @@ class Rule:
 def derive(v: dict, ctx: Context) -> dict:
     """Add what a config implies to its knob values ``v`` (ints or int64 columns; named knobs
     as positions in KNOBS, with ``wm``, ``wn``, ``wk`` the fragment shape): the block tile,
-    threads, accumulator fragments, shared memory and the grid."""
+    threads, accumulator fragments, shared memory and the grid.  ``b_row``: the B tile's
+    row in shared memory, which ``offset_b`` pads: N, or K for a column-major B (stored
+    [n][k], contiguous along K as its tensor)."""
     v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
     v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
     v["bk"] = v["chunk"] * v["wk"]
     v["warps"] = v["block_row_warps"] * v["block_col_warps"]
     v["threads"] = v["warps"] * 32
     v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
+    b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
-    b = v["bk"] * (v["bn"] + v["offset_b"]) * 2
+    b = b_rows * (v["b_row"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
     v["smem"] = np.maximum(v["stages"] * (a + b), c)
     # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.

@@ -116,6 +116,6 @@ DENSE = register(Task(
     baseline=baseline.checked_cublas_time,
     space=dense_space,
     gemm_view=gemm.dense_view,
-    template_version=1,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
+    template_version=2,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
     baseline_name="cuBLAS",
 ))

@@ -6,8 +6,10 @@ through the view's index maps.  Conv2d is an implicit GEMM (``gemm.conv2d_view``
 M = N*OH*OW output pixels, N = output channels, K = R*S*C; A is the im2col matrix of
 the data and B the HWIO weight as a row-major matrix.  A and B are defined padded to the
 block tile, so any M, N and K work; both are inlined into the shared-memory loads, so
-nothing is materialised.  The fp32 accumulator tile is staged through shared memory and
-written out with vector stores.
+nothing is materialised.  A column-major B (an nn.Linear (N, K) weight) is defined as its
+transpose, [n][k]: its shared tile is K-contiguous like its tensor, copied with vector
+loads along K, and the Tensor Cores read it as such (``b_layout`` of the paths).  The fp32
+accumulator tile is staged through shared memory and written out with vector stores.
 
 The kernel's arguments are (A's tensor, B's tensor, C's tensor, *workspaces) (conv2d:
 data, weight, out): buffers the caller allocates once (``workspaces``), because TVM would
@@ -28,7 +30,7 @@ from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma
                          wgmma_intrinsic, wmma_intrinsics)
 from . import tasks
 from .dense_workloads import DenseWorkload
-from .gemm import GemmView, Operand, conv2d_view, dense_view, view_of
+from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand, conv2d_view, dense_view, view_of
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
 from .rules import round_up as _round_up
@@ -50,6 +52,8 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
     kp = _round_up(k, config.block_k * config.split_k)
     a_op, b_op, c_op = view.a, view.b, view.c
+    if (a_op.layout, c_op.layout) != (ROW_MAJOR, ROW_MAJOR):
+        raise ValueError("the template reads A and writes C row-major (contiguous along K and N)")
 
     a_in = te.placeholder(a_op.shape, view.dtype, name=_input_name(a_op.tensor, view.dtype))
     b_in = te.placeholder(b_op.shape, view.dtype, name=_input_name(b_op.tensor, view.dtype))
@@ -73,13 +77,19 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
         return element
 
     a = te.compute((mp, kp), operand(a_tensor, a_op, m, k), name="A")
-    b = te.compute((kp, np_), operand(b_tensor, b_op, k, n), name="B")
+    b_element = operand(b_tensor, b_op, k, n)
+    if b_op.layout == COL_MAJOR:  # B's tile [n][k], contiguous along K as its tensor
+        b = te.compute((np_, kp), lambda col, row: b_element(row, col), name="B")
+        b_at = lambda row, col: b[col, row]  # noqa: E731
+    else:
+        b = te.compute((kp, np_), b_element, name="B")
+        b_at = lambda row, col: b[row, col]  # noqa: E731
     axes = list(c_op.axes) or None  # the output's iter var names
     if config.split_k == 1:
         red = te.reduce_axis((0, kp), name="rk")
         gemm = te.compute(
             (mp, np_),
-            lambda i, j: te.sum(a[i, red].astype("float32") * b[red, j].astype("float32"), axis=red),
+            lambda i, j: te.sum(a[i, red].astype("float32") * b_at(red, j).astype("float32"), axis=red),
             name="C",
         )
         out = te.compute(
@@ -101,7 +111,7 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
     gemm = te.compute(
         (split, mp, np_),
         lambda z, i, j: te.sum(a[i, k_of(z, red)].astype("float32")
-                               * b[k_of(z, red), j].astype("float32"), axis=red),
+                               * b_at(k_of(z, red), j).astype("float32"), axis=red),
         name="C",
     )
     zk = te.reduce_axis((0, config.split_k), name="zk")
@@ -196,7 +206,7 @@ def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
         sch.bind(z, "blockIdx.z")
     path = intrinsic_path(config.intrinsic)
     inline_out = view.c.tensor if config.split_k == 1 else None
-    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=inline_out)
+    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=inline_out, b_layout=view.b.layout)
 
     if config.frag_buffers > 1:
         # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
@@ -316,10 +326,11 @@ def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
 
 
 @schedules("wmma")
-def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
-    """WMMA fragments on padded shared tiles; returns the (ko, ki) loops."""
-    wm, wn, _ = config.wmma_mnk
-    names = wmma_intrinsics(config.wmma_mnk, SMEM)
+def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None, b_layout: str):
+    """WMMA fragments on padded shared tiles (a col_major B: [n][k] rows, padded along K,
+    loaded as col_major matrix_b fragments); returns the (ko, ki) loops."""
+    wm, wn, wk = config.wmma_mnk
+    names = wmma_intrinsics(config.wmma_mnk, SMEM, b_layout)
     by, tz, ko, ki, i_w = _tile_block(sch, loops, config, config.wmma_mnk)
     scopes = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
     c_frag, a_shared, b_shared, a_frag, b_frag = _stage_operands(
@@ -327,17 +338,21 @@ def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | Non
     if config.offset_a:
         sch.storage_align(a_shared, 0, axis=-2, factor=config.block_k + config.offset_a, offset=0)
     if config.offset_b:
-        sch.storage_align(b_shared, 0, axis=-2, factor=config.block_n + config.offset_b, offset=0)
+        b_row = config.block_k if b_layout == COL_MAJOR else config.block_n
+        sch.storage_align(b_shared, 0, axis=-2, factor=b_row + config.offset_b, offset=0)
 
     # Fragment loads: split into wmma tiles and tensorize.
     a_rows, a_cols = sch.get_loops(a_frag)[-2:]
     a_ro, a_ri = sch.split(a_rows, [None, wm])
     sch.reorder(a_ro, a_ri, a_cols)
-    b_rows, b_cols = sch.get_loops(b_frag)[-2:]
-    b_co, b_ci = sch.split(b_cols, [None, wn])
-    sch.reorder(b_co, b_rows, b_ci)
+    if b_layout == COL_MAJOR:  # [n][k]: fragments along the rows
+        b_load = _fragment_tiles(sch, b_frag, wn, wk)
+    else:
+        b_load, b_cols = sch.get_loops(b_frag)[-2:]
+        b_co, b_ci = sch.split(b_cols, [None, wn])
+        sch.reorder(b_co, b_load, b_ci)
     sch.tensorize(a_ri, names.load_a)
-    sch.tensorize(b_rows, names.load_b)
+    sch.tensorize(b_load, names.load_b)
 
     # Accumulator store: per warp tile, fragment by fragment.
     store_name = sch.get(c_frag).name_hint
@@ -350,23 +365,27 @@ def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | Non
     return ko, ki
 
 
-def _fragment_layout_map(ndim: int):
+def _fragment_layout_map(ndim: int, transposed: bool = False):
     """A warp-scope buffer [..., rows, cols] -> [..., row tile, col tile, lane, slot]
-    (16x16 fragments; a split-K accumulator has its slice index in front)."""
+    (16x16 fragments; a split-K accumulator has its slice index in front).  ``transposed``:
+    the buffer holds the operand's transpose (a col_major B, [n][k]), whose element [i, j]
+    goes where the operand's [j, i] would."""
 
     def to_fragments(*idx):
         i, j = idx[-2:]
-        return (*idx[:-2], i // MMA_TILE, j // MMA_TILE, *mma_fragment_layout(i % MMA_TILE, j % MMA_TILE))
+        row, col = (j, i) if transposed else (i, j)  # of the operand
+        return (*idx[:-2], i // MMA_TILE, j // MMA_TILE, *mma_fragment_layout(row % MMA_TILE, col % MMA_TILE))
 
     return tvm.tirx.IndexMap.from_func(to_fragments, ndim=ndim, index_dtype="int32")
 
 
 @schedules("mma")
-def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
+def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None, b_layout: str):
     """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
     chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
-    and the ldmatrix reads of 8 rows both hit 8 distinct bank groups); returns (ko, ki)."""
-    names = mma_intrinsics(SMEM)
+    and the ldmatrix reads of 8 rows both hit 8 distinct bank groups; a col_major B's rows
+    are along K); returns (ko, ki)."""
+    names = mma_intrinsics(SMEM, b_layout)
     # The 16x16x16 MMA is the innermost block; the tile loops above it are scheduled.
     i, j, kk = loops
     i, i_mma = sch.split(i, [None, MMA_TILE])
@@ -382,7 +401,7 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None
 
     load_a, load_b = (_fragment_tiles(sch, frag, MMA_TILE, MMA_TILE) for frag in (a_frag, b_frag))
     sch.transform_layout(a_frag, ("write", 0), _fragment_layout_map(2))
-    sch.transform_layout(b_frag, ("write", 0), _fragment_layout_map(2))
+    sch.transform_layout(b_frag, ("write", 0), _fragment_layout_map(2, transposed=b_layout == COL_MAJOR))
     sch.transform_layout(c_frag, ("read", 0), _fragment_layout_map(3 if config.split_k > 1 else 2))
     store = _fragment_tiles(sch, c_frag, MMA_TILE, MMA_TILE)
     frag_names = [sch.get(b).name_hint for b in (a_frag, b_frag)]
@@ -401,12 +420,13 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None
 
 
 @schedules("wgmma")
-def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None):
+def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None, b_layout: str):
     """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
     columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
     WMMA path's), while one wgmma takes 16 rows of each warp: the A tile's rows are permuted
-    in shared memory so that slab s of the four warps is one 64-row block.  Returns (ko, None)."""
+    in shared memory so that slab s of the four warps is one 64-row block.  A col_major B
+    stays [n][64 k], K-major rows like A's (wgmma's native B).  Returns (ko, None)."""
     n_wg = config.warp_col_tiles * MMA_TILE
     names = wmma_intrinsics((MMA_TILE, MMA_TILE, MMA_TILE), SMEM)  # fill and store
     i, j, kk = loops
@@ -420,12 +440,13 @@ def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | No
     sch.bind(tz, "threadIdx.z")
     c_frag, a_shared, b_shared, _, _ = _stage_operands(
         sch, gemm, by, tz, ko, None, config, (None, None, "wmma.accumulator"), inline_out)
-    # A rows (block, warp, slab, row) -> (block, slab, warp, row); B in 64-column atoms,
-    # (N / 64, K, 64).  Both swizzled by TVM's permuted layout (last two dims: 64-wide rows).
+    # A rows (block, warp, slab, row) -> (block, slab, warp, row); a row_major B in 64-column
+    # atoms, (N / 64, K, 64).  Both swizzled by TVM's permuted layout (last two dims: 64-wide rows).
     bm, per_warp = config.block_m, config.warp_row_tiles * MMA_TILE
     sch.transform_layout(a_shared, ("write", 0), lambda m, k: (
         m // bm, m % per_warp // MMA_TILE, m % bm // per_warp, m % MMA_TILE, k))
-    sch.transform_layout(b_shared, ("write", 0), lambda k, n: (n // WGMMA_ATOM, k, n % WGMMA_ATOM))
+    if b_layout == ROW_MAJOR:
+        sch.transform_layout(b_shared, ("write", 0), lambda k, n: (n // WGMMA_ATOM, k, n % WGMMA_ATOM))
     sch.annotate(a_shared, "permuted_layout", 1)
     sch.annotate(b_shared, "permuted_layout", 1)
 
@@ -436,7 +457,7 @@ def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | No
     fill_o, fill_i = sch.split(fill_cols, [None, MMA_TILE])
     sch.reorder(fill_o, fill_rows, fill_i)
     sch.tensorize(fill_rows, names.fill)
-    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM))
+    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM, b_layout))
     _align_c_tile(sch, store_name, config)
     return ko, None
 

@@ -1,6 +1,9 @@
 """The dense (GEMM) task without a GPU: specs and presets, its GEMM view against numpy's
 matmul, its space, records, the tuning job with a synthetic measurer, and Tensor Core CUDA
-for every intrinsic path and weight layout that nvcc compiles."""
+for every intrinsic path and weight layout that nvcc compiles (an (N, K) weight copied
+along K with vector loads and fed to the Tensor Cores K-major)."""
+
+import re
 
 import numpy as np
 import pytest
@@ -9,11 +12,11 @@ from tc_autotune import records, tasks, workloads
 from tc_autotune.autotune import tune_workload
 from tc_autotune.cuda import find_nvcc
 from tc_autotune.dense_workloads import DenseWorkload
-from tc_autotune.gemm import Transposed, dense_view, view_of
+from tc_autotune.gemm import COL_MAJOR, ROW_MAJOR, Transposed, dense_view, view_of
 from tc_autotune.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.reference import dense_inputs, dense_reference
 from tc_autotune.results import MeasureResult
-from tc_autotune.space import dense_space
+from tc_autotune.space import KNOB_NAMES, dense_space
 
 from synthetic import SyntheticMeasurer
 from test_gemm import _matrix
@@ -83,8 +86,10 @@ def test_the_dense_views_maps_compute_numpys_matmul(spec):
     assert view_of(wl) == view == tasks.DENSE.gemm_view(wl)
     assert [op.shape for op in (view.a, view.b, view.c)] == [wl.a_shape, wl.b_shape, wl.out_shape]
     assert (view.a.run, view.c.run) == (wl.k, wl.n)
-    assert view.b.run == (wl.n if wl.b_layout == "kn" else 1)
+    assert view.b.run == (wl.n if wl.b_layout == "kn" else wl.k)
+    assert view.b.layout == (ROW_MAJOR if wl.b_layout == "kn" else COL_MAJOR)
     assert isinstance(view.b.map, Transposed) == (wl.b_layout == "nk")
+    assert view.a.layout == view.c.layout == ROW_MAJOR
     data, weight = dense_inputs(wl, seed=2)
     a = _matrix(view.a, data.astype(np.float32), view.m, view.k)
     b = _matrix(view.b, weight.astype(np.float32), view.k, view.n)
@@ -105,19 +110,42 @@ def test_dense_spaces_have_valid_default_configs(spec):
     assert space.view == dense_view(wl)
     default = space.default_config()
     assert space.why_invalid(default) is None
-    if wl.b_layout == "nk":
-        assert default.vec_b == 1
+    if wl.b_layout == "nk":  # vector loads along K (all these K are multiples of 8)
+        assert default.vec_b > 1
     sampled = space.sample(20, seed=1)  # tiny shapes have too few valid configs to draw
     assert all(space.is_valid(c) for c in sampled) and (len(sampled) == 20 or wl.m * wl.n < 1000)
 
 
-def test_a_transposed_weight_allows_scalar_b_loads_only():
-    space = dense_space(workloads.get("dense:m=256,n=256,k=512,b=nk"), SM90)
+@pytest.mark.parametrize("k,widest", [(512, 8), (100, 4), (98, 2), (9, 1)])
+def test_an_nk_weights_vector_loads_run_along_k(k, widest):
+    """vec_b divides K (the weight's rows), as vec_a does; N does not matter."""
     from dataclasses import replace
 
-    config = replace(space.default_config(), vec_b=8, offset_b=8)
-    assert "vec_b=8 does not divide the 1 output feature (an N x K weight is contiguous along K)" in \
-        space.why_invalid(config)
+    space = dense_space(workloads.get(f"dense:m=256,n=200,k={k},b=nk"), SM90)
+    base = space.default_config()
+    assert base.vec_b == widest
+    for vec in (1, 2, 4, 8):
+        reason = space.why_invalid(replace(base, vec_b=vec, offset_b=8))
+        if vec <= widest:
+            assert reason is None, reason
+        else:
+            assert f"vec_b={vec} does not divide the {k} input features" in reason
+
+
+def test_offset_b_pads_a_col_major_b_along_k():
+    """An (N, K) weight's tile is [n][k] in shared memory: offset_b pads its K rows."""
+    from tc_autotune.rules import derive, values_of_config
+
+    config = dense_space(workloads.get("llm-4096x4096-m128"), SM90).default_config()
+    found = {}
+    for layout in ("kn", "nk"):
+        space = dense_space(workloads.get(f"dense:m=128,n=4096,k=4096,b={layout}"), SM90)
+        found[layout] = derive(values_of_config(config), space.context)
+    bm, bn, bk = config.block_m, config.block_n, config.block_k
+    assert found["nk"]["b_row"] == bk and found["kn"]["b_row"] == bn
+    for layout, b_tile in (("kn", bk * (bn + config.offset_b)), ("nk", bn * (bk + config.offset_b))):
+        ab = config.stages * 2 * (bm * (bk + config.offset_a) + b_tile)
+        assert found[layout]["smem"] == max(ab, bm * (bn + config.offset_c) * 4)
 
 
 # ---- records and tuning --------------------------------------------------------------------
@@ -148,7 +176,8 @@ def test_tune_workload_writes_dense_records(tmp_path, monkeypatch):
     assert summary.trials == len(written) >= 24
     assert all(r.workload == wl and r.task is tasks.DENSE for r in written)
     assert '"dense_tensorcore.cuda"' in log.read_text().splitlines()[0]
-    assert summary.best_config is not None and summary.best_config.vec_b == 1
+    assert summary.best_config is not None
+    assert any(r.config["entity"][KNOB_NAMES.index("vec_b")][2] > 1 for r in written)
     from tc_autotune.apply import apply_history_best, best_config
 
     with apply_history_best(log):
@@ -159,14 +188,8 @@ def test_tune_workload_writes_dense_records(tmp_path, monkeypatch):
 nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 
 
-def _probes():
-    from tc_autotune import generator
-
-    return generator.DENSE_PROBES
-
-
 @nvcc
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(8))
 def test_dense_kernels_compile_for_every_path_and_weight_layout(index):
     from tc_autotune import generator
     from tc_autotune.kernel import build_dense
@@ -182,10 +205,54 @@ def test_dense_kernels_compile_for_every_path_and_weight_layout(index):
     assert kernel.workload == workload
 
 
+# An (N, K) weight on every path and WMMA shape, pipelined or not, split-K, batched A, odd
+# N and K: (spec, knob changes from the generator's probe config, whose vec_b is 8).
+_SWIZZLED = dict(offset_a=0, offset_b=0)
+K_MAJOR_CASES = (
+    ("dense:m=128,n=256,k=512,b=nk", dict(stages=1)),
+    ("dense:m=128,n=256,k=512,b=nk", dict(wmma="m8n32k16", warp_row_tiles=4, stages=2)),
+    ("dense:m=128,n=200,k=520,b=nk", dict(wmma="m32n8k16", warp_col_tiles=4, stages=3, split_k=2)),
+    ("dense:batch=2,m=64,n=200,k=520,b=nk", dict(_SWIZZLED, intrinsic="mma", stages=2, frag_buffers=2)),
+    ("dense:m=128,n=256,k=512,b=nk", dict(_SWIZZLED, intrinsic="wgmma", block_row_warps=4, chunk=4,
+                                          warp_col_tiles=4, stages=2)),
+)
+_CP_ASYNC_16 = re.compile(r"\s*ptx_cp_async\w*_16_\w*\(buf_dyn_shmem_ptr, .*, weight_ptr, ")
+
+
+@nvcc
+@pytest.mark.parametrize("case", K_MAJOR_CASES, ids=lambda c: c[1].get("intrinsic", c[1].get("wmma", "wmma")))
+def test_an_nk_weight_is_copied_along_k_and_fed_k_major(case):
+    """16-byte copies of the weight (cp.async in a pipeline, uint4 loads without), never one
+    element at a time; col_major matrix_b fragments, ldmatrix without .trans, or a K-major
+    wgmma B (no transpose)."""
+    from tc_autotune import generator
+    from tc_autotune.kernel import build_dense
+
+    [(workload, config)] = generator.probe_kernels([case])
+    assert dense_space(workload, SM90).why_invalid(config) is None
+    kernel = build_dense(workload, config, target="sm_90")
+    src = kernel.cuda_source
+    assert kernel.cubin[:4] == b"\x7fELF"
+    copies = [line for line in src.splitlines() if "weight_ptr" in line and "__global__" not in line]
+    assert copies and "weight_ptr[" not in src
+    for line in copies:
+        assert _CP_ASYNC_16.match(line) if config.stages > 1 else "= *(uint4*)(weight_ptr + " in line, line
+    if config.intrinsic == "wmma":
+        m, n, k = config.wmma_mnk
+        assert f"fragment<nvcuda::wmma::matrix_b, {m}, {n}, {k}, half, nvcuda::wmma::col_major>" in src
+        assert "matrix_b, 16, 16, 16, half, nvcuda::wmma::row_major" not in src
+    elif config.intrinsic == "mma":
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in src and ".trans" not in src
+    else:
+        n = config.warp_col_tiles * 16
+        assert f"tc_wgmma_m64n{n}k64_bcol(" in src and ", 1, 1, 1, 0, 0;" in src and "b0 + 2 * k" in src
+
+
 @nvcc
 def test_dense_generated_code_has_the_fingerprint_of_its_version():
     from tc_autotune import generator
 
+    assert len(generator.DENSE_PROBES) == 8  # each compiled by the test above
     found = generator.fingerprint(generator.DENSE_PROBES)
     assert found == generator.DENSE_FINGERPRINTS[generator.DENSE_TEMPLATE_VERSION], (
         f"the dense code changed: bump tasks.DENSE.template_version and add {found!r}")

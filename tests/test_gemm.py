@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tc_autotune import cost_model, gemm, tasks, workloads
-from tc_autotune.gemm import GemmView, Im2col, Operand, RowMajor, conv2d_view, view_of
+from tc_autotune.gemm import COL_MAJOR, GemmView, Im2col, Operand, RowMajor, Transposed, conv2d_view, view_of
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.reference import conv2d_reference, random_inputs
-from tc_autotune.space import ConfigSpace, conv2d_space
+from tc_autotune.space import ConfigSpace, Conv2dConfig, conv2d_space
 
 SM90 = gpu_for_arch("sm_90")
 
@@ -148,3 +148,25 @@ def test_a_dense_view_lowers_to_a_tensor_core_kernel():
             .inspect_source()
         assert "half* __restrict__ a" in src and "half* __restrict__ b" in src
         assert "float* __restrict__ c" in src
+
+
+def test_a_col_major_b_is_copied_along_k_and_read_col_major():
+    """Any view's B held (N, K) (``COL_MAJOR``, runs along K) gets the K-major template:
+    vector copies of its rows of K, col_major matrix_b fragments; a col-major A is refused."""
+    pytest.importorskip("tvm")
+    import tvm
+
+    from tc_autotune.template import lower_gemm
+
+    m, n, k = 200, 96, 72
+    rows = dense_view(m, n, k)
+    view = replace(rows, b=Operand("b", (n, k), Transposed((n, k)), k, "rows of B", layout=COL_MAJOR))
+    space = ConfigSpace(view, SM90)
+    config = Conv2dConfig(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
+                          wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=8, vec_b=8, vec_c=4)
+    assert space.why_invalid(config) is None
+    arch = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    src = lower_gemm(view, config, arch).mod.imports[0].inspect_source()
+    assert "half, nvcuda::wmma::col_major>" in src and "b[" not in src
+    with pytest.raises(ValueError, match="reads A and writes C row-major"):
+        lower_gemm(replace(rows, a=replace(rows.a, layout=COL_MAJOR)), config, arch)
