@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import baseline, records, tasks
 from .apply import best_config, choose_config
-from .benchmark import checked_kernel_time
+from .benchmark import checked_kernel_time, task_arrays
 from .cuda import nvcc_version
 from .gpu import GpuInfo, local_gpu
 from .kernel import build
@@ -300,17 +300,15 @@ def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
     built and timed once in this process, beside the task's baseline (cuDNN, cuBLAS), on the
     same inputs, each checked against the fp32 reference first (None where wrong or missing)."""
     task = tasks.of(workload)
-    data, weight = task.inputs(workload, seed=1)
-    reference = task.reference(workload, data, weight)
+    arrays = task_arrays(workload, seed=1)
     timed: dict = {}
     for config in configs.values():
         if config in timed:
             continue
-        timed[config], err = checked_kernel_time(build(workload, config), workload, data, weight,
-                                                 reference, repeat=repeat)
+        timed[config], err = checked_kernel_time(build(workload, config), workload, *arrays, repeat=repeat)
         if timed[config] is None:
             log.error("%s: config %s gives a wrong result (error %.3g) on fresh inputs", workload, config, err)
     cudnn_s = None
     if baseline.available() and task.baseline is not None:
-        cudnn_s, _ = task.baseline(workload, data, weight, reference, repeat=repeat)
+        cudnn_s, _ = task.baseline(workload, *arrays, repeat=repeat)
     return {name: timed[config] for name, config in configs.items()}, cudnn_s

@@ -1,6 +1,12 @@
 """cuDNN (conv2d, channels-last fp16) and cuBLAS (dense, ``torch.matmul``) through PyTorch:
 the figures every tuned kernel is judged by.
 
+A fused workload's baseline is the conv (matmul) followed by its epilogue as PyTorch ops,
+unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplace=True)``):
+``mul_`` by scale, ``add_`` bias, ``add_`` the residual, ``relu_`` or ``gelu(approximate=
+"tanh")``, each its own kernel, in fp16 (the conv's output dtype, with fp16 copies of the
+epilogue's inputs, as an fp16 model holds them), timed with the conv as one unit.
+
 PyTorch is optional: ``available()`` says whether it can run here.
 """
 
@@ -11,6 +17,7 @@ import statistics
 
 import numpy as np
 
+from . import epilogue
 from .results import TOLERANCE, check_then_time
 from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
@@ -24,8 +31,37 @@ def available() -> bool:
     return torch.cuda.is_available()
 
 
-def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray):
-    """(run, output) for the workload on cuDNN: ``run()`` launches once; inputs are fp16 NHWC."""
+def torch_epilogue(workload, arrays, channel_view, tensor_view):
+    """``finish(y)``: the workload's epilogue applied to PyTorch's fp16 output ``y`` (see the
+    module), on fp16 device copies of ``arrays`` (its inputs); ``channel_view`` shapes a
+    per-channel vector and ``tensor_view`` the residual like ``y``."""
+    import torch
+    import torch.nn.functional as F
+
+    fused = epilogue.parse(workload.epilogue)
+    held = {name: torch.from_numpy(np.asarray(a)).to(device="cuda", dtype=torch.float16)
+            for name, a in zip(fused.inputs, arrays)}
+    held = {name: (tensor_view if name == "residual" else channel_view)(t) for name, t in held.items()}
+
+    def finish(y):
+        if fused.scale:
+            y = y.mul_(held["scale"])
+        if fused.bias:
+            y = y.add_(held["bias"])
+        if fused.residual:
+            y = y.add_(held["residual"])
+        if fused.activation == "relu":
+            y = F.relu_(y)
+        elif fused.activation == "gelu":
+            y = F.gelu(y, approximate="tanh")
+        return y
+
+    return finish
+
+
+def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
+    """(run, output) for the workload on cuDNN: ``run()`` launches the conv once, then the
+    epilogue's ops; inputs are fp16 NHWC (the residual NHWC too)."""
     import torch
     import torch.nn.functional as F
 
@@ -44,23 +80,29 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray)
     else:
         padding = (top, left)
 
+    finish = torch_epilogue(wl, epilogue_inputs, lambda t: t.reshape(1, -1, 1, 1),
+                            lambda t: t.permute(0, 3, 1, 2))  # NCHW views, as the conv's output
+
     def run():
-        return F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation)
+        return finish(F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation))
 
     out = run()
     torch.cuda.synchronize()
     return run, out.permute(0, 2, 3, 1).float().cpu().numpy()
 
 
-def checked_cudnn_time(workload: Conv2dWorkload, data, weight, reference, number: int = 20,
-                       repeat: int = 30, min_repeat_ms: float = 10) -> tuple[float | None, float]:
-    """(median seconds or None, relative error): cuDNN is timed only when its result is right."""
-    return _checked_time(cudnn_conv2d(workload, data, weight), reference, number, repeat, min_repeat_ms)
+def checked_cudnn_time(workload: Conv2dWorkload, *arrays, number: int = 20, repeat: int = 30,
+                       min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error) of ``cudnn_conv2d`` on ``arrays`` (the task's
+    inputs, then the reference): cuDNN is timed only when its result is right."""
+    *inputs, reference = arrays
+    return _checked_time(cudnn_conv2d(workload, *inputs), reference, number, repeat, min_repeat_ms)
 
 
-def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray):
+def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
     """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 tensors with fp16
-    output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing)."""
+    output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing), then the
+    epilogue's ops."""
     import torch
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
@@ -70,18 +112,22 @@ def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray):
     if workload.b_layout == "nk":
         b = b.t()  # a transposed view: cuBLAS reads the (N, K) weight as is
 
+    finish = torch_epilogue(workload, epilogue_inputs, lambda t: t, lambda t: t)
+
     def run():
-        return torch.matmul(a, b)
+        return finish(torch.matmul(a, b))
 
     out = run()
     torch.cuda.synchronize()
     return run, out.float().cpu().numpy()
 
 
-def checked_cublas_time(workload: DenseWorkload, data, weight, reference, number: int = 20,
-                        repeat: int = 30, min_repeat_ms: float = 10) -> tuple[float | None, float]:
-    """(median seconds or None, relative error): cuBLAS is timed only when its result is right."""
-    return _checked_time(cublas_dense(workload, data, weight), reference, number, repeat, min_repeat_ms)
+def checked_cublas_time(workload: DenseWorkload, *arrays, number: int = 20, repeat: int = 30,
+                        min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error) of ``cublas_dense`` on ``arrays`` (the task's
+    inputs, then the reference): cuBLAS is timed only when its result is right."""
+    *inputs, reference = arrays
+    return _checked_time(cublas_dense(workload, *inputs), reference, number, repeat, min_repeat_ms)
 
 
 def _checked_time(run_out, reference, number, repeat, min_repeat_ms) -> tuple[float | None, float]:

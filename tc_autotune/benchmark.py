@@ -55,18 +55,20 @@ class BenchRow:
         return bool(self.tuned_s and self.default_s and self.tuned_s > 1.03 * self.default_s)
 
 
-def checked_kernel_time(kernel, workload, data, weight, reference, number: int = 20,
-                        repeat: int = 50, min_repeat_ms: float = 10) -> tuple[float | None, float]:
-    """(median seconds or None, relative error): run once on NaN-poisoned output, check
-    against ``reference``, and time only a kernel whose result is right.  Each repeat runs
-    at least ``min_repeat_ms`` of back-to-back launches (cuDNN is timed the same way), so
-    10 us kernels are timed in steady state and not on a handful of launches."""
+def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int = 50,
+                        min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error) on ``arrays`` (the task's inputs, then the
+    reference): run once on NaN-poisoned output, check against the reference, and time only
+    a kernel whose result is right.  Each repeat runs at least ``min_repeat_ms`` of
+    back-to-back launches (cuDNN is timed the same way), so 10 us kernels are timed in
+    steady state and not on a handful of launches."""
+    *inputs, reference = arrays
     dev = tvm.cuda(0)
     out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
-    d, w = tvm.runtime.tensor(data, device=dev), tvm.runtime.tensor(weight, device=dev)
+    args = [*(tvm.runtime.tensor(a, device=dev) for a in inputs), out]
     times, err = check_then_time(
-        lambda: kernel(d, w, out), out.numpy, reference,
-        lambda: time_kernel(kernel, d, w, out, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
+        lambda: kernel(*args), out.numpy, reference,
+        lambda: time_kernel(kernel, *args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
         TOLERANCE)
     if times is None:
         log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
@@ -74,11 +76,12 @@ def checked_kernel_time(kernel, workload, data, weight, reference, number: int =
     return float(np.median(times)), err
 
 
-def _inputs(workload):
-    """(data, weight, fp32 reference) of the task's random inputs (seed 0)."""
+def task_arrays(workload, seed: int = 0) -> tuple:
+    """The task's random inputs (``seed``), then their fp32 reference: what
+    ``checked_kernel_time`` and the task's baseline take."""
     task = tasks.of(workload)
-    data, weight = task.inputs(workload, seed=0)
-    return data, weight, task.reference(workload, data, weight)
+    inputs = task.inputs(workload, seed=seed)
+    return (*inputs, task.reference(workload, *inputs))
 
 
 def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
@@ -92,12 +95,12 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
         task = tasks.of(wl)
         row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_name)
         t0 = time.time()
-        data, weight, reference = _inputs(wl)
+        arrays = task_arrays(wl)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
         timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
         default_config = task.space(wl, gpu).default_config()
         default = build(wl, default_config)
-        row.default_s, row.default_err = checked_kernel_time(default, wl, data, weight, reference, **timing)
+        row.default_s, row.default_err = checked_kernel_time(default, wl, *arrays, **timing)
         with apply_history_best(logs or []):
             choice = choose_config(wl, gpu, warn=False)
         row.tuned_config, row.tuned_source = choice.config.as_dict(), choice.source
@@ -105,9 +108,9 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
             row.tuned_s, row.tuned_err = row.default_s, row.default_err
         else:
             tuned = build(wl, choice.config)
-            row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, data, weight, reference, **timing)
+            row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, *arrays, **timing)
         if baseline.available() and task.baseline is not None:
-            row.cudnn_s, row.cudnn_err = task.baseline(wl, data, weight, reference, **timing)
+            row.cudnn_s, row.cudnn_err = task.baseline(wl, *arrays, **timing)
         log.info("%s: %s", name, row)
         rows.append(row)
     return rows
@@ -145,10 +148,10 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
         space = task.space(wl, gpu)
         with apply_history_best(logs or []):
             base = best_or_default_config(wl, gpu)
-        data, weight, reference = _inputs(wl)
+        arrays = task_arrays(wl)
         cudnn_s = None
         if baseline.available() and task.baseline is not None:
-            cudnn_s, _ = task.baseline(wl, data, weight, reference, **timing)
+            cudnn_s, _ = task.baseline(wl, *arrays, **timing)
         variants = []  # (row, config)
         for combo in itertools.product(*knobs.values()):
             changes = dict(zip(knobs, combo))
@@ -160,7 +163,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
         with ThreadPoolExecutor(max_workers=8) as pool:
             kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
         for (row, _), kernel in zip(valid, kernels):
-            row.seconds, row.err = checked_kernel_time(kernel, wl, data, weight, reference, **timing)
+            row.seconds, row.err = checked_kernel_time(kernel, wl, *arrays, **timing)
             log.info("%s %s: %s ms", name, row.changes, ms_cell(row.seconds))
         rows += [row for row, _ in variants]
     return rows

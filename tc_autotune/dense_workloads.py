@@ -6,13 +6,18 @@ layer on a 3-D activation: the batch folds into M); B is the weight, (K, N) (``b
 or (N, K) like ``torch.nn.Linear`` (``b=nk``); C is (M, N) or (batch, M, N).  A batch
 with one B per item (batched matmul) is not supported.  ``str(workload)`` is a canonical
 spec string, "dense:batch=1,m=...,n=...,k=...,b=kn,dtype=float16,out_dtype=float32",
-that ``DenseWorkload.parse`` reads back to an equal workload.
+that ``DenseWorkload.parse`` reads back to an equal workload (``,epilogue=...`` at its end
+for a fused epilogue, see ``epilogue.py``; a plain workload's string does not mention it).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from .epilogue import NONE as NO_EPILOGUE
+from .epilogue import canonical as canonical_epilogue
+from .epilogue import spec_item as epilogue_item
 
 PREFIX = "dense:"
 INPUT_DTYPES = ("float16",)
@@ -21,7 +26,7 @@ B_LAYOUTS = ("kn", "nk")
 
 # spec key -> field
 _SPEC_KEYS = {"batch": "batch", "m": "m", "n": "n", "k": "k", "b": "b_layout",
-              "dtype": "dtype", "out_dtype": "out_dtype"}
+              "dtype": "dtype", "out_dtype": "out_dtype", "epilogue": "epilogue"}
 _INT_KEYS = ("batch", "m", "n", "k")
 
 
@@ -36,8 +41,10 @@ class DenseWorkload:
     b_layout: str = "kn"  # "kn": B is (K, N); "nk": (N, K), as nn.Linear's weight
     dtype: str = "float16"
     out_dtype: str = "float32"
+    epilogue: str = NO_EPILOGUE  # fused epilogue name (``epilogue.py``), canonical
 
     def __post_init__(self):
+        object.__setattr__(self, "epilogue", canonical_epilogue(self.epilogue))
         for name in _INT_KEYS:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -76,11 +83,11 @@ class DenseWorkload:
     # ---- spec strings ---------------------------------------------------------
     def __str__(self) -> str:
         return (f"{PREFIX}batch={self.batch},m={self.m},n={self.n},k={self.k},b={self.b_layout},"
-                f"dtype={self.dtype},out_dtype={self.out_dtype}")
+                f"dtype={self.dtype},out_dtype={self.out_dtype}{epilogue_item(self.epilogue)}")
 
     @classmethod
     def parse(cls, spec: str) -> "DenseWorkload":
-        """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,out_dtype=..]"."""
+        """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,out_dtype=..][,epilogue=..]"."""
         if not isinstance(spec, str) or not spec.strip().startswith(PREFIX):
             raise ValueError(f"a dense workload spec starts with {PREFIX!r}, got {spec!r}")
         fields: dict[str, object] = {}

@@ -3,8 +3,9 @@ template see of a workload.
 
 Every task the package tunes is one Tensor Core GEMM, C[m, n] = sum_k A[m, k] B[k, n]
 (fp16 operands, fp32 accumulation), read from and written to the task's own tensors
-through *index maps*.  A ``GemmView`` is that description as plain data: M, N, K, the
-dtypes, and per operand the task's tensor (name, shape), its index map, the matrix axis it
+through *index maps*, with a fused epilogue applied to C on its way out (``epilogue``).
+A ``GemmView`` is that description as plain data: M, N, K, the dtypes, the epilogue, and
+per operand the task's tensor (name, shape), its index map, the matrix axis it
 is contiguous along (its ``layout``) and the length of its contiguous, aligned runs (which
 vector widths can be loaded or stored without straddling a run).  Conv2d NHWC is an
 implicit GEMM (``conv2d_view``): A is the im2col matrix of the input (``Im2col``), B the
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .dense_workloads import DenseWorkload
+from .epilogue import Epilogue
+from .epilogue import parse as parse_epilogue
 from .workloads import Conv2dWorkload
 
 
@@ -134,6 +137,7 @@ class GemmView:
     a: Operand  # M x K
     b: Operand  # K x N
     c: Operand  # M x N, the output
+    epilogue: Epilogue = Epilogue()  # applied to C on its way to the output (none: a cast only)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -190,6 +194,7 @@ def conv2d_view(wl: Conv2dWorkload) -> GemmView:
         b=Operand("weight", wl.weight_shape, RowMajor(wl.weight_shape), wl.out_channels, "output channels"),
         c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), wl.out_channels, "output channels",
                   axes=("bi", "y", "x", "co")),
+        epilogue=parse_epilogue(wl.epilogue),
     )
 
 
@@ -209,4 +214,5 @@ def dense_view(wl: DenseWorkload) -> GemmView:
         a=Operand("data", wl.a_shape, RowMajor(wl.a_shape), k, "input features"),
         b=b,
         c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), n, "output features"),
+        epilogue=parse_epilogue(wl.epilogue),
     )

@@ -15,7 +15,10 @@ purpose: bump the task's ``template_version`` (``tasks.CONV2D``, which records r
 without importing TVM), add its fingerprint here (``python -m tc_autotune.generator``
 prints it), never edit an older entry.  Dense (``tasks.DENSE``) shares the generator but
 has its own version, probes and fingerprints (``DENSE_PROBES``: both weight layouts,
-batched A, tiny M), so the conv2d ones stay as they were.
+batched A, tiny M), so the conv2d ones stay as they were.  Fused epilogues are made by the
+same generator (same versions) but probed apart (``FUSED_PROBES``, ``DENSE_FUSED_PROBES``),
+so adding them changed no plain fingerprint; a change of their code bumps the task's version
+like any other.
 """
 
 from __future__ import annotations
@@ -83,6 +86,40 @@ DENSE_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# Fused epilogues (``epilogue``): every part, on every path, split-K (the sum kernel applies
+# it), fp16 output and fp32 input.  version -> fingerprint, as FINGERPRINTS.
+FUSED_FINGERPRINTS = {
+    1: "7909955fcc1fffbbede29fd4a2953781bcd273d09c27468928ee5f495363fc99",
+}
+FUSED_PROBES: tuple[tuple[str, dict], ...] = (
+    ("tutorial-bias_relu", {}),
+    ("rfc-3x3-b32-scale_bias", dict(wmma="m8n32k16", warp_row_tiles=4, stages=2)),
+    ("rfc-3x3-b256-bias_residual_relu", dict(_SWIZZLED, intrinsic="mma", warp_col_tiles=4, stages=3,
+                                             frag_buffers=2)),
+    ("tutorial-bias_gelu", dict(_WGMMA, warp_col_tiles=8, block_col_warps=1, stages=3)),
+    ("resnet50-res5-3x3-512-512-s2-b1-scale_bias_residual_relu", dict(split_k=4, stages=2)),
+    ("rfc-3x3-b1-bias_residual_relu", dict(_SWIZZLED, intrinsic="mma", stages=2, split_k=8, warp_row_tiles=1)),
+    ("n=3,h=17,w=23,c=40,k=72,r=5,s=3,stride=2x1,pad=2x1,dilation=2,out_dtype=float16,"
+     "epilogue=scale_bias_residual_relu", dict(offset_c=8)),
+    ("n=8,h=14,c=256,k=256,r=3,pad=1,dtype=float32,epilogue=bias", dict(stages=2)),
+)
+DENSE_FUSED_FINGERPRINTS = {
+    1: "1b73267b9ca843cc2facf677c5b71951e900290e692f1e476675cba39c48d5cb",
+    # 2: the (N, K) weight's K-major path (see DENSE_FINGERPRINTS[2]).
+    2: "9e41ec8a4a35671c998297d5a9514c3f43dbc6fd46384fb92850153a05003e0a",
+}
+DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=200,n=136,k=264,epilogue=bias_gelu", {}),
+    ("dense:m=200,n=136,k=264,b=nk,out_dtype=float16,epilogue=bias_residual_relu", dict(vec_b=1, stages=2)),
+    ("dense:batch=2,m=100,n=136,k=264,epilogue=scale_bias_relu",
+     dict(_SWIZZLED, intrinsic="mma", stages=3, frag_buffers=2)),
+    ("dense:m=16,n=4096,k=4096,b=nk,epilogue=bias_gelu",
+     dict(vec_b=1, block_row_warps=1, warp_row_tiles=1, split_k=8, stages=2)),
+    ("dense:m=256,n=256,k=512,out_dtype=float16,epilogue=scale_bias_residual_relu",
+     dict(_WGMMA, warp_col_tiles=4, stages=2)),
+)
+
+
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
     return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
@@ -121,3 +158,5 @@ def version_check(found: str | None = None) -> str | None:
 if __name__ == "__main__":
     print(f"TEMPLATE_VERSION {TEMPLATE_VERSION}: fingerprint {fingerprint()}")
     print(f"DENSE_TEMPLATE_VERSION {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_PROBES)}")
+    print(f"fused, version {TEMPLATE_VERSION}: fingerprint {fingerprint(FUSED_PROBES)}")
+    print(f"dense fused, version {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_FUSED_PROBES)}")

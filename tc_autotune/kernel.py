@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class Conv2dKernel:
     """A built kernel of any task: call it with the task's inputs (TVM tensors or numpy):
-    conv2d NHWC data and HWIO weights, dense A and weight."""
+    conv2d NHWC data and HWIO weights, dense A and weight, then a fused epilogue's
+    (scale, bias, residual: ``tasks.Task.signature``)."""
 
     workload: Conv2dWorkload | DenseWorkload
     config: Conv2dConfig
@@ -73,17 +74,22 @@ class Conv2dKernel:
             )
         return value
 
-    def __call__(self, data, weight, out=None, device=None):
-        """Run once; returns ``out`` (allocated when not given) as a TVM tensor."""
+    def __call__(self, *args, out=None, device=None):
+        """Run once on the task's inputs (``args``; the output may follow them); returns
+        ``out`` (allocated when not given) as a TVM tensor."""
         dev = device or tvm.cuda(0)
-        specs = tasks.of(self.workload).signature(self.workload)  # data, weight, out
-        data, weight = (self._as_tensor(value, shape, dtype, name, dev)
-                        for value, (name, shape, dtype) in zip((data, weight), specs))
-        name, shape, dtype = specs[2]
+        *specs, (name, shape, dtype) = tasks.of(self.workload).signature(self.workload)
+        if len(args) == len(specs) + 1 and out is None:
+            *args, out = args
+        if len(args) != len(specs):
+            raise TypeError(f"the kernel of {self.workload} takes {', '.join(s[0] for s in specs)} "
+                            f"[, out], got {len(args)} arrays")
+        inputs = [self._as_tensor(value, shape_i, dtype_i, name_i, dev)
+                  for value, (name_i, shape_i, dtype_i) in zip(args, specs)]
         if out is None:
             out = tvm.runtime.empty(shape, dtype, device=dev)
         out = self._as_tensor(out, shape, dtype, name, dev)
-        self._function()(data, weight, out, *self._extra_args(dev))
+        self._function()(*inputs, out, *self._extra_args(dev))
         return out
 
     def time_evaluator(self, device=None, **kwargs):
@@ -92,7 +98,7 @@ class Conv2dKernel:
         dev = device or tvm.cuda(0)
         evaluator = self.executable.mod.time_evaluator("main", dev, **kwargs)
         extra = self._extra_args(dev)
-        return lambda data, weight, out: evaluator(data, weight, out, *extra)
+        return lambda *args: evaluator(*args, *extra)  # args: the inputs, then out
 
 
 DenseKernel = Conv2dKernel  # what build_dense returns: the same class

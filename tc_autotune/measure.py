@@ -46,13 +46,14 @@ __all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer",
 log = logging.getLogger(__name__)
 
 
-def time_kernel(kernel, data, weight, out, number: int = 20, repeat: int = 30,
+def time_kernel(kernel, *args, number: int = 20, repeat: int = 30,
                 min_repeat_ms: int = 0, warmup: int = 3) -> list[float]:
-    """Seconds per launch of a built kernel, one entry per repeat (TVM's time_evaluator)."""
+    """Seconds per launch of a built kernel on ``args`` (its inputs, then out), one entry
+    per repeat (TVM's time_evaluator)."""
     evaluator = kernel.time_evaluator(number=number, repeat=repeat, min_repeat_ms=int(min_repeat_ms))
     for _ in range(warmup):
-        kernel(data, weight, out)
-    return list(evaluator(data, weight, out).results)
+        kernel(*args)
+    return list(evaluator(*args).results)
 
 
 def make_runners(inputs_dir: str, options: MeasureOptions) -> list:
@@ -119,8 +120,9 @@ class LocalMeasurer:
         path = os.path.join(self._tmp.name, f"{self._key}.npz")
         if not os.path.exists(path):  # the task's random inputs and fp32 reference
             task = tasks.of(self.workload)
-            data, weight = task.inputs(self.workload, seed=0)
-            np.savez(path, input_0=data, input_1=weight, reference=task.reference(self.workload, data, weight))
+            inputs = task.inputs(self.workload, seed=0)
+            np.savez(path, **{f"input_{i}": array for i, array in enumerate(inputs)},
+                     reference=task.reference(self.workload, *inputs))
 
     @property
     def inputs_dir(self) -> str:

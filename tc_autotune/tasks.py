@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import baseline, gemm
+from . import baseline, epilogue, gemm
 from .dense_workloads import DenseWorkload
 from .reference import conv2d_reference, dense_inputs, dense_reference, random_inputs
 from .space import conv2d_space, dense_space
@@ -30,7 +30,7 @@ class Task:
     workload_type: type  # has .parse(spec) and str(); frozen (keys caches)
     signature: Callable  # workload -> [(tensor name, shape, dtype)]: inputs then output
     reference: Callable  # (workload, *inputs) -> fp32 output on the host
-    inputs: Callable  # (workload, seed) -> random inputs
+    inputs: Callable  # (workload, seed) -> random inputs (signature order)
     baseline: Callable | None  # (workload, *inputs, reference) -> (seconds or None, error)
     space: Callable  # (workload, gpu) -> ConfigSpace
     gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
@@ -85,9 +85,14 @@ def templates(name: str):
     return register_template
 
 
+def _signature(wl, operands):
+    """The operands' (name, shape, dtype), the epilogue's inputs, then the output's: the
+    kernel's arguments before its workspaces."""
+    return [*operands, *epilogue.workload_input_specs(wl), ("out", wl.out_shape, wl.out_dtype)]
+
+
 def _conv2d_signature(wl: Conv2dWorkload):
-    return [("data", wl.data_shape, wl.dtype), ("weight", wl.weight_shape, wl.dtype),
-            ("out", wl.out_shape, wl.out_dtype)]
+    return _signature(wl, [("data", wl.data_shape, wl.dtype), ("weight", wl.weight_shape, wl.dtype)])
 
 
 CONV2D = register(Task(
@@ -104,7 +109,7 @@ CONV2D = register(Task(
 
 
 def _dense_signature(wl: DenseWorkload):
-    return [("data", wl.a_shape, wl.dtype), ("weight", wl.b_shape, wl.dtype), ("out", wl.out_shape, wl.out_dtype)]
+    return _signature(wl, [("data", wl.a_shape, wl.dtype), ("weight", wl.b_shape, wl.dtype)])
 
 
 DENSE = register(Task(

@@ -9,19 +9,23 @@ block tile, so any M, N and K work; both are inlined into the shared-memory load
 nothing is materialised.  A column-major B (an nn.Linear (N, K) weight) is defined as its
 transpose, [n][k]: its shared tile is K-contiguous like its tensor, copied with vector
 loads along K, and the Tensor Cores read it as such (``b_layout`` of the paths).  The fp32
-accumulator tile is staged through shared memory and written out with vector stores.
+accumulator tile is staged through shared memory and written out with vector stores; a
+fused epilogue (``view.epilogue``: scale, bias, residual, activation) is computed in that
+store, between the staging tile and the output (with split-K, in the kernel that sums the
+slices), so it costs no pass over memory of its own.
 
-The kernel's arguments are (A's tensor, B's tensor, C's tensor, *workspaces) (conv2d:
-data, weight, out): buffers the caller allocates once (``workspaces``), because TVM would
-allocate an intermediate global buffer on every call.  fp32 input (``dtype=float32``) is
-first cast to fp16 copies of the inputs (workspaces) by one vectorised kernel; the GEMM
-kernel then reads those copies and is the fp16 workload's kernel, instruction for
-instruction.
+The kernel's arguments are (A's tensor, B's tensor, *epilogue inputs, C's tensor,
+*workspaces) (conv2d: data, weight, [scale, bias, residual,] out): workspaces are buffers the
+caller allocates once (``workspaces``), because TVM would allocate an intermediate global
+buffer on every call.  fp32 input (``dtype=float32``) is first cast to fp16 copies of the
+inputs (workspaces) by one vectorised kernel; the GEMM kernel then reads those copies and
+is the fp16 workload's kernel, instruction for instruction.
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import tvm
 from tvm import te
@@ -30,6 +34,7 @@ from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma
                          wgmma_intrinsic, wmma_intrinsics)
 from . import tasks
 from .dense_workloads import DenseWorkload
+from .epilogue import input_specs as epilogue_input_specs
 from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand, conv2d_view, dense_view, view_of
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
@@ -46,8 +51,8 @@ def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
 
 
 def gemm_compute(view: GemmView, config: Conv2dConfig):
-    """TE definition from the view's index maps: (A's tensor, B's tensor, C's tensor,
-    workspace tensors in ``workspaces`` order), the GEMM padded to the tile."""
+    """TE definition from the view's index maps: (input tensors in argument order, C's
+    tensor, workspace tensors in ``workspaces`` order), the GEMM padded to the tile."""
     m, n, k = view.shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
     kp = _round_up(k, config.block_k * config.split_k)
@@ -64,6 +69,8 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
         # inputs: the GEMM kernel reading them is the fp16 kernel, names included.
         a_tensor, b_tensor = copies = [_fp16_copy(a_in, a_op.tensor), _fp16_copy(b_in, b_op.tensor)]
     zero = tvm.tirx.const(0, "float16")
+    epilogue_in, finish = _epilogue(view)
+    inputs = [a_in, b_in, *epilogue_in]
 
     def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int):
         """Matrix element [row, col] of an input: its tensor's element through the index
@@ -93,10 +100,10 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
             name="C",
         )
         out = te.compute(
-            c_op.shape, lambda *idx: gemm[c_op.map.matrix_index(*idx)].astype(view.out_dtype),
+            c_op.shape, lambda *idx: finish(gemm[c_op.map.matrix_index(*idx)], idx),
             name=c_op.tensor, varargs_names=axes,
         )
-        return a_in, b_in, out, copies
+        return inputs, out, copies
     # Split-K: slice z of the reduction goes to partial sums C[z], and a second kernel adds
     # the slices up: more blocks for a grid that cannot fill the GPU.  C is a parameter (the
     # caller's workspace, see ``workspace_shape``): TVM would allocate it on every call.
@@ -119,8 +126,37 @@ def gemm_compute(view: GemmView, config: Conv2dConfig):
         c_op.shape, lambda *idx: te.sum(gemm[(zk, *c_op.map.matrix_index(*idx))], axis=zk),
         name="total", varargs_names=axes,
     )
-    out = te.compute(c_op.shape, lambda *idx: total[idx].astype(view.out_dtype), name=c_op.tensor)
-    return a_in, b_in, out, [gemm] + copies
+    out = te.compute(c_op.shape, lambda *idx: finish(total[idx], idx), name=c_op.tensor)
+    return inputs, out, [gemm] + copies
+
+
+def _let(value, body):
+    """``body(value)`` with ``value`` bound once: its loads are not repeated per use."""
+    var = tvm.tirx.Var("v", "float32")
+    return tvm.tirx.Let(var, value, body(var))
+
+
+# The epilogue's math on TVM expressions (``Epilogue.apply`` takes numpy's for the reference).
+_TVM_OPS = SimpleNamespace(maximum=lambda x, y: tvm.tirx.max(x, tvm.tirx.const(y, "float32")),
+                           tanh=tvm.tirx.tanh, let=_let)
+
+
+def _epilogue(view: GemmView):
+    """(placeholders of the epilogue's inputs, ``finish(acc, idx)``): the output element at
+    tensor index ``idx`` from its fp32 accumulator: the epilogue, then the output cast.  The
+    output block computes it, so it is inlined into the store from the staging tile."""
+    c_op, epilogue = view.c, view.epilogue
+    specs = epilogue_input_specs(epilogue, view.n, c_op.shape, view.out_dtype)
+    tensors = {name: te.placeholder(shape, dtype, name=name) for name, shape, dtype in specs}
+
+    def finish(acc, idx):
+        column = c_op.map.matrix_index(*idx)[1]  # the output channel / feature
+        values = {name: tensors[name][column] for name in epilogue.channel_inputs}
+        if epilogue.residual:
+            values["residual"] = tensors["residual"][idx].astype("float32")
+        return epilogue.apply(acc, _TVM_OPS, **values).astype(view.out_dtype)
+
+    return list(tensors.values()), finish
 
 
 def _fp16_copy(tensor: te.Tensor, name: str) -> te.Tensor:
@@ -189,8 +225,8 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
 def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
     the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload."""
-    data, weight, out, extra = gemm_compute(view, config)
-    sch = tvm.s_tir.Schedule(te.create_prim_func([data, weight, out, *extra]))
+    inputs, out, extra = gemm_compute(view, config)
+    sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
     gemm = sch.get_sblock("C")
     out_block = sch.get_sblock(view.c.tensor)
     if config.split_k == 1:

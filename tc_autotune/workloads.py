@@ -2,7 +2,9 @@
 
 A workload is plain data (a frozen dataclass) so it can key caches, logs and
 records.  Data is NHWC, weights are HWIO.  ``str(workload)`` is a canonical spec
-string that ``Conv2dWorkload.parse`` reads back to an equal workload.
+string that ``Conv2dWorkload.parse`` reads back to an equal workload.  A fused epilogue
+(``epilogue.py``: bias, folded batch norm, residual add, relu/gelu) is part of the
+workload; a plain one's spec does not mention it, so its string is what it always was.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ from dataclasses import dataclass
 from dataclasses import replace as _replace
 
 from . import dense_workloads
+from .epilogue import NONE as NO_EPILOGUE
+from .epilogue import canonical as canonical_epilogue
+from .epilogue import is_name as is_epilogue
+from .epilogue import spec_item as epilogue_item
 from .dense_workloads import DenseWorkload
 
 INPUT_DTYPES = ("float16", "float32")
@@ -31,7 +37,9 @@ _SPEC_KEYS = {
     "dilation": ("dilation", 2),
     "dtype": ("dtype", 0),
     "out_dtype": ("out_dtype", 0),
+    "epilogue": ("epilogue", 0),
 }
+_TEXT_KEYS = ("dtype", "out_dtype", "epilogue")
 _REQUIRED_KEYS = ("n", "h", "c", "k", "r")
 
 
@@ -68,8 +76,10 @@ class Conv2dWorkload:
     dilation: tuple[int, int] = (1, 1)
     dtype: str = "float16"
     out_dtype: str = "float32"
+    epilogue: str = NO_EPILOGUE  # fused epilogue name (``epilogue.py``), canonical
 
     def __post_init__(self):
+        object.__setattr__(self, "epilogue", canonical_epilogue(self.epilogue))
         object.__setattr__(self, "stride", _expand(self.stride, 2, "stride"))
         object.__setattr__(self, "padding", _expand(self.padding, 4, "padding"))
         object.__setattr__(self, "dilation", _expand(self.dilation, 2, "dilation"))
@@ -151,6 +161,7 @@ class Conv2dWorkload:
             f"k={self.out_channels},r={self.kernel_h},s={self.kernel_w},"
             f"stride={compact(self.stride)},pad={compact(self.padding)},"
             f"dilation={compact(self.dilation)},dtype={self.dtype},out_dtype={self.out_dtype}"
+            + epilogue_item(self.epilogue)
         )
 
     @classmethod
@@ -161,7 +172,7 @@ class Conv2dWorkload:
         fields: dict[str, object] = {}
         for key, raw in dense_workloads.spec_items(spec, _SPEC_KEYS, "workload spec").items():
             field_name, arity = _SPEC_KEYS[key]
-            if key in ("dtype", "out_dtype"):
+            if key in _TEXT_KEYS:
                 fields[key] = raw
                 continue
             try:
@@ -187,6 +198,7 @@ class Conv2dWorkload:
             dilation=fields.get("dilation", 1),
             dtype=fields.get("dtype", "float16"),
             out_dtype=fields.get("out_dtype", "float32"),
+            epilogue=fields.get("epilogue", NO_EPILOGUE),
         )
 
     def replace(self, **changes) -> "Conv2dWorkload":
@@ -235,6 +247,23 @@ def resnet50_layers(batch: int = 1) -> dict[str, Conv2dWorkload]:
     return {f"resnet50-{name}-b{batch}": resnet50_layer(name, batch) for name in RESNET50_LAYERS}
 
 
+# The epilogue each layer has in the network (BN folded into the weights and a bias):
+# bottleneck convs bias_relu, the expanding 1x1 that ends a block adds the shortcut
+# (bias_residual_relu), projection shortcuts (the strided 1x1s) only bias.  res2's expand
+# and projection have one shape (1x1 64 -> 256): it is listed as the expand.
+RESNET50_EPILOGUES = {name: ("bias_residual_relu" if name in ("res2-1x1-64-256", "res3-1x1-128-512",
+                                                              "res4-1x1-256-1024", "res5-1x1-512-2048")
+                             else "bias" if name.endswith("-s2") and "-1x1-" in name else "bias_relu")
+                      for name in RESNET50_LAYERS}
+
+
+def resnet50_fused_layers(batch: int = 32) -> dict[str, Conv2dWorkload]:
+    """Every distinct ResNet-50 conv layer with the epilogue it has in the network, keyed by
+    preset name (``resnet50-<layer>-b<N>-<epilogue>``)."""
+    return {f"resnet50-{layer}-b{batch}-{epilogue}": resnet50_layer(layer, batch).replace(epilogue=epilogue)
+            for layer, epilogue in RESNET50_EPILOGUES.items()}
+
+
 def rfc_workload(kind: str, batch: int) -> Conv2dWorkload:
     if kind == "1x1":
         return Conv2dWorkload(batch, 14, 14, 1024, 256, 1, 1)
@@ -248,7 +277,11 @@ _FAMILY = re.compile(r"^(rfc-1x1|rfc-3x3|resnet50-(?P<layer>.+))-b(?P<batch>\d+)
 
 def preset(name: str) -> Conv2dWorkload | DenseWorkload:
     """A named workload: tutorial, rfc-{1x1,3x3}-b<N>, resnet50-<layer>-b<N>, or a dense
-    preset (``dense_workloads.preset``)."""
+    preset (``dense_workloads.preset``); any of them with ``-<epilogue>`` appended
+    (resnet50-res2-3x3-64-64-b32-bias_relu) is that workload with the epilogue fused."""
+    base, dash, suffix = name.rpartition("-")
+    if dash and suffix != NO_EPILOGUE and is_epilogue(suffix):
+        return _replace(preset(base), epilogue=suffix)
     dense = dense_workloads.preset(name)
     if dense is not None:
         return dense
@@ -267,15 +300,20 @@ def preset(name: str) -> Conv2dWorkload | DenseWorkload:
 
 
 def preset_names(batch_sizes=RFC_BATCHES) -> list[str]:
-    """The documented preset names (ResNet-50 layers listed at batch 1)."""
+    """The documented preset names (ResNet-50 layers listed at batch 1, and fused with their
+    network's epilogues at batch 32)."""
     names = ["tutorial"]
     names += [f"rfc-{kind}-b{b}" for kind in ("1x1", "3x3") for b in batch_sizes]
     names += list(resnet50_layers(1))
+    names += list(resnet50_fused_layers(32))
     return names
 
 
 def preset_name(workload: Conv2dWorkload | DenseWorkload) -> str | None:
     """The preset that names ``workload`` ("rfc-3x3-b32"), or None: for tables people read."""
+    if workload.epilogue != NO_EPILOGUE:
+        base = preset_name(_replace(workload, epilogue=NO_EPILOGUE))
+        return base and f"{base}-{workload.epilogue}"
     if isinstance(workload, DenseWorkload):
         return dense_workloads.preset_name(workload)
     if workload == TUTORIAL:

@@ -23,7 +23,7 @@ LAZY = {
     "tomli": "the tomllib fallback on 3.10",
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
-LIGHT = ("workloads", "dense_workloads", "gpu", "gemm", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
+LIGHT = ("workloads", "dense_workloads", "epilogue", "gpu", "gemm", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
          "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks",
          "dispatch", "devices")
 
@@ -110,10 +110,11 @@ def test_the_import_graph_is_a_dag_from_workloads_and_gpu_up():
 
     for node in sorted(edges):
         visit(node, [])
-    for bottom in ("dense_workloads", "gpu"):
+    for bottom in ("epilogue", "gpu"):
         assert edges[f"{PACKAGE}.{bottom}"] <= {PACKAGE}, edges[f"{PACKAGE}.{bottom}"]
-    # the workloads module resolves dense specs and presets too
-    assert edges[f"{PACKAGE}.workloads"] <= {PACKAGE, f"{PACKAGE}.dense_workloads"}
+    # workloads name their fused epilogue; the workloads module resolves dense specs and presets too
+    assert edges[f"{PACKAGE}.dense_workloads"] <= {PACKAGE, f"{PACKAGE}.epilogue"}
+    assert edges[f"{PACKAGE}.workloads"] <= {PACKAGE, f"{PACKAGE}.dense_workloads", f"{PACKAGE}.epilogue"}
     assert not any(name in targets for targets in edges.values() for name in edges if name.startswith("scripts."))
 
 
