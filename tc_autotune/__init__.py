@@ -20,6 +20,7 @@ _EXPORTS = {
     "build_dense": "kernel",
     "apply_history_best": "apply",
     "conv2d": "kernel",
+    "dense": "kernel",
     "load_best": "records",
     "pick_best": "records",
     "XGBTuner": "tuner",

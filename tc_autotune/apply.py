@@ -23,6 +23,8 @@ from . import records, tasks
 from .gpu import GpuInfo, gpu_log_name, local_gpu
 from .records import SHIPPED_LOGS, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
 from .space import Conv2dConfig
+from .dense_workloads import DenseWorkload
+from .epilogue import NONE as NO_EPILOGUE
 from .workloads import Conv2dWorkload
 from . import zero_shot
 
@@ -145,15 +147,43 @@ def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConf
     return choose_config(workload, gpu).config
 
 
-def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32") -> Conv2dWorkload:
-    """The workload of NHWC ``data`` and HWIO ``weight`` (numpy or TVM tensors)."""
+def dtype_name(array) -> str:
+    """An array's dtype as workloads name it: numpy's and TVM's already do, torch's reads
+    "torch.float16"."""
+    return str(array.dtype).removeprefix("torch.")
+
+
+def _operands_dtype(data, weight) -> str:
+    dtype = dtype_name(data)
+    if dtype_name(weight) != dtype:
+        raise ValueError(f"data is {dtype} but weight is {dtype_name(weight)}")
+    return dtype
+
+
+def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32",
+                epilogue=NO_EPILOGUE) -> Conv2dWorkload:
+    """The workload of NHWC ``data`` and HWIO ``weight`` (numpy, TVM or torch tensors)."""
     if len(data.shape) != 4 or len(weight.shape) != 4:
         raise ValueError(f"expected 4-D NHWC data and HWIO weight, got {list(data.shape)} and {list(weight.shape)}")
     n, h, w, c = (int(x) for x in data.shape)
     r, s, c_w, k = (int(x) for x in weight.shape)
     if c_w != c:
         raise ValueError(f"weight has {c_w} input channels, data has {c}")
-    if str(weight.dtype) != str(data.dtype):
-        raise ValueError(f"data is {data.dtype} but weight is {weight.dtype}")
     return Conv2dWorkload(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
-                          dtype=str(data.dtype), out_dtype=out_dtype)
+                          dtype=_operands_dtype(data, weight), out_dtype=out_dtype, epilogue=epilogue)
+
+
+def dense_workload_of(a, weight, weight_layout="nk", out_dtype="float32", epilogue=NO_EPILOGUE) -> DenseWorkload:
+    """The workload of an (M, K) or (batch, M, K) ``a`` and an (N, K) (``weight_layout="nk"``,
+    as nn.Linear holds it) or (K, N) ("kn") ``weight`` (numpy, TVM or torch tensors)."""
+    if len(a.shape) not in (2, 3) or len(weight.shape) != 2:
+        raise ValueError(f"expected an (M, K) or (batch, M, K) A and a 2-D weight, "
+                         f"got {list(a.shape)} and {list(weight.shape)}")
+    *lead, m, k = (int(x) for x in a.shape)
+    if lead == [1]:  # a DenseWorkload of batch 1 has a 2-D A
+        raise ValueError(f"A is {list(a.shape)}: pass a[0], its (M, K) view")
+    n, k_w = (int(x) for x in (weight.shape if weight_layout == "nk" else weight.shape[::-1]))
+    if k_w != k:
+        raise ValueError(f"weight {list(weight.shape)} (weight_layout={weight_layout!r}) has K={k_w}, A has K={k}")
+    return DenseWorkload(m=m, n=n, k=k, batch=lead[0] if lead else 1, b_layout=weight_layout,
+                         dtype=_operands_dtype(a, weight), out_dtype=out_dtype, epilogue=epilogue)

@@ -99,6 +99,15 @@ def parse(name: str) -> Epilogue:
     return Epilogue(**fields)
 
 
+def of_inputs(scale=None, bias=None, residual=None, activation=None) -> Epilogue:
+    """The epilogue that applies the inputs given (not None) and ``activation``, as
+    ``tc.conv2d`` and ``tc.dense`` take them; ValueError for another activation, or a
+    name outside the grammar (scale without bias)."""
+    if activation not in (None, *ACTIVATIONS):
+        raise ValueError(f"activation must be None, 'relu' or 'gelu', got {activation!r}")
+    return parse(str(Epilogue(scale is not None, bias is not None, residual is not None, activation)))
+
+
 def canonical(name) -> str:
     """The canonical name of an epilogue name or ``Epilogue`` (ValueError if unknown)."""
     return str(name if isinstance(name, Epilogue) else parse(name))

@@ -3,15 +3,19 @@ ready to run.  One kernel class serves every task: its tensors are the task's si
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
+import tvm_ffi
 
 from . import cuda, tasks
-from .apply import active_logs, best_or_default_config, workload_of
+from .apply import active_logs, best_or_default_config, dense_workload_of, workload_of
+from .epilogue import of_inputs as epilogue_of
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
 from .intrinsic_paths import get as intrinsic_path
 from .dense_workloads import DenseWorkload
@@ -24,8 +28,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Conv2dKernel:
-    """A built kernel of any task: call it with the task's inputs (TVM tensors or numpy):
-    conv2d NHWC data and HWIO weights, dense A and weight, then a fused epilogue's
+    """A built kernel of any task: call it with the task's inputs (numpy, TVM or torch
+    tensors): conv2d NHWC data and HWIO weights, dense A and weight, then a fused epilogue's
     (scale, bias, residual: ``tasks.Task.signature``)."""
 
     workload: Conv2dWorkload | DenseWorkload
@@ -65,32 +69,37 @@ class Conv2dKernel:
         with self.target:  # ... for this kernel's arch (sm_90a for wgmma)
             return self.executable.mod["main"]
 
-    def _as_tensor(self, value, shape, dtype, name, dev):
-        if isinstance(value, np.ndarray):
-            value = tvm.runtime.tensor(value, device=dev)
-        if tuple(value.shape) != tuple(shape) or str(value.dtype) != dtype:
-            raise ValueError(
-                f"{name} must be {dtype}{list(shape)}, got {value.dtype}{list(value.shape)}"
-            )
-        return value
-
     def __call__(self, *args, out=None, device=None):
-        """Run once on the task's inputs (``args``; the output may follow them); returns
-        ``out`` (allocated when not given) as a TVM tensor."""
-        dev = device or tvm.cuda(0)
+        """Run once on the task's inputs (``args``; the output may follow them) and return
+        ``out``, allocated when not given.
+
+        numpy arrays are copied to the GPU; TVM, torch and other DLPack tensors are used in
+        place, so one that would need a copy (non-contiguous, misaligned, on another device,
+        another dtype or shape) is a ValueError.  With a torch tensor among them the kernel
+        runs on torch's current stream and returns a torch tensor (``out`` itself, else one
+        torch allocates); numpy arrays do not mix with torch tensors (a hidden copy per call).
+        """
         *specs, (name, shape, dtype) = tasks.of(self.workload).signature(self.workload)
         if len(args) == len(specs) + 1 and out is None:
             *args, out = args
         if len(args) != len(specs):
             raise TypeError(f"the kernel of {self.workload} takes {', '.join(s[0] for s in specs)} "
                             f"[, out], got {len(args)} arrays")
-        inputs = [self._as_tensor(value, shape_i, dtype_i, name_i, dev)
-                  for value, (name_i, shape_i, dtype_i) in zip(args, specs)]
-        if out is None:
-            out = tvm.runtime.empty(shape, dtype, device=dev)
-        out = self._as_tensor(out, shape, dtype, name, dev)
-        self._function()(*inputs, out, *self._extra_args(dev))
-        return out
+        torch_in = next((a for a in (*args, out) if _is_torch(a)), None)
+        if torch_in is not None:
+            if any(isinstance(a, np.ndarray) for a in (*args, out)):
+                raise ValueError("torch tensors and numpy arrays do not mix: pass every input as a torch "
+                                 "tensor on the GPU (numpy arrays would be copied to it on every call)")
+            if out is None:
+                torch = sys.modules["torch"]
+                out = torch.empty(shape, dtype=getattr(torch, dtype), device=torch_in.device)
+        dev = device or _gpu_of(args) or tvm.cuda(0)
+        inputs = [_as_tensor(value, *spec, dev) for value, spec in zip(args, specs)]
+        result = tvm.runtime.empty(shape, dtype, device=dev) if out is None else out
+        out_tensor = _as_tensor(result, name, shape, dtype, dev)
+        with _torch_stream(dev) if torch_in is not None else contextlib.nullcontext():
+            self._function()(*inputs, out_tensor, *self._extra_args(dev))
+        return out_tensor if isinstance(result, np.ndarray) else result
 
     def time_evaluator(self, device=None, **kwargs):
         """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
@@ -99,6 +108,56 @@ class Conv2dKernel:
         evaluator = self.executable.mod.time_evaluator("main", dev, **kwargs)
         extra = self._extra_args(dev)
         return lambda *args: evaluator(*args, *extra)  # args: the inputs, then out
+
+
+def _is_torch(value) -> bool:
+    torch = sys.modules.get("torch")  # a torch tensor means torch is imported: never import it here
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _gpu_of(values):
+    """The GPU of the first DLPack tensor on one (a tensor on cuda:1 runs there), else None."""
+    for value in values:
+        kind, index = getattr(value, "__dlpack_device__", lambda: (None, None))()
+        if kind == tvm_ffi.DLDeviceType.kDLCUDA:
+            return tvm.cuda(index)
+    return None
+
+
+def _torch_stream(dev):
+    """Launch on torch's current stream of GPU ``dev``: ordered with torch's work on it."""
+    if dev.dlpack_device_type() != tvm_ffi.DLDeviceType.kDLCUDA:
+        return contextlib.nullcontext()
+    torch = sys.modules["torch"]
+    return tvm_ffi.use_raw_stream(dev, torch.cuda.current_stream(dev.index).cuda_stream)
+
+
+def _as_tensor(value, name, shape, dtype, dev):
+    """``value`` as the TVM tensor the kernel takes: numpy copied to ``dev``, a DLPack tensor
+    viewed in place; ValueError (naming the argument) for anything that does not fit."""
+    if isinstance(value, np.ndarray):
+        value = tvm.runtime.tensor(value, device=dev)
+    elif not isinstance(value, tvm.runtime.Tensor):
+        value = _from_dlpack(value, name)
+    if tuple(value.shape) != tuple(shape) or str(value.dtype) != dtype:
+        raise ValueError(f"{name} must be {dtype}{list(shape)}, got {value.dtype}{list(value.shape)}")
+    if value.device != dev:
+        raise ValueError(f"{name} is on {value.device} but the kernel runs on {dev}: move it there "
+                         "(nothing is copied for you)")
+    return value
+
+
+def _from_dlpack(value, name):
+    """A zero-copy TVM view of a torch (or other DLPack) tensor; ValueError where that is impossible."""
+    if _is_torch(value) and value.requires_grad:
+        value = value.detach()  # inference only: DLPack refuses tensors that require grad
+    if not getattr(value, "is_contiguous", lambda: True)():
+        raise ValueError(f"{name} is not contiguous (a permuted or sliced view): the kernel reads it in "
+                         "place, call .contiguous() first")
+    try:
+        return tvm.runtime.from_dlpack(value)
+    except (RuntimeError, ValueError, TypeError, BufferError) as err:
+        raise ValueError(f"{name} cannot be read in place: {err}") from None
 
 
 DenseKernel = Conv2dKernel  # what build_dense returns: the same class
@@ -183,12 +242,32 @@ def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_kernel(workload: Conv2dWorkload, logs: tuple[tuple[str, bool], ...]):
-    return build_conv2d(workload)
+def _cached_kernel(workload, logs: tuple[tuple[str, bool], ...]):
+    return build(workload)
 
 
-def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32"):
-    """NHWC conv2d on Tensor Cores: the workload comes from the arrays, the kernel from the
-    best record (built once per workload and log set), the result is a TVM tensor."""
-    workload = workload_of(data, weight, stride, padding, dilation, out_dtype)
-    return _cached_kernel(workload, active_logs())(data, weight)
+def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *,
+           scale=None, bias=None, residual=None, activation=None, out=None):
+    """NHWC conv2d on Tensor Cores with the fused epilogue that the given ``scale``, ``bias``,
+    ``residual`` and ``activation`` ("relu", "gelu") spell: the workload comes from the arrays,
+    the kernel from the best record (built once per workload and log set).  Returns ``out``
+    (written in place) or a new torch tensor for torch inputs, else a TVM tensor."""
+    fused = epilogue_of(scale, bias, residual, activation)
+    workload = workload_of(data, weight, stride, padding, dilation, out_dtype, str(fused))
+    return _run(workload, out, data, weight, scale, bias, residual)
+
+
+def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bias=None, residual=None,
+          activation=None, out=None):
+    """``a @ weight.T`` for an (N, K) ``weight`` (``weight_layout="nk"``, nn.Linear's) or
+    ``a @ weight`` for a (K, N) one ("kn"), ``a`` (M, K) or (batch, M, K), with a fused
+    epilogue, as ``conv2d``."""
+    fused = epilogue_of(scale, bias, residual, activation)
+    workload = dense_workload_of(a, weight, weight_layout, out_dtype, str(fused))
+    return _run(workload, out, a, weight, scale, bias, residual)
+
+
+def _run(workload, out, *inputs):
+    """The cached kernel of ``workload`` on the operands and the epilogue's given inputs."""
+    kernel = _cached_kernel(workload, active_logs())
+    return kernel(*(x for x in inputs if x is not None), out=out)

@@ -1,0 +1,73 @@
+"""On the GPU with PyTorch (issue #15): the README's "PyTorch tensors in and out" example runs as
+written (a ResNet-50 bottleneck block and a Linear + GELU through ``tc.conv2d`` / ``tc.dense``,
+checked against PyTorch), torch tensors are used in place (an ``out=`` tensor comes back,
+written, on torch's current stream) and the inputs are left as they were."""
+
+from pathlib import Path
+
+import pytest
+
+import tc_autotune as tc
+
+pytestmark = pytest.mark.gpu
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA")
+    return torch
+
+
+@pytest.fixture(scope="module")
+def example(torch):
+    """The names the README's example defines, after running it (its asserts included)."""
+    section = README.read_text().split("## PyTorch tensors in and out\n", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    names = {"__name__": "readme_example"}
+    exec(compile(code, f"{README} (PyTorch tensors in and out)", "exec"), names)
+    return names
+
+
+def test_the_readme_example_matches_pytorch(example, torch):
+    y, ref, z, rel_err = example["y"], example["ref"], example["z"], example["rel_err"]
+    assert isinstance(y, torch.Tensor) and y.is_cuda and y.dtype == torch.float16
+    assert rel_err(y.permute(0, 3, 1, 2), ref) < 1e-2
+    assert isinstance(z, torch.Tensor) and z.shape == (2, 128, 11008) and z.dtype == torch.float16
+
+
+def test_an_out_tensor_is_written_in_place_on_the_current_stream(example, torch):
+    x, w3, b3, h2, y = (example[name] for name in ("x", "w3", "b3", "h2", "y"))
+    inputs = (h2, w3, b3, x)
+    pointers, copies = [t.data_ptr() for t in inputs], [t.clone() for t in inputs]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # poisoned on the side stream: the kernel must run after the fill
+        out = torch.full(y.shape, float("nan"), device="cuda", dtype=torch.float16)
+        returned = tc.conv2d(h2, w3, out_dtype="float16", bias=b3, residual=x, activation="relu", out=out)
+    side.synchronize()
+    assert returned is out and returned.data_ptr() == out.data_ptr()
+    assert torch.equal(out, y)  # every element written, as the allocated result was
+    assert [t.data_ptr() for t in inputs] == pointers
+    assert all(torch.equal(t, c) for t, c in zip(inputs, copies))
+
+
+def test_the_dense_example_with_a_kn_weight_and_an_out_tensor(example, torch):
+    tokens, linear, z = example["tokens"], example["linear"], example["z"]
+    weight_kn = linear.weight.detach().t().contiguous()  # (K, N)
+    out = torch.full_like(z, float("nan"))
+    returned = tc.dense(tokens, weight_kn, weight_layout="kn", out_dtype="float16", bias=linear.bias.float(),
+                        activation="gelu", out=out)
+    assert returned is out and example["rel_err"](out, z) < 1e-2
+
+
+def test_tensors_that_would_need_a_copy_are_refused(example, torch):
+    """(The first layer's workload each time: its kernel is built already.)"""
+    x, w1, b1 = example["x"], example["w1"], example["b1"]
+    for data, bias, message in [(x.transpose(1, 2), b1, "data is not contiguous"),
+                                (x.cpu(), b1, "data is on cpu:0 but the kernel runs on cuda:0"),
+                                (x, b1.half(), r"bias must be float32\[64\], got float16\[64\]")]:
+        with pytest.raises(ValueError, match=message):
+            tc.conv2d(data, w1, out_dtype="float16", bias=bias, activation="relu")
