@@ -62,6 +62,16 @@ def test_shipped_example_job_covers_seed_and_resnet50():
     assert sum(n.startswith("resnet50-") for n in names) == len(workloads.RESNET50_LAYERS)
 
 
+def test_shipped_dense_job_lists_every_llm_shape_as_a_dense_task():
+    from tc_autotune import dense_workloads, tasks
+
+    job = nightly.load_job(Path(__file__).resolve().parent.parent / "tuning_logs" / "llm-dense.toml")
+    names = [e.name for e in job.entries]
+    expected = [f"llm-{n}x{k}-m{m}" for n, k in dense_workloads.LLM_SHAPES for m in dense_workloads.LLM_TOKENS]
+    assert sorted(names) == sorted(expected)
+    assert {tasks.of(e.workload).name for e in job.entries} == {"dense_tensorcore.cuda"}
+
+
 @pytest.mark.parametrize("text,needle", [
     ("workloads = [", "not valid TOML"),
     ('workloads = [{ name = "nope" }]', "unknown workload preset 'nope'"),
