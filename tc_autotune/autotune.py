@@ -230,22 +230,16 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
                 if r is not None:
                     summary.error_counts[r.error_no.name] = summary.error_counts.get(r.error_no.name, 0) + 1
 
-        def measure_and_record(configs):
-            try:
-                results = measurer(configs)
-            except AllDevicesLost as lost:  # keep what the batch finished, then end the run
-                record(configs, lost.results)
-                raise
+        def measured(configs, results):
             record(configs, results)
             summary.batches.append((time.time() - start, len(results)))
-            return results
 
         callbacks = [progress_logger(n_trial, log)]
         if deadline is not None:
             callbacks.append(_stop_at(deadline))
         # Every device busy: each batch has batch_size configs per device.
         summary.devices = n_devices
-        search.tune(n_trial, measure_and_record, batch_size=batch_size * n_devices,
+        search.tune(n_trial, _Recording.of(measurer, measured, record), batch_size=batch_size * n_devices,
                     early_stopping=early_stopping, callbacks=callbacks)
     summary.trials = search.trials
     summary.errors = sum(n for name, n in summary.error_counts.items() if name != "NO_ERROR")
@@ -258,6 +252,49 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
         if compare_cudnn:
             summary.final_seconds, summary.cudnn_seconds = compare_with_cudnn(workload, best[0])
     return summary
+
+
+class _Recording:
+    """The measurer as the tuner sees it: every finished measurement goes to the log as its
+    batch is measured (``measured``), or what finished when every device was lost
+    (``record``).  ``of`` keeps a streaming measurer a stream."""
+
+    def __init__(self, measurer, measured, record):
+        self.measurer, self.measured, self.record = measurer, measured, record
+
+    @staticmethod
+    def of(measurer, measured, record) -> "_Recording":
+        return (_RecordingStream if hasattr(measurer, "submit") else _Recording)(measurer, measured, record)
+
+    def __call__(self, configs):
+        try:
+            results = self.measurer(configs)
+        except AllDevicesLost as lost:  # keep what the batch finished, then end the run
+            self.record(configs, lost.results)
+            raise
+        self.measured(configs, results)
+        return results
+
+
+class _RecordingStream(_Recording):
+    """A streaming measurer (the tuner keeps a batch in flight ahead): a batch is recorded when
+    it is collected, or what it finished when it is cancelled (a stop, an interrupt, an error,
+    every device lost)."""
+
+    def submit(self, configs):
+        return configs, self.measurer.submit(configs)
+
+    def collect(self, handle):
+        configs, batch = handle
+        results = self.measurer.collect(batch)  # on AllDevicesLost, cancel hands over what finished
+        self.measured(configs, results)
+        return results
+
+    def cancel(self, handle):
+        configs, batch = handle
+        results = self.measurer.cancel(batch)
+        self.record(configs, results)
+        return results
 
 
 def _with_device(provenance: dict, result) -> dict:

@@ -2,7 +2,10 @@
 
 One thread per runner pulls jobs from a shared queue and calls the runner's ``run``; results
 come back through each job's ``done`` callback, tagged with the runner's ``label`` (the device
-it measured on).  Faults are the runner's, not the candidate's:
+it measured on).  Jobs run in order of their ``priority`` (lowest first: the measurer gives an
+earlier batch's candidates precedence over those of the batch built ahead of it), then of
+submission; a cancelled job still queued is not run (its ``done`` gets "cancelled").  Faults are
+the runner's, not the candidate's:
 
 - ``run`` raising ``RunnerFault`` (it could not start, lost its GPU or its RPC connection): the
   job goes back to the queue and the runner is stopped (it restarts on its next job); after
@@ -17,6 +20,7 @@ When no runner is left, ``alive`` is 0 and the measurer raises ``AllDevicesLost`
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -44,7 +48,13 @@ class AllDevicesLost(RuntimeError):
 class _Job:
     args: tuple
     done: Callable[[str, object, str], None]  # (status, payload, device label)
+    priority: int = 0
     requeues: int = 0
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """Do not run it if it is still queued (a run already started finishes)."""
+        self.cancelled = True
 
 
 @dataclass
@@ -74,7 +84,8 @@ class Dispatcher:
         if not runners:
             raise ValueError("no runner to measure on")
         self.hang_timeout, self.max_faults, self.max_requeues = hang_timeout, max_faults, max_requeues
-        self._jobs: queue.Queue = queue.Queue()
+        self._jobs: queue.PriorityQueue = queue.PriorityQueue()  # (priority, submission, job)
+        self._submitted = itertools.count()
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self.slots = [_Slot(r, runner_label(r)) for r in runners]
@@ -91,20 +102,28 @@ class Dispatcher:
     def runners(self) -> list:
         return [s.runner for s in self.slots if not s.dropped]
 
-    def submit(self, args: tuple, done: Callable[[str, object, str], None]) -> None:
+    def submit(self, args: tuple, done: Callable[[str, object, str], None], priority: int = 0) -> _Job:
         """Queue ``runner.run(*args)``; ``done(status, payload, label)`` is called once, from a
-        runner thread, with its result."""
-        self._jobs.put(_Job(tuple(args), done))
+        runner thread, with its result.  Returns the job (``cancel()`` it to skip it)."""
+        job = _Job(tuple(args), done, priority)
+        self._put(job)
+        return job
+
+    def _put(self, job: _Job) -> None:
+        self._jobs.put((job.priority, next(self._submitted), job))
 
     def _serve(self, slot: _Slot) -> None:
         while not self._closed.is_set() and not slot.dropped:
             try:
-                job = self._jobs.get(timeout=0.2)
+                _, _, job = self._jobs.get(timeout=0.2)
             except queue.Empty:
+                continue
+            if job.cancelled:
+                job.done("cancelled", None, slot.label)
                 continue
             with self._lock:
                 if slot.dropped:
-                    self._jobs.put(job)
+                    self._put(job)
                     return
                 slot.job, slot.started = job, time.monotonic()
             try:
@@ -140,7 +159,7 @@ class Dispatcher:
             job.done("error", f"the runner failed while measuring it {job.requeues} times (last: {label})",
                      label)
         else:
-            self._jobs.put(job)
+            self._put(job)
 
     def check_hung(self) -> None:
         """Drop every runner whose current job has run past ``hang_timeout``; requeue the job."""

@@ -1,14 +1,17 @@
 """What a measurement produces, and the rule every timing obeys: check, then time.
 
 A kernel's output is poisoned with NaN, the kernel runs once, and its result is compared
-with the fp32 reference (relative L2 error below ``TOLERANCE``); only a kernel that
-computed the right thing is timed.  The runner, the benchmark and the cuDNN baseline all
-go through ``check_then_time``.  No TVM here: records and tuners use these types.
+with the fp32 reference (relative L2 error below ``TOLERANCE``; a NaN or Inf left is wrong);
+only a kernel that computed the right thing is timed.  The benchmark and the cuDNN baseline go
+through ``check_then_time``; the runners through ``check_error_then_time`` with the error from
+the sums the device-side checker returns (``relative_error_of_sums``).  No TVM here: records
+and tuners use these types.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -62,12 +65,26 @@ def relative_l2_error(result: np.ndarray, reference: np.ndarray) -> float:
     return float(np.linalg.norm(result - reference) / max(np.linalg.norm(reference), 1e-30))
 
 
+def relative_error_of_sums(squared_error: float, squared_reference: float, nonfinite: float) -> float:
+    """``relative_l2_error`` from the sums a device checker returns (``checker``): the sum of
+    squared errors, of the squared reference, and how many outputs are NaN or Inf."""
+    if nonfinite or not math.isfinite(squared_error):
+        return float("inf")
+    return math.sqrt(squared_error) / max(math.sqrt(squared_reference), 1e-30)
+
+
 def check_then_time(run: Callable[[], None], output: Callable[[], np.ndarray], reference: np.ndarray,
                     timer: Callable[[], object], tolerance: float = TOLERANCE) -> tuple[object | None, float]:
     """(``timer()`` or None, relative error): ``run()`` once into an output the caller poisoned
     with NaN, compare ``output()`` with ``reference``, and time only a right result."""
+    return check_error_then_time(run, lambda: relative_l2_error(output(), reference), timer, tolerance)
+
+
+def check_error_then_time(run: Callable[[], None], error: Callable[[], float], timer: Callable[[], object],
+                          tolerance: float = TOLERANCE) -> tuple[object | None, float]:
+    """``check_then_time`` where ``error()`` computes the relative error itself (on the device)."""
     run()
-    err = relative_l2_error(output(), reference)
+    err = error()
     if not err < tolerance:
         return None, err
     return timer(), err

@@ -4,7 +4,9 @@ Kernels are built here (the shared build pool); the runner requests a session fr
 tracker for its key, uploads each exported library, loads it on the server and checks and
 times it there (``runner.check_and_time`` on the session's device: the same NaN-poisoned
 check against the fp32 reference and the same time_evaluator as the local runner).  The
-inputs are copied to the remote device once per session and workload.
+inputs, the reference, the NaN-filled output template and the output checker go to the
+remote device once per session and workload (``runner.Bench``); per candidate only the
+kernel's library goes up and the checker's two numbers and the timings come back.
 
 Faults: a candidate that raises is the candidate's error, unless a fresh session cannot be
 had afterwards (the server died): then ``RunnerFault`` sends it back to the queue.  A
@@ -24,7 +26,7 @@ import tvm.rpc
 from .devices import RpcDevice
 from .dispatch import RunnerFault
 from .gpu import GpuInfo, gpu_from_device
-from .runner import MeasureOptions, check_and_time, load_inputs
+from .runner import Bench, MeasureOptions, check_and_time
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class RpcRunner:
         self._session = None
         self._dev = None
         self._since = 0.0
-        self._inputs: dict = {}
+        self._benches: dict = {}
 
     @property
     def label(self) -> str:
@@ -116,22 +118,24 @@ class RpcRunner:
         return self.device
 
     def stop(self):
-        self._session, self._dev, self._inputs = None, None, {}
+        self._session, self._dev, self._benches = None, None, {}
+
+    def _upload_and_load(self, path: str):
+        """Upload a library to the server and load it there."""
+        name = path.rsplit("/", 1)[-1]
+        self._session.upload(path, name)
+        return self._session.load_module(name)
 
     def _check_and_time(self, so_path: str, key: str, tensors):
-        session, dev = self._session, self._dev
-        if key not in self._inputs:
-            arrays, reference = load_inputs(self.inputs_dir, key)
-            self._inputs = {key: ([tvm.runtime.tensor(a, device=dev) for a in arrays], reference)}
-        inputs, reference = self._inputs[key]
-        name = so_path.rsplit("/", 1)[-1]
-        session.upload(so_path, name)
+        if key not in self._benches:
+            self._benches = {key: Bench.load(self.inputs_dir, key, self._dev, self.device_type,
+                                             self._upload_and_load)}
+        module = self._upload_and_load(so_path)
         try:
-            module = session.load_module(name)
-            return check_and_time(module, dev, inputs, reference, tensors, self.options)
+            return check_and_time(module, self._benches[key], tensors, self.options)
         finally:
             try:
-                session.remove(name)
+                self._session.remove(so_path.rsplit("/", 1)[-1])
             except Exception:  # best effort: the session's folder goes with it
                 pass
 

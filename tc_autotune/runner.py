@@ -6,8 +6,11 @@ its limits), ``label`` (what records name as the device: "cuda:1 GPU-<uuid>", "r
 and ``stop()``.  A candidate's own failure is a status; a failure of the runner itself (it
 cannot start, its GPU or connection is gone) raises ``dispatch.RunnerFault`` so the candidate
 goes back to the queue.  ``check_and_time`` is the one measurement every runner makes: output
-poisoned with NaN, one run checked against the fp32 reference (``results.check_then_time``),
-then TVM's time_evaluator with the first repeat dropped.
+poisoned with NaN, one run checked against the fp32 reference (``results.check_error_then_time``),
+then TVM's time_evaluator with the first repeat dropped.  The check runs on the device: a
+``Bench`` holds the workload's inputs, reference, output and its NaN-filled template there, set
+up once per workload (and RPC session), and the ``checker`` kernel reduces the output to two
+numbers, so per candidate no output-sized array crosses to the host (or the network).
 
 ``LocalRunner`` is one spawned process owning one GPU (``CUDA_VISIBLE_DEVICES`` set to it):
 a crash, hang or illegal memory access kills only that process.
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from . import cuda
+from . import checker, cuda
 from .devices import LocalDevice
 from .dispatch import RunnerFault
 from .gpu import GpuInfo, gpu_from_device
-from .results import TOLERANCE, check_then_time
+from .results import TOLERANCE, check_error_then_time, relative_error_of_sums
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +64,72 @@ def load_inputs(inputs_dir: str, key: str):
     return [arrays[f"input_{i}"] for i in range(count)], arrays["reference"]
 
 
-def check_and_time(module, dev, inputs, reference, tensors, options: MeasureOptions) -> tuple[str, object]:
-    """Check ``module["main"]`` on ``dev`` (local or remote) against ``reference``, then time
-    it.  ``inputs`` are tensors on ``dev``; ``tensors`` the (shape, dtype) of the output, then
-    of each workspace.  Returns ("ok", costs) or ("wrong", message)."""
+def checker_path(inputs_dir: str, key: str, device_type: str) -> str:
+    """Where the measurer exports the output checker of workload ``key`` for a device kind."""
+    return os.path.join(inputs_dir, f"{key}.{device_type}.check.so")
+
+
+class Bench:
+    """One workload's tensors on one device (local, or remote through RPC), set up once for
+    every candidate: the inputs, the fp32 reference, the output and a NaN-filled template of
+    it, and the output checker.  Per candidate the output is poisoned by a copy on the device
+    and the checker's two numbers come back."""
+
+    def __init__(self, dev, arrays, reference: np.ndarray, checker_module):
+        self.dev = dev
+        self.inputs = [tvm.runtime.tensor(a, device=dev) for a in arrays]
+        self._reference = tvm.runtime.tensor(reference.astype(np.float32), device=dev)
+        self._squared_reference = float(np.sum(np.square(reference, dtype=np.float64)))
+        self._check = checker_module[checker.FUNCTION]
+        self._stats = tvm.runtime.empty((2,), "float64", device=dev)
+        self._out_spec, self._out, self._poison = None, None, None
+
+    @classmethod
+    def load(cls, inputs_dir: str, key: str, dev, device_type: str, load_module) -> "Bench":
+        """The bench of workload ``key`` on ``dev``; ``load_module(path)`` loads the exported
+        checker there (``tvm.runtime.load_module``, or upload and load through RPC)."""
+        arrays, reference = load_inputs(inputs_dir, key)
+        return cls(dev, arrays, reference, load_module(checker_path(inputs_dir, key, device_type)))
+
+    def arguments(self, tensors) -> list:
+        """A kernel's arguments: the inputs, the output poisoned with NaN (a device copy of the
+        template) and fresh workspaces; ``tensors`` the (shape, dtype) of the output, then of
+        each workspace."""
+        (shape, dtype), *workspace_specs = tensors
+        if self._out_spec != (tuple(shape), dtype):
+            self._poison = tvm.runtime.tensor(np.full(shape, np.nan, dtype), device=self.dev)
+            self._out = tvm.runtime.empty(shape, dtype, device=self.dev)
+            self._out_spec = (tuple(shape), dtype)
+        self._poison.copyto(self._out)
+        workspaces = [tvm.runtime.empty(s, d, device=self.dev) for s, d in workspace_specs]
+        return [*self.inputs, self._out, *workspaces]
+
+    def error(self) -> float:
+        """Relative L2 error of the last output against the reference (inf if any is NaN/Inf)."""
+        self._check(self._out, self._reference, self._stats)
+        squared_error, nonfinite = self._stats.numpy()
+        return relative_error_of_sums(float(squared_error), self._squared_reference, float(nonfinite))
+
+
+def check_and_time(module, bench: Bench, tensors, options: MeasureOptions) -> tuple[str, object]:
+    """Check ``module["main"]`` on the bench's device (local or remote) against the reference,
+    then time it.  ``tensors`` are the (shape, dtype) of the output, then of each workspace.
+    Returns ("ok", costs) or ("wrong", message)."""
     func = module["main"]
-    (out_shape, out_dtype), *extra_specs = tensors
-    out = tvm.runtime.tensor(np.full(out_shape, np.nan, out_dtype), device=dev)
-    args = [*inputs, out, *(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in extra_specs)]
+    args = bench.arguments(tensors)
 
     def run():
         func(*args)
-        dev.sync()
+        bench.dev.sync()
 
     def timer():
         # One more repeat than kept: the first ran slow (clocks, caches) on ~5-10 us
         # kernels, by up to 30% (H200 nightly, 2026-11-22), and skewed their medians.
-        evaluator = module.time_evaluator("main", dev, number=1, repeat=options.repeat + 1,
+        evaluator = module.time_evaluator("main", bench.dev, number=1, repeat=options.repeat + 1,
                                           min_repeat_ms=int(options.min_repeat_ms))
         return list(evaluator(*args).results)[1:]
 
-    costs, err = check_then_time(run, out.numpy, reference, timer, options.tolerance)
+    costs, err = check_error_then_time(run, bench.error, timer, options.tolerance)
     if costs is None:
         return "wrong", f"relative L2 error {err:.3g} against the fp32 reference"
     return "ok", costs
@@ -94,20 +142,18 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
     cuda.install_compile_callback()
     dev = tvm.cuda(0)
     conn.send(("ready", gpu_from_device(dev)))
-    cache = {}
+    benches = {}
     while True:
         try:
             so_path, key, tensors = conn.recv()
         except EOFError:
             return
         try:
-            if key not in cache:
-                cache.clear()
-                arrays, reference = load_inputs(inputs_dir, key)
-                cache[key] = ([tvm.runtime.tensor(a, device=dev) for a in arrays], reference)
-            inputs, reference = cache[key]
+            if key not in benches:
+                benches.clear()
+                benches[key] = Bench.load(inputs_dir, key, dev, LocalRunner.device_type, tvm.runtime.load_module)
             module = tvm.runtime.load_module(so_path)
-            conn.send(check_and_time(module, dev, inputs, reference, tensors, options))
+            conn.send(check_and_time(module, benches[key], tensors, options))
         except Exception as err:
             conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
             return  # let the parent start a fresh runner
@@ -120,6 +166,8 @@ class LocalRunner:
     """The runner protocol for one local GPU (``device``: a ``devices.LocalDevice``, None for
     GPU 0 as this process sees it): a spawned process owning it, restarted after a crash,
     killed after ``run_timeout``."""
+
+    device_type = "cuda"  # the kind of device its checker is built for
 
     def __init__(self, inputs_dir: str, options: MeasureOptions, device: LocalDevice | None = None):
         self.inputs_dir, self.options, self.local = inputs_dir, options, device

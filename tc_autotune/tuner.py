@@ -1,7 +1,10 @@
 """Tuners: choose which configs to measure next, measure them, keep the best.
 
 ``Tuner.tune`` owns the loop (batches, trial budget, early stopping, callbacks);
-subclasses only say which configs come next.  ``XGBTuner`` (the default) fits a
+subclasses only say which configs come next.  With a streaming measurer (``submit``,
+``collect``, ``cancel``) the loop keeps one batch in flight ahead: batch i+1 is proposed
+(from the model as of batch i-1) and submitted before batch i is collected, so it builds
+while batch i runs; configs in flight are never proposed again.  ``XGBTuner`` (the default) fits a
 cost model on everything measured so far -- plus records of other workloads, for
 transfer learning -- and picks the next batch by simulated annealing on the
 model's predictions.  Nothing here imports TVM: measuring is the caller's
@@ -13,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +63,7 @@ class Tuner:
         self._all_valid: np.ndarray | None = None
         self._first: list[Conv2dConfig] = []  # must be measured before anything the search picks
         self._reserved: set[int] = set()  # indices of this batch's queued configs: not to be picked
+        self._in_flight: set[int] = set()  # indices submitted and not measured yet: not to be picked
 
     @property
     def workload(self):
@@ -91,44 +96,90 @@ class Tuner:
              callbacks=()) -> tuple[Conv2dConfig, float] | None:
         """Measure up to ``n_trial`` new configs; return the best (config, seconds) or None.
 
-        Stops early when the space has no unmeasured valid config left, after
-        ``early_stopping`` trials that did not improve the best, or when a callback
-        ``cb(tuner, configs, results)`` returns True (e.g. a wall-clock deadline).
+        ``measure(configs) -> results``, or a stream with ``submit(configs) -> handle``,
+        ``collect(handle) -> results`` and ``cancel(handle) -> results so far (None where not
+        finished)``: then one batch more is kept in flight (see the module doc).  Stops when
+        the space has no unmeasured valid config left, after ``early_stopping`` trials that did
+        not improve the best, or when a callback ``cb(tuner, configs, results)`` returns True
+        (e.g. a wall-clock deadline).  Batches are sized so that the trials measured and in
+        flight never pass ``n_trial`` or the early-stopping allowance.  On a stop, an error or
+        an interrupt the batches in flight are cancelled; what they finished joins the history.
         """
         self.trials = 0
         self._trials_at_best = 0
         self.started_at = time.monotonic()
-        while self.trials < n_trial:
-            n = min(batch_size, n_trial - self.trials)
-            if early_stopping is not None:
-                left = early_stopping - (self.trials - self._trials_at_best)
-                if left <= 0:
-                    _log.info("%s: early stop, no improvement in %d trials", self.workload, early_stopping)
+        stream = measure if hasattr(measure, "submit") else _OneAtATime(measure)
+        depth = getattr(stream, "depth", 2)  # a stream: one batch in flight ahead
+        flight: deque = deque()  # (configs, handle), oldest first
+        stopped = False
+        try:
+            while True:
+                while len(flight) < depth:
+                    configs = self._propose(n_trial, batch_size, early_stopping)
+                    if not configs:
+                        break
+                    flight.append((configs, stream.submit(configs)))
+                    self._in_flight.update(self.space.index(c) for c in configs)
+                if not flight:
+                    self._log_end(n_trial, early_stopping)
                     break
-                n = min(n, left)
-            first, self._first = self._first[:n], self._first[n:]
-            self._reserved = {self.space.index(c) for c in first}
-            picks = self.next_batch(n - len(first)) if len(first) < n else []
-            self._reserved = set()
-            configs = self._checked(first + picks)[:n]
-            if not configs:
-                _log.info("%s: no unmeasured valid config left", self.workload)
-                break
-            results = list(measure(configs))
-            if len(results) != len(configs):
-                raise ValueError(f"measure returned {len(results)} results for {len(configs)} configs")
-            self.update(configs, results)
-            stop = [callback(self, configs, results) is True for callback in callbacks]
-            if any(stop):
-                break
+                configs, handle = flight[0]
+                results = list(stream.collect(handle))
+                flight.popleft()
+                self._in_flight.difference_update(self.space.index(c) for c in configs)
+                if len(results) != len(configs):
+                    raise ValueError(f"measure returned {len(results)} results for {len(configs)} configs")
+                self.update(configs, results)
+                stop = [callback(self, configs, results) is True for callback in callbacks]
+                if any(stop):
+                    stopped = True
+                    break
+        finally:
+            self._cancel(stream, flight, log=stopped)
         return self.best()
+
+    def _propose(self, n_trial: int, batch_size: int, early_stopping: int | None) -> list[Conv2dConfig]:
+        """The next batch: queued first configs, then the search's picks; as many as the trial
+        budget and the early-stopping allowance leave once everything in flight is counted
+        (as if none of it improved the best)."""
+        n = min(batch_size, n_trial - self.trials - len(self._in_flight))
+        if early_stopping is not None:
+            n = min(n, early_stopping - (self.trials - self._trials_at_best) - len(self._in_flight))
+        if n <= 0:
+            return []
+        first, self._first = self._first[:n], self._first[n:]
+        self._reserved = {self.space.index(c) for c in first}
+        picks = self.next_batch(n - len(first)) if len(first) < n else []
+        self._reserved = set()
+        return self._checked(first + picks)[:n]
+
+    def _log_end(self, n_trial: int, early_stopping: int | None) -> None:
+        if self.trials >= n_trial:
+            return
+        if early_stopping is not None and self.trials - self._trials_at_best >= early_stopping:
+            _log.info("%s: early stop, no improvement in %d trials", self.workload, early_stopping)
+        else:
+            _log.info("%s: no unmeasured valid config left", self.workload)
+
+    def _cancel(self, stream, flight, log: bool) -> None:
+        """Cancel the batches still in flight (after a stop, an error or an interrupt); what
+        they finished counts (the stream recorded it)."""
+        for configs, handle in flight:
+            finished = [(c, r) for c, r in zip(configs, stream.cancel(handle)) if r is not None]
+            if finished:
+                self.update(*map(list, zip(*finished)))
+            if log:
+                _log.info("%s: stopped with %d configs in flight: %d measured, %d cancelled", self.workload,
+                          len(configs), len(finished), len(configs) - len(finished))
+        flight.clear()
+        self._in_flight.clear()
 
     def _checked(self, configs: list[Conv2dConfig]) -> list[Conv2dConfig]:
         """Safety net for the next_batch contract: drop repeats and invalid configs."""
         out, seen = [], set()
         for config in configs:
             i = self.space.index(config)
-            if i in self._measured or i in seen or not self.space.is_valid(config):
+            if i in self._measured or i in self._in_flight or i in seen or not self.space.is_valid(config):
                 _log.warning("%s: dropping a repeated or invalid pick (index %d)", type(self).__name__, i)
                 continue
             seen.add(i)
@@ -215,7 +266,7 @@ class Tuner:
     # ---- shared pickers ----------------------------------------------------------
     def _free(self, i: int, taken: set[int]) -> bool:
         return (i not in self._measured and i not in taken and i not in self._invalid
-                and i not in self._reserved)
+                and i not in self._reserved and i not in self._in_flight)
 
     def _confirm(self, i: int) -> Conv2dConfig | None:
         """The config at index ``i`` if the space says it is valid (the pre-filter is only a hint)."""
@@ -240,7 +291,8 @@ class Tuner:
             size = min(2 * size, _CHUNK)
         if len(picks) < n and len(self.space) <= _SCAN_LIMIT:  # small, nearly exhausted space:
             rest = self._valid_indices()                       # the remaining valid configs
-            rest = rest[~np.isin(rest, np.fromiter(self._measured | taken | self._invalid, np.int64))]
+            rest = rest[~np.isin(rest, np.fromiter(self._measured | self._in_flight | taken | self._invalid,
+                                                   np.int64))]
             picks += self._take(self.rng.permutation(rest), n - len(picks), taken)
         return picks
 
@@ -265,6 +317,25 @@ class Tuner:
                 parts.append(idx[valid_mask(self.space, positions_from_indices(self.space, idx))])
             self._all_valid = np.concatenate(parts)
         return self._all_valid
+
+
+class _OneAtATime:
+    """A plain ``measure(configs)`` as a stream with nothing in flight ahead: each batch is
+    measured when it is collected."""
+
+    depth = 1
+
+    def __init__(self, measure):
+        self.measure = measure
+
+    def submit(self, configs):
+        return configs
+
+    def collect(self, configs):
+        return self.measure(configs)
+
+    def cancel(self, configs):
+        return [None] * len(configs)
 
 
 def _measured_on(record) -> str | None:

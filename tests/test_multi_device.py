@@ -1,10 +1,14 @@
 """Measuring on several devices: scheduling over fake runners (one dies mid-batch, one hangs),
-the exit code when every device is lost, the device each record names, and the RPC runner end
-to end through a real TVM tracker and server on localhost (its device is the server's CPU, with a
-CPU kernel: no GPU here)."""
+the pipeline (the next batch builds while this one runs; every finished result is logged after
+an interrupt or the loss of every device), the exit code when every device is lost, the device
+each record names, and the RPC runner end to end through a real TVM tracker and server on
+localhost (its device is the server's CPU, with a CPU kernel and a CPU output checker: no GPU
+here), with the bytes it sends counted by a proxy."""
 
+import _thread
 import concurrent.futures as cf
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -36,6 +40,7 @@ class FakeRunner:
         self.label, self.die_after, self.hang_after, self.delay = label, die_after, hang_after, delay
         self.device = GPU
         self.runs, self.stops = [], 0
+        self.ended = []  # (build number, time.monotonic()) of each run that returned
         self.release = threading.Event()
 
     def run(self, so_path, key, tensors):
@@ -45,19 +50,24 @@ class FakeRunner:
             self.release.wait(60)
         self.runs.append(so_path)
         time.sleep(self.delay)
-        return "ok", [1e-4 * (1 + int(Path(so_path).stem.split("_")[-1]))]
+        number = int(Path(so_path).stem.split("_")[-1])
+        self.ended.append((number, time.monotonic()))
+        return "ok", [1e-4 * (1 + number)]
 
     def stop(self):
         self.stops += 1
 
 
-def _measurer(tmp_path, runners, monkeypatch, hang_timeout=None):
-    """A LocalMeasurer whose builds are instant fakes (a file per config) and whose runners are ``runners``."""
+def _measurer(tmp_path, runners, monkeypatch, hang_timeout=None, builds=None):
+    """A LocalMeasurer whose builds are instant fakes (a file per config, numbered in submission
+    order; ``builds`` gets the time.monotonic() of each) and whose runners are ``runners``."""
     space = conv2d_space(SMALL, GPU)
     measurer = LocalMeasurer(space, MeasureOptions(build_workers=1), runners=runners)
     counter = iter(range(10**6))
 
     def fake_submit(config):
+        if builds is not None:
+            builds.append(time.monotonic())
         future = cf.Future()
         path = tmp_path / f"kernel_{next(counter)}.so"
         path.write_bytes(b"x")
@@ -169,6 +179,161 @@ def test_batches_are_sized_to_the_devices(tmp_path, monkeypatch):
     assert sizes == [12, 12] and summary.devices == 3 and summary.configs_per_minute > 0
 
 
+# ---- the pipeline: one batch in flight ahead ---------------------------------------------
+def _tune(tmp_path, monkeypatch, runners, n_trial=40, builds=None, **kw):
+    """tune_workload on SMALL over fake runners, batches of 4 configs per device; the log's lines."""
+    log = tmp_path / "t.jsonl"
+    measurer = _measurer(tmp_path, runners, monkeypatch, builds=builds)
+    summary = autotune.tune_workload(SMALL, n_trial, log, tuner="random", batch_size=4, seed=0, gpu=GPU,
+                                     shipped_transfer=False, compare_cudnn=False,
+                                     measurer_factory=lambda space, options: measurer, **kw)
+    return summary, _lines(log)
+
+
+def _lines(log):
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_next_batch_builds_while_this_one_runs_and_trials_stay_exact(tmp_path, monkeypatch):
+    runners = [FakeRunner("cuda:0", delay=0.1), FakeRunner("cuda:1", delay=0.1)]
+    builds = []
+    summary, lines = _tune(tmp_path, monkeypatch, runners, builds=builds)
+    run_ends = dict(end for runner in runners for end in runner.ended)
+    batches = [range(start, start + 8) for start in range(0, 40, 8)]  # 4 configs per device
+    for batch, following in zip(batches, batches[1:]):
+        assert min(builds[n] for n in following) < max(run_ends[n] for n in batch)  # they overlap
+    assert summary.trials == len(lines) == len(run_ends) == len(builds) == 40  # never more than --trials
+    assert len({line["config"]["index"] for line in lines}) == 40  # no config measured twice
+    assert summary.batches and [count for _, count in summary.batches] == [8] * 5
+
+
+def test_early_stopping_counts_the_configs_in_flight(tmp_path, monkeypatch):
+    """Every config after the first is slower (fake times grow with the build number): the search
+    stops exactly 10 trials after the first, as a search measuring one batch at a time does."""
+    summary, lines = _tune(tmp_path, monkeypatch, [FakeRunner("cuda:0"), FakeRunner("cuda:1")],
+                           early_stopping=10)
+    assert summary.trials == len(lines) == 11
+
+
+def test_a_stop_cancels_the_batch_in_flight_and_logs_what_it_finished(tmp_path, monkeypatch, caplog):
+    caplog.set_level("INFO")
+    summary, lines = _tune(tmp_path, monkeypatch, [FakeRunner("cuda:0"), FakeRunner("cuda:1")], deadline=0.0)
+    assert 8 <= summary.trials == len(lines) < 24  # the first batch, and what the next one finished
+    assert len({line["config"]["index"] for line in lines}) == len(lines)
+    assert "stopped with 8 configs in flight" in caplog.text
+
+
+def test_an_interrupt_mid_pipeline_keeps_every_finished_result(tmp_path, monkeypatch):
+    """Ctrl-C while the second batch runs (the third is queued): the log holds every run that
+    finished, those of the batches cut short included."""
+    log = tmp_path / "t.jsonl"
+    pause, release, trigger = threading.Event(), threading.Event(), threading.Lock()
+    parked = []
+
+    class Interrupting(FakeRunner):
+        def run(self, so_path, key, tensors):
+            if pause.is_set():
+                parked.append(self.label)
+                release.wait(30)
+                return "ok", [1.0]  # too late: its batch was cancelled
+            second_batch = sum(len(r.ended) for r in runners) >= 11
+            if second_batch and len(_lines(log)) >= 8 and trigger.acquire(blocking=False):
+                pause.set()  # the other runner finishes its run, then parks
+                deadline = time.time() + 10
+                while not parked and time.time() < deadline:
+                    time.sleep(0.01)
+                _thread.interrupt_main()
+                return self.run(so_path, key, tensors)
+            return super().run(so_path, key, tensors)
+
+    runners = [Interrupting("cuda:0", delay=0.05), Interrupting("cuda:1", delay=0.05)]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _tune(tmp_path, monkeypatch, runners)
+    finally:
+        release.set()
+    lines = _lines(log)
+    finished = sum(len(r.ended) for r in runners)
+    assert len(lines) == finished and 8 < finished < 16  # the first batch and part of the second
+    assert len({line["config"]["index"] for line in lines}) == len(lines)
+
+
+def test_losing_every_device_mid_pipeline_keeps_every_finished_result(tmp_path, monkeypatch):
+    runners = [FakeRunner("cuda:0", die_after=7), FakeRunner("cuda:1", die_after=7)]
+    with pytest.raises(AllDevicesLost):
+        _tune(tmp_path, monkeypatch, runners)
+    lines = _lines(tmp_path / "t.jsonl")
+    assert len({line["config"]["index"] for line in lines}) == len(lines)
+    # 8 + 6 of the second batch (and a run error for a candidate that took 3 runners down, if one did)
+    assert sum(line["result"][1] == 0 for line in lines) == 14 and len(lines) <= 15
+
+
+def test_a_build_timeout_restarts_the_pool_and_the_next_batch_still_builds(tmp_path):
+    """The first batch's build hangs past its deadline while the next batch's builds wait behind
+    it in the pool: the hung one is a build timeout, the others are built by the new pool."""
+    import cloudpickle
+
+    from tc_autotune.measure import _run_pickled
+
+    space = conv2d_space(SMALL, GPU)
+    measurer = LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=0.5), runners=[FakeRunner("cuda:0")])
+    counter = iter(range(10**6))
+
+    def fake_build(number, seconds, folder):
+        time.sleep(seconds)
+        path = os.path.join(folder, f"kernel_{number}.so")
+        open(path, "wb").close()
+        return path, None, seconds
+
+    def submit(config):
+        seconds = 600 if config == hung else 0.01
+        payload = cloudpickle.dumps((fake_build, (next(counter), seconds, str(tmp_path))))
+        return measurer._pool.submit(_run_pickled, payload)
+
+    measurer._submit = submit
+    hung, *others = _configs(6)  # more than the pool has taken to its call queue
+    with measurer:
+        first, second = measurer.submit([hung]), measurer.submit(others)
+        (timed_out,) = measurer.collect(first)
+        results = measurer.collect(second)
+    assert timed_out.error_no == MeasureErrorNo.BUILD_TIMEOUT
+    assert all(r.ok for r in results), [r.error_msg for r in results]
+
+
+def test_runs_go_by_batch_and_cancelled_ones_are_skipped():
+    from tc_autotune.dispatch import Dispatcher
+
+    gate, order, done = threading.Event(), [], []
+
+    class Gated:
+        label, device = "cuda:0", GPU
+
+        def run(self, name):
+            gate.wait(10)
+            order.append(name)
+            return "ok", [1e-3]
+
+        def stop(self):
+            pass
+
+    dispatcher = Dispatcher([Gated()], hang_timeout=60)
+    try:
+        report = lambda status, payload, label: done.append(status)  # noqa: E731
+        dispatcher.submit(("first",), report, priority=0)
+        time.sleep(0.5)  # the runner holds "first"
+        dispatcher.submit(("later batch",), report, priority=2)
+        skipped = dispatcher.submit(("cancelled",), report, priority=1)
+        dispatcher.submit(("earlier batch",), report, priority=1)
+        skipped.cancel()
+        gate.set()
+        deadline = time.time() + 10
+        while len(done) < 4 and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        dispatcher.close()
+    assert order == ["first", "earlier batch", "later batch"] and sorted(done) == ["cancelled", "ok", "ok", "ok"]
+
+
 def test_device_choice_keeps_one_gpu_model():
     gpus = [LocalDevice(0, "NVIDIA H100", "GPU-a"), LocalDevice(1, "NVIDIA H100", "GPU-b"),
             LocalDevice(2, "NVIDIA A100", "GPU-c")]
@@ -239,16 +404,16 @@ def rpc_servers():
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)]  # it serves from a child process
 
-    def start_server():
+    def start_server(key="test", *options):
         procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                       "--tracker", f"127.0.0.1:{port}", "--key", "test"],
+                                       "--tracker", f"127.0.0.1:{port}", "--key", key, *options],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       start_new_session=True))  # its listener is a child process
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
                 info = tvm.rpc.connect_tracker("127.0.0.1", port).summary()["queue_info"]
-                if info.get("test", {}).get("free"):
+                if info.get(key, {}).get("free"):
                     return procs[-1]
             except Exception:
                 pass
@@ -326,6 +491,90 @@ def test_rpc_runner_checks_and_times_on_the_remote_device(tmp_path, monkeypatch,
             measure(configs[:1])
     assert not os.path.exists(tmp_path / "a.so")  # measured kernels are removed
     np.testing.assert_array_less(0, ok.costs)
+
+
+class _CountingProxy:
+    """Forwards TCP connections from ``listen`` to ``target`` and counts the bytes each way, in a
+    process of its own (in this one it would wait for the GIL, which TVM holds while it frees a
+    remote object and waits for the server's answer)."""
+
+    def __init__(self, listen, target):
+        context = multiprocessing.get_context("fork")
+        self._counts = context.Array("q", 2)  # sent to the server, received from it
+        server = socket.create_server(listen)  # bound before any client is told the address
+        self._process = context.Process(target=_relay, args=(server, target, self._counts), daemon=True)
+        self._process.start()
+        server.close()
+
+    @property
+    def bytes(self) -> int:
+        return self._counts[0] + self._counts[1]
+
+    def close(self):
+        self._process.kill()
+        self._process.join(10)
+
+
+def _relay(server, target, counts):
+    def pump(source, sink, which):
+        try:
+            while data := source.recv(1 << 16):
+                with counts.get_lock():
+                    counts[which] += len(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+    while True:
+        client, _ = server.accept()
+        upstream = socket.create_connection(target)
+        threading.Thread(target=pump, args=(client, upstream, 0), daemon=True).start()
+        threading.Thread(target=pump, args=(upstream, client, 1), daemon=True).start()
+
+
+def test_rpc_candidates_send_no_output_sized_data(tmp_path, monkeypatch, rpc_servers):
+    """The inputs, reference, NaN template and checker go to the server once per session; per
+    candidate only the kernel's library goes up and a few numbers come back (counted by a proxy
+    between this process and the server: the server tells the tracker the proxy's address)."""
+    from tc_autotune.rpc_runner import RpcRunner
+
+    port, start_server = rpc_servers
+    server_port = _free_port()
+    proxy = _CountingProxy(("127.0.0.2", server_port), ("127.0.0.1", server_port))
+    try:
+        start_server("counted", "--no-fork", "--port", str(server_port), "--port-end", str(server_port + 1),
+                     "--custom-addr", "127.0.0.2")
+        workload = workloads.get("n=2,h=56,c=8,k=64,r=1")
+        out_bytes = np.prod(workload.out_shape) * 4  # 1.6 MB of fp32
+        probed = GpuInfo("Remote Fake GPU", "sm_90", 132)
+        runner = RpcRunner("", MeasureOptions(repeat=2, min_repeat_ms=1, run_timeout=60),
+                           RpcDevice("127.0.0.1", port, "counted"), device_type="cpu", probe=lambda dev: probed)
+        runner.connect()
+        space = conv2d_space(workload, probed)
+        configs = [c for c in space.sample(40, seed=5) if not workspaces(workload, c)][:4]
+        kernels = iter([_cpu_conv(tmp_path / f"{i}.so", workload) for i in range(4)])
+        library_bytes = os.path.getsize(tmp_path / "3.so")
+        with LocalMeasurer(space, MeasureOptions(build_workers=1), runners=[runner]) as measure:
+            runner.inputs_dir = measure.inputs_dir
+
+            def fake_build(config):
+                future = cf.Future()
+                future.set_result((next(kernels), None, 0.01))
+                return future
+
+            monkeypatch.setattr(measure, "_submit", fake_build)
+            start = proxy.bytes
+            assert measure(configs[:1])[0].ok  # the session's setup and one candidate
+            setup = proxy.bytes - start
+            results = measure(configs[1:])
+            per_candidate = (proxy.bytes - start - setup) / 3
+    finally:
+        proxy.close()
+    assert all(r.ok for r in results), [r.error_msg for r in results]
+    assert setup > 2 * out_bytes  # the reference and the NaN template went up (through the proxy)
+    assert per_candidate < library_bytes + 64 * 1024 < out_bytes / 8, (per_candidate, library_bytes)
 
 
 def test_a_remote_cuda_init_error_is_one_line_with_the_fix():
