@@ -93,8 +93,9 @@ def test_cuda_checker_agrees_with_numpy_on_real_kernels(tmp_path, spec, knobs):
     dev = tvm.cuda(0)
     path = checker.export(str(tmp_path / "check.so"), shape, dtype, checker.target_for("cuda", space.gpu.arch))
     bench = Bench(dev, [data, weight], reference, tvm.runtime.load_module(path))
-    out, *extra = bench.arguments([(shape, dtype), *kernel.workspaces])
-    kernel._function()(*bench.inputs, out, *extra)
+    args = bench.arguments([(shape, dtype), *kernel.workspaces])  # inputs, out, workspaces
+    out = args[len(bench.inputs)]
+    kernel._function()(*args)
     dev.sync()
     expected = relative_l2_error(out.numpy(), reference)
     assert bench.error() == pytest.approx(expected, rel=1e-6) and expected < TOLERANCE
