@@ -101,8 +101,9 @@ def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: fl
 class _Batch:
     """A submitted batch: its results so far and its candidates still building or running."""
 
-    def __init__(self, seq: int, configs, workload, key: str):
+    def __init__(self, seq: int, configs, workload, key: str, out_spec: tuple):
         self.seq, self.configs, self.workload, self.key = seq, list(configs), workload, key
+        self.out_spec = out_spec  # the output's (shape, dtype)
         self.results: list[MeasureResult | None] = [None] * len(self.configs)
         self.submitted = time.time()
         self.building: dict = {}  # index -> its build's future
@@ -158,6 +159,7 @@ class LocalMeasurer:
             np.savez(path, **{f"input_{i}": array for i, array in enumerate(inputs)},
                      reference=task.reference(self.workload, *inputs))
         _, out_shape, out_dtype = task.signature(self.workload)[-1]
+        self._out_spec = (out_shape, out_dtype)
         for device_type in {getattr(s.runner, "device_type", None) for s in self._dispatcher.slots} - {None}:
             check = checker_path(self._tmp.name, self._key, device_type)
             if not os.path.exists(check):  # the runners' output checker, built once per workload
@@ -208,7 +210,7 @@ class LocalMeasurer:
         """Start measuring ``configs``: invalid ones are results at once, the others queue for
         the build pool and then for the runners (behind the runs of earlier batches)."""
         with self._lock:
-            batch = _Batch(next(self._seq), configs, self.workload, self._key)
+            batch = _Batch(next(self._seq), configs, self.workload, self._key, self._out_spec)
             self._batches.append(batch)
             for i, config in enumerate(batch.configs):
                 reason = self.space.why_invalid(config)
@@ -297,8 +299,7 @@ class LocalMeasurer:
             if error:
                 batch.results[i] = MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, batch.elapsed())
             else:
-                _, out_shape, out_dtype = tasks.of(batch.workload).signature(batch.workload)[-1]
-                tensors = [(out_shape, out_dtype), *workspaces(batch.workload, batch.configs[i])]
+                tensors = [batch.out_spec, *workspaces(batch.workload, batch.configs[i])]
                 batch.running[i] = self._dispatcher.submit(
                     (so_path, batch.key, tensors),
                     lambda status, payload, label: self._ran(batch, i, so_path, status, payload, label),
