@@ -19,6 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
 from tc_autotune import cli  # noqa: E402  (no TVM import)
+from tc_autotune.tuner import XGB_VARIANTS  # noqa: E402  (no TVM import either)
 
 EXIT_INCOMPLETE = 7
 
@@ -29,7 +30,7 @@ def parse_args(argv):
     p.add_argument("--out", type=cli.writable_dir, help="folder of the study's logs (the job's best_log_dir)")
     p.add_argument("--trials", type=cli.positive_int, default=256, help="trials of the transfer run (256)")
     p.add_argument("--plain-trials", type=cli.positive_int, default=64, help="trials without transfer (64)")
-    p.add_argument("--tuner", choices=("xgb", "xgb-joint"), default="xgb",
+    p.add_argument("--tuner", choices=tuple(XGB_VARIANTS), default="xgb",
                    help="search of the transfer arm (xgb); another one gets a log of its own")
     p.add_argument("--budget-minutes", type=cli.positive_float, help="stop starting workloads after this")
     p.add_argument("--estimate-minutes", type=cli.positive_float, default=0.0,

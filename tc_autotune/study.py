@@ -23,14 +23,15 @@ from . import records, zero_shot
 from .autotune import time_configs, tune_workload
 from .benchmark import geomean, ms_cell, ratio_cell
 from .space import conv2d_space
+from .tuner import XGB_VARIANTS
 from .workloads import Conv2dWorkload, display_name
 
 log = logging.getLogger(__name__)
 
 CHECKPOINTS = (32, 64, 256)  # trials of the transfer run whose best is reported
-# Transfer runs the report looks for: today's default, and the pooled fit it replaced
-# (the held-out logs of BENCHMARKS section 11 were searched by it).
-TRANSFER_TUNERS = ("xgb", "xgb-joint")
+# Transfer runs the report looks for: today's default and the variants it is compared with
+# (BENCHMARKS 11 and 13: the pooled fit, residual transfer without the hedge, a faster fade).
+TRANSFER_TUNERS = tuple(XGB_VARIANTS)
 PLAIN_TRIALS = 64  # trials of the run without transfer
 
 

@@ -361,6 +361,40 @@ def test_transfer_learning_finds_good_configs_sooner():
     assert np.mean(warm) <= np.mean(cold), (warm, cold)
 
 
+@pytest.mark.parametrize("hedge", [True, False])
+def test_transfer_runs_hedge_with_the_prior_until_their_own_results_arrive(monkeypatch, hedge):
+    """Before the first result of this workload, a hedged transfer run measures the prior's
+    diverse picks beside the transfer model's (half each); afterwards only the model picks."""
+    space = space_of("rfc-3x3-b32")
+    tuner = XGBTuner(space, seed=0, hedge=hedge)
+    tuner.load_history(records_of(space_of("tutorial"), 64, seed=1))
+    calls = []
+    real = XGBTuner._anneal
+
+    def spy(self, n, taken, score=None, diverse=False):
+        calls.append((n, "prior" if score == self._prior else "model", diverse))
+        return real(self, n, taken, score, diverse)
+
+    monkeypatch.setattr(XGBTuner, "_anneal", spy)
+    first = tuner.next_batch(16)  # 1 default + 13 searched + 2 random
+    assert len(set(first)) == 16 and first[0] == space.default_config()
+    assert calls == ([(6, "prior", True), (7, "model", False)] if hedge else [(13, "model", False)])
+    calls.clear()
+    tuner.update(first, SyntheticMeasure(space)(first))
+    assert len(tuner.next_batch(16)) == 16 and calls == [(14, "model", False)]
+
+
+def test_tuner_names_build_their_variants():
+    from tc_autotune.tuner import XGB_VARIANTS, make_tuner
+    space = space_of("tutorial")
+    made = {name: make_tuner(name, space, seed=0) for name in XGB_VARIANTS}
+    assert made["xgb"].transfer == "residual" and made["xgb"].model.half_life == 64
+    assert made["xgb-hedged"].hedge and not made["xgb-unhedged"].hedge and made["xgb-joint"].transfer == "joint"
+    assert made["xgb-fast-fade"].hedge and made["xgb-fast-fade"].model.half_life == 16
+    with pytest.raises(ValueError, match="unknown tuner"):
+        make_tuner("xgb-nonsense", space)
+
+
 def test_annealing_one_batch_on_the_full_space_is_fast():
     space = space_of("tutorial")
     assert len(space) > 2_000_000
