@@ -417,7 +417,7 @@ class XGBTuner(Tuner):
 
     def __init__(self, space: ConfigSpace, seed: int | None = None, explore_ratio: float = 0.15,
                  n_chains: int = 128, n_steps: int = 100, temperature: float = 1.0,
-                 transfer: str = "residual", hedge: bool = False, half_life: float = 64.0):
+                 transfer: str = "residual", hedge: bool = True, half_life: float = 64.0):
         super().__init__(space, seed)
         if transfer not in TRANSFER_MODES:
             raise ValueError(f"unknown transfer mode {transfer!r} (one of {', '.join(TRANSFER_MODES)})")

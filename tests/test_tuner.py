@@ -338,7 +338,12 @@ def test_xgb_tuner_beats_random_search(name):
     assert np.mean(xgb) < 0.9 * np.mean(rnd), (xgb, rnd)
 
 
-def test_transfer_learning_finds_good_configs_sooner():
+@pytest.mark.parametrize("hedge", [False, True])
+def test_transfer_learning_finds_good_configs_sooner(hedge):
+    """The transfer model alone (no hedge) finds good configs sooner than a cold start.  The
+    hedge spends half of the first batch on the prior's picks: on this objective, whose
+    transfer records are uniform random samples, that costs a little (measured on real
+    histories and GPUs it gained, BENCHMARKS 16), so hedged runs only have to stay close."""
     target = space_of("rfc-3x3-b32")
     sources = ("tutorial", "rfc-1x1-b32", "resnet50-res4-3x3-256-256-b8")
     transfer = [r for i, name in enumerate(sources) for r in records_of(space_of(name), 128, seed=i)]
@@ -346,7 +351,7 @@ def test_transfer_learning_finds_good_configs_sooner():
     for seed in range(3):
         random_first.append(RandomTuner(target, seed=seed).tune(16, SyntheticMeasure(target))[1])
         for pretrained, best, first in ((False, cold, cold_first), (True, warm, warm_first)):
-            tuner = XGBTuner(target, seed=seed)
+            tuner = XGBTuner(target, seed=seed, hedge=hedge)
             if pretrained:
                 assert tuner.load_history(transfer) == 0  # other workloads: training data only
                 assert tuner.model.fitted and not tuner.history
@@ -358,7 +363,7 @@ def test_transfer_learning_finds_good_configs_sooner():
     # model trained on other workloads: both must clearly beat an uninformed random batch.
     assert np.mean(warm_first) < 0.8 * np.mean(random_first), (warm_first, random_first)
     assert np.mean(cold_first) < 0.8 * np.mean(random_first), (cold_first, random_first)
-    assert np.mean(warm) <= np.mean(cold), (warm, cold)
+    assert np.mean(warm) <= np.mean(cold) * (1.2 if hedge else 1.0), (warm, cold)
 
 
 @pytest.mark.parametrize("hedge", [True, False])
