@@ -18,7 +18,8 @@ has its own version, probes and fingerprints (``DENSE_PROBES``: both weight layo
 batched A, tiny M), so the conv2d ones stay as they were.  Fused epilogues are made by the
 same generator (same versions) but probed apart (``FUSED_PROBES``, ``DENSE_FUSED_PROBES``),
 so adding them changed no plain fingerprint; a change of their code bumps the task's version
-like any other.
+like any other.  So are the knobs appended since (``LATER_KNOBS``: ``IN_FLIGHT_PROBES``,
+``DENSE_IN_FLIGHT_PROBES``); at their default a config's code and hash are what they were.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import tvm
 from . import cuda, tasks
 from .gpu import gpu_for_arch
 from .kernel import build_arch
-from .space import Conv2dConfig
+from .space import KNOB_DEFAULTS, Conv2dConfig
 from .workloads import get
 
 TEMPLATE_VERSION = tasks.CONV2D.template_version
@@ -120,6 +121,37 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# Knobs appended after the fingerprints above were first recorded: a config that leaves them
+# at their default generates the code it did before them, and hashes without them.
+LATER_KNOBS = ("wgmma_in_flight",)
+
+# wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
+# warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its
+# version as above.
+_IN_FLIGHT = dict(_WGMMA, wgmma_in_flight=1)
+IN_FLIGHT_FINGERPRINTS = {
+    1: "509dc5452a5ba3ca4c8416a0758aafc15483edf7f71d1ab88fcbdee640ba331f",
+}
+IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-3x3-b256", dict(_IN_FLIGHT, warp_col_tiles=8, block_col_warps=1, stages=3)),
+    ("tutorial", dict(_IN_FLIGHT, warp_col_tiles=4, stages=2)),
+    ("resnet50-res5-3x3-512-512-s2-b1", dict(_IN_FLIGHT, warp_col_tiles=4, warp_row_tiles=1, split_k=4, stages=4)),
+    ("n=3,h=17,w=23,c=40,k=72,r=5,s=3,stride=2x1,pad=2x1,dilation=2,out_dtype=float16",
+     dict(_IN_FLIGHT, warp_col_tiles=4, warp_row_tiles=1, block_col_warps=1, stages=2)),
+    ("n=8,h=14,c=256,k=256,r=3,pad=1,dtype=float32", dict(_IN_FLIGHT, warp_col_tiles=4, stages=3)),
+    ("rfc-3x3-b256-bias_residual_relu", dict(_IN_FLIGHT, warp_col_tiles=4, warp_row_tiles=4, stages=3)),
+)
+DENSE_IN_FLIGHT_FINGERPRINTS = {
+    2: "94b4f92a512e47fd1dffc9c396c3a7e4a2c14db9c3a594c17ada2ce1212c6169",
+}
+DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=256,n=256,k=512", dict(_IN_FLIGHT, warp_col_tiles=4, stages=3)),
+    ("dense:m=256,n=256,k=512,b=nk,out_dtype=float16", dict(_IN_FLIGHT, warp_col_tiles=4, stages=2)),
+    ("dense:m=64,n=1024,k=4096,b=nk", dict(_IN_FLIGHT, warp_row_tiles=1, warp_col_tiles=8, block_col_warps=1,
+                                           split_k=4, stages=3)),
+)
+
+
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
     return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
@@ -130,8 +162,14 @@ def generated_code(workload, config, arch: str = PROBE_ARCH) -> dict:
     gpu = gpu_for_arch(arch)
     build = build_arch(config, gpu)
     executable = tasks.of(workload).lower(workload, config, tvm.target.Target({"kind": "cuda", "arch": build}))
-    return {"workload": str(workload), "config": config.as_dict(), "arch": build,
+    return {"workload": str(workload), "config": hashed_config(config), "arch": build,
             "nvcc_flags": list(cuda.NVCC_FLAGS), "source": executable.mod.imports[0].inspect_source()}
+
+
+def hashed_config(config) -> dict:
+    """The config as ``generated_code`` records it: without the later knobs at their default."""
+    return {knob: value for knob, value in config.as_dict().items()
+            if knob not in LATER_KNOBS or value != KNOB_DEFAULTS[knob]}
 
 
 def fingerprint(probes=PROBES) -> str:
@@ -160,3 +198,6 @@ if __name__ == "__main__":
     print(f"DENSE_TEMPLATE_VERSION {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_PROBES)}")
     print(f"fused, version {TEMPLATE_VERSION}: fingerprint {fingerprint(FUSED_PROBES)}")
     print(f"dense fused, version {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_FUSED_PROBES)}")
+    print(f"wgmma in flight, version {TEMPLATE_VERSION}: fingerprint {fingerprint(IN_FLIGHT_PROBES)}")
+    print(f"dense wgmma in flight, version {DENSE_TEMPLATE_VERSION}: fingerprint "
+          f"{fingerprint(DENSE_IN_FLIGHT_PROBES)}")

@@ -43,11 +43,21 @@ def _path(name: str, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
     return tuple(Rule(r.name, r.ok, r.message, path=name) for r in rules)
 
 
+# wgmma_in_flight belongs to the wgmma path: the others require its default.
+_NO_WGMMA = {"wgmma_in_flight": 0}
+
+
+def _no_wgmma_rule(name: str) -> Rule:
+    return requires_rule(name, "wgmma_in_flight", 0,
+                         lambda cfg, v, c: f"wgmma_in_flight={cfg.wgmma_in_flight} keeps wgmma groups in flight: "
+                                           f"it needs intrinsic=wgmma, not {name}")
+
+
 # mma: 16x16x16 tiles, sm_80's m16n8k16, and shared tiles whose rows the XOR swizzle can
 # permute (multiples of 32 fp16; it replaces the padding offsets).
 _MMA_REQUIRES = {"wmma": "m16n16k16", "offset_a": 0, "offset_b": 0}
 MMA = IntrinsicPath(
-    "mma", requires=_MMA_REQUIRES, min_arch=80, swizzled=True,
+    "mma", requires={**_MMA_REQUIRES, **_NO_WGMMA}, min_arch=80, swizzled=True,
     # H100: ~1.1x over WMMA on padded tiles
     prior_weight=1.1,
     rules=_path("mma", (
@@ -60,11 +70,14 @@ MMA = IntrinsicPath(
         Rule("mma_swizzled_rows", lambda v, c: (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0),
              lambda cfg, v, c: f"intrinsic=mma: block_k={v['bk']} and block_n={v['bn']} "
                                "must be multiples of 32 (swizzled rows)"),
+        _no_wgmma_rule("mma"),
     )))
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte
 # swizzled row of 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to
 # double-buffer); warpgroup tiles are whole 64-column swizzle atoms (warp_col_tiles 4 or 8).
+# wgmma_in_flight=1 overlaps a k-step's wgmma with the next one's wait for its data, so the
+# copies that follow must fill another shared buffer: two stages at least.
 _WGMMA_REQUIRES = {**_MMA_REQUIRES, "block_row_warps": 4, "chunk": 4, "frag_buffers": 1}
 WGMMA = IntrinsicPath(
     "wgmma", requires=_WGMMA_REQUIRES, min_arch=90, arch_suffix="a", swizzled=True,
@@ -78,9 +91,13 @@ WGMMA = IntrinsicPath(
              lambda cfg, v, c: f"intrinsic=wgmma: warp_col_tiles={cfg.warp_col_tiles} gives a warpgroup "
                                f"{cfg.warp_col_tiles * 16} columns, not a multiple of the 64-column "
                                "swizzle atom"),
+        Rule("wgmma_in_flight_stages", lambda v, c: (v["wgmma_in_flight"] == 0) | (v["stages"] >= 2),
+             lambda cfg, v, c: f"wgmma_in_flight=1 needs stages >= 2, not {cfg.stages}: the next k-step's "
+                               "copy must fill another buffer than the one the wgmma in flight reads"),
     )))
 
-WMMA = IntrinsicPath("wmma")  # WMMA fragments on padded shared tiles: any shape, sm_70+
+# WMMA fragments on padded shared tiles: any shape, sm_70+
+WMMA = IntrinsicPath("wmma", requires=_NO_WGMMA, rules=_path("wmma", (_no_wgmma_rule("wmma"),)))
 
 PATHS: dict[str, IntrinsicPath] = {p.name: p for p in (WMMA, MMA, WGMMA)}
 assert tuple(PATHS) == KNOBS["intrinsic"], "every intrinsic knob value needs exactly one entry"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+import tvm
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
@@ -423,18 +424,22 @@ def mma_intrinsics(smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR) ->
 # TVM's permuted layout for 64-element fp16 rows): A is K-major, 64-row slabs of (row, 64 k);
 # B is MN-major in 64-column atoms, (N / 64, 64 k, 64 n), its atom stride passed in bytes,
 # or, stored [n][k] (col_major), K-major rows (n, 64 k) like A's: wgmma's native B layout.
+# With groups in flight (``in_flight``), a call waits only for the previous call's group; the
+# accumulators stay "+f" operands of every asm that touches them while a group runs (ptxas
+# would serialize the wgmmas if any other instruction did), up to ``wgmma_drain``.
 WGMMA_M = 64  # rows of one warpgroup instruction
 WGMMA_K = 64  # k of one call: a 128-byte swizzled row of fp16, four k16 instructions
 WGMMA_ATOM = 64  # columns of one B atom
 _ACC_FRAGMENT = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
 
 
-def _wgmma_name(n: int, b_layout: str) -> str:
-    return f"tc_wgmma_m64n{n}k64{_b_tag(b_layout)}"
+def _wgmma_name(n: int, b_layout: str, in_flight: bool = False) -> str:
+    return f"tc_wgmma_m64n{n}k64{_b_tag(b_layout)}{'_in_flight' if in_flight else ''}"
 
 
-def _wgmma_source(n: int, b_layout: str = ROW_MAJOR) -> str:
-    """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them.
+def _wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False) -> str:
+    """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them
+    (``in_flight``: for the previous call's only, so this call's group runs on).
     A col_major B is K-major like A (same descriptor, same k-steps, not transposed)."""
     regs = ",".join(f"%{i}" for i in range(n // 2))
     outs = ", ".join(f'"+f"(c[first + {i // 8}].x[{i % 8}])' for i in range(n // 2))
@@ -447,7 +452,7 @@ def _wgmma_source(n: int, b_layout: str = ROW_MAJOR) -> str:
             "((unsigned long long)((b_atom_bytes & 0x3FFFF) >> 4) << 16)", 128, 1,
             "B: the atom stride; unused for A", "+32 B along the A rows, +16 rows (2048 B) of B")
     return f"""
-__device__ __forceinline__ void {_wgmma_name(n, b_layout)}({_ACC_FRAGMENT}* c, int first, const void* a,
+__device__ __forceinline__ void {_wgmma_name(n, b_layout, in_flight)}({_ACC_FRAGMENT}* c, int first, const void* a,
                                                     const void* b, unsigned b_atom_bytes) {{
   // c[first], c[first + 1], ...: this warp's 16 x {n} accumulators, 16 columns per fragment.
   // Descriptors: start address, leading byte offset ({lbo_note}),
@@ -462,12 +467,12 @@ __device__ __forceinline__ void {_wgmma_name(n, b_layout)}({_ACC_FRAGMENT}* c, i
     asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, {trans_b};\\n"
                  : {outs} : "l"(a0 + 2 * k), "l"(b0 + {b_step} * k));
   }}
-  asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned 0;\\n" ::: "memory");
+  asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned {int(in_flight)};\\n" ::: "memory");
 }}
 """
 
 
-def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR):
+def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR, in_flight: bool = False):
     """C[16 x n] (this warp's rows of a warpgroup slab) += A[16 x 64] @ B[64 x n]."""
     from tvm.backend.cuda.op import cuda_func_call
 
@@ -515,21 +520,40 @@ def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR):
             # The instruction reads the warpgroup's 64 rows: from this warp's 16 rows back to
             # the first of its slab (the template stores the four warps' rows as one slab).
             T.evaluate(cuda_func_call(
-                _wgmma_name(n, b_layout), C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
+                _wgmma_name(n, b_layout, in_flight), C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
                 A.access_ptr("r", offset=-(A.elem_offset // (MMA_TILE * a1) % (WGMMA_M // MMA_TILE))
                              * MMA_TILE * a1),
-                B.access_ptr("r"), atom_bytes(b2), source_code=_wgmma_source(n, b_layout)))
+                B.access_ptr("r"), atom_bytes(b2), source_code=_wgmma_source(n, b_layout, in_flight)))
 
     return desc, impl
 
 
-def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR) -> str:
+def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR,
+                    in_flight: bool = False) -> str:
     """Register (once per process) and name the wgmma intrinsic for warpgroup tiles n wide,
-    B's tile in 64-column atoms (row_major) or [n][k] rows (col_major)."""
+    B's tile in 64-column atoms (row_major) or [n][k] rows (col_major); ``in_flight``: its
+    group still runs when the call returns (``wgmma_drain`` waits for the last one)."""
     name = f"{_PREFIX}_wgmma_m64n{n}k64_{smem_scope.replace('.', '_')}{_b_tag(b_layout)}"
+    name += "_in_flight" if in_flight else ""
     with _REGISTERING:
         try:
             TensorIntrin.get(name)
         except Exception:  # not registered yet in this process
-            TensorIntrin.register(name, *_wgmma(n, smem_scope, b_layout))
+            TensorIntrin.register(name, *_wgmma(n, smem_scope, b_layout, in_flight))
     return name
+
+
+def wgmma_drain(accumulators, fragments: int):
+    """The call that waits for every wgmma group in flight before the ``fragments`` 16x16
+    accumulators of ``accumulators`` (a wmma.accumulator buffer) are read.  Its asm takes
+    them as operands, so the compiler keeps every read of them after the wait."""
+    from tvm.backend.cuda.op import cuda_func_call
+
+    name = f"tc_wgmma_drain_{fragments}"
+    regs = ", ".join(f'"+f"(c[{i // 8}].x[{i % 8}])' for i in range(8 * fragments))
+    source = f"""
+__device__ __forceinline__ void {name}({_ACC_FRAGMENT}* c) {{
+  asm volatile("wgmma.wait_group.sync.aligned 0;\\n" : {regs} :: "memory");
+}}
+"""
+    return tvm.tirx.Evaluate(cuda_func_call(name, accumulators, source_code=source))

@@ -35,10 +35,13 @@ KNOBS: dict[str, tuple] = {
     # The Tensor Core instruction path (``intrinsic_paths``): WMMA on padded tiles; mma:
     # ldmatrix + mma.sync on XOR-swizzled tiles; wgmma: Hopper warpgroup MMA.
     "intrinsic": ("wmma", "mma", "wgmma"),
+    # 1: a wgmma call waits only for the previous call's group (wgmma.wait_group 1), so the
+    # Tensor Cores stay busy across k-steps; the accumulators are drained before the store.
+    "wgmma_in_flight": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
-KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma"}
+KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0}
 
 # Knobs whose values are names: vectorised code sees them as positions in KNOBS.
 NAMED_KNOBS = ("wmma", "intrinsic")
@@ -69,6 +72,7 @@ class Conv2dConfig:
     frag_buffers: int = 1
     split_k: int = 1
     intrinsic: str = "wmma"
+    wgmma_in_flight: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:

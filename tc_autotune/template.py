@@ -28,10 +28,11 @@ import math
 from types import SimpleNamespace
 
 import tvm
+import tvm_ffi
 from tvm import te
 
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
-                         wgmma_intrinsic, wmma_intrinsics)
+                         wgmma_drain, wgmma_intrinsic, wmma_intrinsics)
 from . import tasks
 from .dense_workloads import DenseWorkload
 from .epilogue import input_specs as epilogue_input_specs
@@ -253,11 +254,16 @@ def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
         # issued as cp.async (zero-fill where im2col pads) while step ko computes.  A
         # pipelined ki loop is rewritten first, into prologue, steady loop and epilogue.
         compute = 3 if config.frag_buffers > 1 else 1
-        sch.annotate(ko, "software_pipeline_stage", [0, 0] + [config.stages - 1] * compute)
-        sch.annotate(ko, "software_pipeline_order", list(range(2 + compute)))
+        stage, order = [0, 0] + [config.stages - 1] * compute, list(range(2 + compute))
+        if config.wgmma_in_flight:  # [copies, compute], the compute first: "wgmma groups in flight"
+            stage, order = [0, config.stages - 1], [1, 0]
+        sch.annotate(ko, "software_pipeline_stage", stage)
+        sch.annotate(ko, "software_pipeline_order", order)
         sch.annotate(ko, "software_pipeline_async_stages", [0])
     if view.dtype != "float16":
         _schedule_input_cast(sch, view)
+    if config.wgmma_in_flight:
+        return _drain_after(sch, ko, config)
     return sch.mod
 
 
@@ -493,9 +499,67 @@ def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | No
     fill_o, fill_i = sch.split(fill_cols, [None, MMA_TILE])
     sch.reorder(fill_o, fill_rows, fill_i)
     sch.tensorize(fill_rows, names.fill)
-    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM, b_layout))
+    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM, b_layout, in_flight=bool(config.wgmma_in_flight)))
     _align_c_tile(sch, store_name, config)
+    if config.wgmma_in_flight:
+        _copies_for_groups_in_flight(sch, ko, (a_shared, b_shared))
     return ko, None
+
+
+# ---- wgmma groups in flight across k-steps (wgmma_in_flight=1) ---------------------------
+# A k-step's wgmma call returns with its group still running and waits only for the previous
+# call's.  The pipelined ko body is [copies, compute] with the compute first (``schedule_gemm``):
+# wait for step ko's cp.async group, barrier, issue wgmma(ko), wait for wgmma(ko - 1), barrier
+# (every warpgroup is done with ko - 1), then the copies of step ko + stages - 1 into the
+# buffers step ko - 1 read.  After the loop, ``_drain_after`` waits for the last groups.
+def _copies_for_groups_in_flight(sch, ko, copies) -> None:
+    """Put the copies' loop nests under ``ko`` into one loop of one iteration, so the software
+    pipeline sees a single producer.  (With the compute first and the A and B copies apart,
+    TVM 0.27 counts them as two cp.async groups per k-step but commits them as one, and its
+    cp.async wait lets one group too many run.)  With two stages TVM would keep one buffer
+    per tile, as the copy comes after the compute that reads it; the group in flight still
+    reads it, so each copy is double-buffered."""
+    tops = []
+    for block in copies:
+        loops = sch.get_loops(block)
+        depth = next(d for d, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(ko)))
+        tops.append(sch.add_unit_loop(loops[depth + 1]))
+        sch.annotate(block, "double_buffer_scope", 0)
+    sch.merge(*tops)
+
+
+def _drain_after(sch, ko, config: Conv2dConfig) -> tvm.IRModule:
+    """The module with a block calling ``wgmma_drain`` right after the ko loop (so after the
+    pipeline's last steps, which TVM unrolls after it) and before the barrier that precedes
+    the accumulator store: no group still reads the A and B tiles when the C tile overwrites
+    them.  The block declares this warp's accumulator tile (as ``_schedule_wgmma`` tiles M
+    and N), which keeps the accumulator array compacted to one warp's fragments."""
+    bound, sref = {}, sch.get_sref(ko).parent
+    while sref is not None:  # the block, warp and K-slice indices around ko
+        if isinstance(sref.stmt, tvm.tirx.For) and sref.stmt.thread_binding is not None:
+            bound[sref.stmt.thread_binding.thread_tag] = sref.stmt.loop_var
+        sref = sref.parent
+    root = sch.get(sch.get_sblock("root"))
+    accumulators = next(buf for buf in root.alloc_buffers if buf.scope() == "wmma.accumulator")
+    rows, cols = config.warp_row_tiles * MMA_TILE, config.warp_col_tiles * MMA_TILE
+    row = (bound["blockIdx.x"] * config.block_row_warps + bound["threadIdx.y"]) * rows
+    col = (bound["blockIdx.y"] * config.block_col_warps + bound["threadIdx.z"]) * cols
+    tile = (slice(row, row + rows), slice(col, col + cols))
+    if config.split_k > 1:
+        tile = (slice(bound["blockIdx.z"], bound["blockIdx.z"] + 1), *tile)
+    region = accumulators[tile]
+    call = wgmma_drain(accumulators.data, config.warp_row_tiles * config.warp_col_tiles)
+    drain = tvm.s_tir.SBlockRealize([], True, tvm.s_tir.SBlock([], [region], [region], "wgmma_drain", call))
+    loop = sch.get(ko)
+
+    def insert(seq):  # the drain after ko in the sequence that holds it
+        if not any(child.same_as(loop) for child in seq.seq):
+            return seq
+        return tvm.tirx.SeqStmt([stmt for child in seq.seq
+                                 for stmt in ((child, drain) if child.same_as(loop) else (child,))])
+
+    func = sch.mod["main"]
+    return tvm.IRModule({"main": func.with_body(tvm_ffi.structural_map(func.body, (tvm.tirx.SeqStmt, insert)))})
 
 
 # use_async_copy: copies inside a pipeline's async stage become cp.async (no effect elsewhere).

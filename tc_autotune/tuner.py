@@ -596,7 +596,8 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
 def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
     """Rows on the mma or wgmma path get the knob values it requires (offsets 0, 16x16x16;
     for wgmma also a 4-warp warpgroup, chunk 4, one fragment buffer), so a single-knob move
-    from a good WMMA config reaches its twin on that path instead of an invalid point."""
+    from a good WMMA config reaches its twin on that path instead of an invalid point; rows
+    off the wgmma path get wgmma_in_flight=0, its knob."""
     names = list(space.knobs)
     column = pos[:, names.index("intrinsic")]
     for intrinsic, path in PATHS.items():

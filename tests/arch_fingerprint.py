@@ -13,6 +13,12 @@ must leave unchanged, hashed.
 * ``features``: sha256 of ``features_from_positions`` (the prior is its last column) on a
   sample of the tutorial's space.
 
+Knobs and features added after the data file was first written (``LATER_KNOBS``,
+``LATER_FEATURES``) leave the entries above as they were: those spaces pin the knobs to the
+default that reproduces the old kernels, and that hash leaves the features out.  Entries of
+their own cover them (``LATER_VARIANTS``, "<workload>/<arch>/full+<knob>", "features+later"),
+drawn after all the others.
+
     python tests/arch_fingerprint.py --write    # record today's values in tests/data/
 
 ``tests/test_arch_fingerprint.py`` recomputes everything and compares.
@@ -59,6 +65,12 @@ VARIANTS = {
     "wgmma": {"intrinsic": ("wgmma",), **_SWIZZLED, "block_row_warps": (4,), "chunk": (4,),
               "frag_buffers": (1,)},
 }
+# Knobs appended since, pinned in the spaces above; variants that use them.
+LATER_KNOBS = {"wgmma_in_flight": (0,)}
+LATER_VARIANTS = {
+    "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
+}
+LATER_FEATURES = ("wgmma_in_flight",)
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)
 MASK_SAMPLE = 200_000  # indices per full space
@@ -70,7 +82,7 @@ DEFAULTS = (("tutorial", "sm_90"), ("1x1", "sm_90"), ("c3-7x7-s2", "sm_90"), ("o
 
 
 def _space(name: str, arch: str, variant: str | None = None, extra: dict | None = None) -> ConfigSpace:
-    knobs = {**KNOBS, **(VARIANTS[variant] if variant else {}), **(extra or {})}
+    knobs = {**KNOBS, **LATER_KNOBS, **{**VARIANTS, **LATER_VARIANTS}.get(variant, {}), **(extra or {})}
     return ConfigSpace(workloads.get(WORKLOADS[name]), gpu_for_arch(arch), knobs=knobs)
 
 
@@ -93,14 +105,15 @@ def sample_cuda_cases() -> list[dict]:
             config = space.get(rng.randrange(len(space)))
             if config not in found and space.why_invalid(config) is None:
                 found.append(config)
-        cases.extend({"workload": WORKLOADS[name], "config": c.as_dict()} for c in found)
+        cases.extend({"workload": WORKLOADS[name], "config": generator.hashed_config(c)} for c in found)
 
-    for name in WORKLOADS:
-        for variant in VARIANTS:
-            draw(name, variant, None, CUDA_PER_CELL)
-    for name in ("small-grid", "fp32-in", "dilation2"):
-        for variant in VARIANTS:
-            draw(name, variant, {"split_k": (2, 4, 8, 16)}, 1)
+    for variants in (VARIANTS, LATER_VARIANTS):  # the later ones after all the others
+        for name in WORKLOADS:
+            for variant in variants:
+                draw(name, variant, None, CUDA_PER_CELL)
+        for name in ("small-grid", "fp32-in", "dilation2"):
+            for variant in variants:
+                draw(name, variant, {"split_k": (2, 4, 8, 16)}, 1)
     return cases
 
 
@@ -117,6 +130,10 @@ def mask_spaces():
             yield f"{name}/{arch}/full", _space(name, arch), MASK_SAMPLE
             for variant in VARIANTS:
                 yield f"{name}/{arch}/{variant}", _space(name, arch, variant), VARIANT_MASK_SAMPLE
+            for knob in LATER_KNOBS:
+                yield f"{name}/{arch}/full+{knob}", _space(name, arch, extra={knob: KNOBS[knob]}), MASK_SAMPLE
+            for variant in LATER_VARIANTS:
+                yield f"{name}/{arch}/{variant}", _space(name, arch, variant), VARIANT_MASK_SAMPLE
 
 
 def mask_fingerprint(key: str, space: ConfigSpace, n: int) -> dict:
@@ -128,12 +145,17 @@ def mask_fingerprint(key: str, space: ConfigSpace, n: int) -> dict:
             "reasons": _sha("\n".join(reasons).encode())}
 
 
-def features_hash() -> str:
-    space = _space("tutorial", "sm_90")
+def features_hash(later: bool = False) -> str:
+    """The features of the tutorial's space; ``later``: with the later knobs free and the later
+    features, else without either (the entry as first written)."""
+    space = _space("tutorial", "sm_90", extra=({knob: KNOBS[knob] for knob in LATER_KNOBS} if later else None))
     idx = np.random.default_rng(SEED).integers(0, len(space), size=FEATURE_SAMPLE)
     pos = cost_model.positions_from_indices(space, idx)
     pos = pos[cost_model.valid_mask(space, pos)]
-    return _sha(np.ascontiguousarray(cost_model.features_from_positions(space, pos)).tobytes())
+    features = cost_model.features_from_positions(space, pos)
+    if not later:
+        features = features[:, [i for i, f in enumerate(cost_model.FEATURE_NAMES) if f not in LATER_FEATURES]]
+    return _sha(np.ascontiguousarray(features).tobytes())
 
 
 def default_index(name: str, arch: str) -> int:
@@ -147,6 +169,7 @@ def compute(cuda_cases: list[dict]) -> dict:
         "masks": {key: mask_fingerprint(key, space, n) for key, space, n in mask_spaces()},
         "defaults": {f"{name}/{arch}": default_index(name, arch) for name, arch in DEFAULTS},
         "features": features_hash(),
+        "features+later": features_hash(later=True),
     }
 
 

@@ -17,6 +17,8 @@ def test_the_sample_covers_every_path():
         ("wmma", "m16n16k16"), ("wmma", "m8n32k16"), ("wmma", "m32n8k16"), ("mma", "m16n16k16"),
         ("wgmma", "m16n16k16")}
     assert {c["intrinsic"] for c in configs if c["split_k"] > 1} == {"wmma", "mma", "wgmma"}
+    # wgmma groups in flight, with and without split-K (older entries lack the knob: 0)
+    assert {c["split_k"] > 1 for c in configs if c.get("wgmma_in_flight")} == {True, False}
     assert set(fp.WORKLOADS.values()) == {case["workload"] for case in EXPECTED["cuda"]}
     assert len(configs) >= 90
 
@@ -35,3 +37,4 @@ def test_validity_masks_and_reasons_are_unchanged():
 def test_default_configs_and_features_are_unchanged():
     assert {f"{n}/{a}": fp.default_index(n, a) for n, a in fp.DEFAULTS} == EXPECTED["defaults"]
     assert fp.features_hash() == EXPECTED["features"]
+    assert fp.features_hash(later=True) == EXPECTED["features+later"]

@@ -2,11 +2,14 @@
 mma.sync on swizzled tiles, or wgmma on swizzled slabs (sm_90a), and nvcc accepts it."""
 
 import re
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from tc_autotune import build_conv2d, workloads
 from tc_autotune.cuda import find_nvcc
+from tc_autotune.gpu import gpu_for_arch
 
 from matrix import cases
 
@@ -31,6 +34,9 @@ def test_kernel_source_uses_its_intrinsic_and_compiles_for_sm90(spec, config):
         assert f"wgmma.mma_async.sync.aligned.m64n{width}k16.f32.f16.f16" in src
         assert "wgmma.wait_group.sync.aligned 0" in src and "fence.proxy.async.shared::cta" in src
         assert "ldmatrix" not in src and "wmma::mma_sync" not in src and "load_matrix_sync" not in src
+        # a call waits for the previous one's group (then a drain waits for all), or for its own
+        in_flight = ("wgmma.wait_group.sync.aligned 1" in src, "tc_wgmma_drain_" in src)
+        assert in_flight == (bool(config.wgmma_in_flight),) * 2
         assert set(re.findall(r"fragment<nvcuda::wmma::(\w+),", src)) == {"accumulator"}
         assert kernel.arch == "sm_90a"
     else:
@@ -255,3 +261,116 @@ def test_wgmma_reads_each_warpgroup_slab_through_swizzled_descriptors():
     assert "cp.async.wait_group 1;" in src and src.count(" ^ ") >= 2
     assert config.smem_bytes == max(3 * 2 * 64 * (128 + 128), 128 * (128 + 4) * 4)
     assert kernel.cubin[:4] == b"\x7fELF"
+
+
+# ---- wgmma groups in flight across k-steps (wgmma_in_flight=1) -------------------------------
+_IN_FLIGHT = dict(offset_a=0, offset_b=0, intrinsic="wgmma", block_row_warps=4, chunk=4, wgmma_in_flight=1)
+IN_FLIGHT_CASES = (  # (workload, knob changes from the generator's probe config)
+    ("tutorial", dict(_IN_FLIGHT, warp_col_tiles=8, block_col_warps=1, stages=2)),
+    ("tutorial", dict(_IN_FLIGHT, warp_col_tiles=4, stages=3)),
+    ("tutorial", dict(_IN_FLIGHT, warp_col_tiles=8, block_col_warps=1, warp_row_tiles=1, stages=4)),
+    ("resnet50-res5-3x3-512-512-s2-b1", dict(_IN_FLIGHT, warp_col_tiles=4, warp_row_tiles=1, split_k=4, stages=3)),
+    ("dense:m=256,n=256,k=512", dict(_IN_FLIGHT, warp_col_tiles=4, stages=3)),
+    ("dense:m=256,n=256,k=512,b=nk,out_dtype=float16", dict(_IN_FLIGHT, warp_col_tiles=4, stages=2)),
+    ("dense:m=64,n=1024,k=4096,b=nk", dict(_IN_FLIGHT, warp_row_tiles=1, warp_col_tiles=8, block_col_warps=1,
+                                           split_k=4, stages=2)),
+)
+_EVENTS = {"cp_async_wait_group_async_wait_group_": "wait", "__syncthreads();": "sync", "_in_flight(": "wgmma",
+           "ptx_cp_async_legacy": "copy", "cp_async_commit_group": "commit", "tc_wgmma_drain_": "drain",
+           "store_matrix_sync": "store"}
+
+
+def _events(lines):
+    """The synchronisation, wgmma and copy events of source lines, repeats merged."""
+    out = []
+    for line in lines:
+        for marker, event in _EVENTS.items():
+            if marker in line:
+                event += line.split(marker)[1][0] if event == "wait" else ""
+                if not out or out[-1] != event:
+                    out.append(event)
+    return out
+
+
+def _version(expr: str, stages: int) -> str:
+    """How TVM writes ``expr`` modulo the number of stages."""
+    expr = f"({expr})" if " " in expr else expr
+    return f"({expr} & {stages - 1})" if stages & (stages - 1) == 0 else f"({expr} % {stages})"
+
+
+@pytest.mark.parametrize("case", IN_FLIGHT_CASES,
+                         ids=lambda c: f"{c[0][:16]}-s{c[1]['stages']}-k{c[1].get('split_k', 1)}")
+def test_wgmma_in_flight_computes_each_step_before_the_copies_that_reuse_its_buffer(case):
+    """The k-loop (compute first): wait for step k's cp.async group (stages - 2 may still run),
+    barrier, wgmma(k) reading buffer k % stages, barrier (every warpgroup waited for wgmma(k - 1)),
+    copies of step k + stages - 1 into buffer (k - 1) % stages; after the loop the drain waits
+    for the last groups before the barrier in front of the accumulator store."""
+    from tc_autotune import generator, tasks
+    from tc_autotune.kernel import build
+
+    [(workload, config)] = generator.probe_kernels([case])
+    assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
+    kernel = build(workload, config, target="sm_90")
+    src, stages = kernel.cuda_source, config.stages
+    lines = src.splitlines()
+    start = next(i for i, line in enumerate(lines) if "for (int rk_0 = 0;" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i] == lines[start].split("for")[0] + "}")
+    loop = lines[start + 1:end]
+    assert _events(loop) == [f"wait{stages - 2}", "sync", "wgmma", "sync", "copy", "commit"]
+    calls = [line for line in loop if "_in_flight(" in line]
+    copies = [line for line in loop if "ptx_cp_async_legacy" in line]
+    assert all(_version("rk_0", stages) in line for line in calls)
+    assert copies and all(_version(f"rk_0 + {stages - 1}", stages) in line for line in copies)
+    after = _events(lines[end:])
+    assert after[:after.index("store") + 1][-4:] == ["wgmma", "drain", "sync", "store"]
+    # the call commits and waits for all groups but its own; the drain for all, tied to every
+    # accumulator register of the warp
+    n = config.warp_col_tiles * 16
+    call = src[src.index(f"void tc_wgmma_m64n{n}k64"):]
+    call = call[:call.index("\n}\n")]
+    assert "wgmma.wait_group.sync.aligned 1;" in call and "wait_group.sync.aligned 0" not in call
+    frags = config.warp_row_tiles * config.warp_col_tiles
+    drain = src[src.index(f"void tc_wgmma_drain_{frags}("):]
+    drain = drain[:drain.index("\n}\n")]
+    assert "wgmma.wait_group.sync.aligned 0;" in drain and drain.count('"+f"') == 8 * frags
+    assert kernel.arch == "sm_90a" and kernel.cubin[:4] == b"\x7fELF"
+    # the plain kernel of the same tiling is the old one: one buffer per stage, its own wait
+    plain = build(workload, replace(config, wgmma_in_flight=0), target="sm_90").cuda_source
+    assert "_in_flight(" not in plain and "tc_wgmma_drain" not in plain
+
+
+def _ptxas_report(source: str) -> str:
+    """ptxas's messages (-v) for a kernel built for sm_90a with the package's nvcc flags."""
+    import subprocess
+    import tempfile
+
+    from tc_autotune.cuda import NVCC_FLAGS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cu"
+        path.write_text(source)
+        proc = subprocess.run([find_nvcc(), *NVCC_FLAGS, "-arch=sm_90a", "-Xptxas", "-v", "-o",
+                               str(path.with_suffix(".cubin")), str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stderr
+
+
+@pytest.mark.parametrize("which", ["IN_FLIGHT", "DENSE_IN_FLIGHT"])
+def test_wgmma_in_flight_probes_have_their_fingerprint_and_are_not_serialized(which):
+    """ptxas keeps the wgmma pipeline across k-steps only when nothing but wgmma touches the
+    accumulators between an instruction and its wait; else it serializes them ("C7514 Potential
+    Performance Loss ... serialized") or injects waits (C7517/C7519), and the knob buys nothing."""
+    from tc_autotune import generator, tasks
+    from tc_autotune.kernel import build
+
+    probes = getattr(generator, f"{which}_PROBES")
+    version = generator.TEMPLATE_VERSION if which == "IN_FLIGHT" else generator.DENSE_TEMPLATE_VERSION
+    for workload, config in generator.probe_kernels(probes):
+        assert config.wgmma_in_flight == 1
+        assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
+        report = _ptxas_report(build(workload, config, target="sm_90").cuda_source)
+        assert "(C75" not in report and "serialized" not in report, report
+        assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+    found = generator.fingerprint(probes)
+    assert found == getattr(generator, f"{which}_FINGERPRINTS")[version], (
+        f"the in-flight code changed: bump the task's template_version and add {found!r}")

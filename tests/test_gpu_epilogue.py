@@ -13,9 +13,9 @@ from test_epilogue import CONV, DENSE, NAMED, SPLIT_PATHS, VARIANTS, _config, _w
 pytestmark = pytest.mark.gpu
 
 
-def check(workload, config=None, seed=0):
-    """Build, run on the task's random inputs with the output NaN-poisoned, compare with the
-    fp32 reference (as tests/test_gpu_conv2d.py's check, for any task)."""
+def run(workload, config=None, seed=0):
+    """Build and run on the task's random inputs with the output NaN-poisoned: (output, inputs,
+    the kernel's config)."""
     import tvm
 
     from tc_autotune.gpu import default_gpu
@@ -23,14 +23,19 @@ def check(workload, config=None, seed=0):
 
     if config is not None and config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")
-    task = tasks.of(workload)
     kernel = build(workload, config)
-    inputs = task.inputs(workload, seed)
+    inputs = tasks.of(workload).inputs(workload, seed)
     out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=tvm.cuda(0))
-    result = kernel(*inputs, out).numpy()
+    return kernel(*inputs, out).numpy(), inputs, kernel.config
+
+
+def check(workload, config=None, seed=0):
+    """``run``, then compare with the fp32 reference (as tests/test_gpu_conv2d.py's check,
+    for any task)."""
+    result, inputs, applied = run(workload, config, seed)
     assert np.isfinite(result).all(), "some outputs were never written (NaN poison left)"
-    err = relative_l2_error(result, task.reference(workload, *inputs))
-    assert err < 1e-2, f"relative L2 error {err:.3g} for {workload} {kernel.config}"
+    err = relative_l2_error(result, tasks.of(workload).reference(workload, *inputs))
+    assert err < 1e-2, f"relative L2 error {err:.3g} for {workload} {applied}"
     return err
 
 

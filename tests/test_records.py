@@ -547,6 +547,19 @@ def test_records_written_before_the_newer_knobs_read_back_with_their_defaults():
     assert shipped and all(conv2d_space(r.workload).from_entity(r.config) for r in shipped)
 
 
+def test_a_wgmma_record_written_before_wgmma_in_flight_reads_back_as_the_kernel_it_timed():
+    """Its config waits for each k-step's groups (wgmma_in_flight=0, the code it measured) and
+    keeps its index: the knob is the last one and its default the first candidate."""
+    from dataclasses import replace
+
+    config = replace(CONFIGS[0], intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4, chunk=4,
+                     offset_a=0, offset_b=0, frag_buffers=1, stages=3, wgmma_in_flight=1)
+    entity = SPACE.to_entity(replace(config, wgmma_in_flight=0))
+    old = {"index": entity["index"], "entity": [e for e in entity["entity"] if e[0] != "wgmma_in_flight"]}
+    assert SPACE.from_entity(old) == replace(config, wgmma_in_flight=0)
+    assert SPACE.index(config) == entity["index"] + len(SPACE) // 2  # the new value: another index
+
+
 _KILLABLE_WRITER = textwrap.dedent("""
     import os
     import sys

@@ -43,3 +43,24 @@ def test_why_invalid_and_the_mask_are_one_implementation():
 
 def test_build_arch_comes_from_the_path():
     assert [intrinsic_paths.get(n).build_arch("sm_90") for n in KNOBS["intrinsic"]] == ["sm_90", "sm_90", "sm_90a"]
+
+
+def test_wgmma_in_flight_is_refused_off_the_wgmma_path_and_below_two_stages():
+    wgmma = replace(SPACE.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
+                    block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0, offset_b=0,
+                    stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8, wgmma_in_flight=1)
+    refused = {
+        "wgmma_in_flight=1 keeps wgmma groups in flight: it needs intrinsic=wgmma, not mma":
+            replace(wgmma, intrinsic="mma"),
+        "wgmma_in_flight=1 keeps wgmma groups in flight: it needs intrinsic=wgmma, not wmma":
+            replace(wgmma, intrinsic="wmma", offset_a=8, offset_b=8),
+        "wgmma_in_flight=1 needs stages >= 2, not 1": replace(wgmma, stages=1),
+    }
+    configs = [wgmma, replace(wgmma, stages=2), *refused.values()]
+    assert [SPACE.why_invalid(c) for c in configs[:2]] == [None, None]
+    for reason, config in refused.items():
+        assert SPACE.why_invalid(config).startswith(reason), config
+        assert SPACE.why_invalid(replace(config, wgmma_in_flight=0)) is None  # only the knob was wrong
+    assert valid_mask(SPACE, positions_from_configs(SPACE, configs)).tolist() == [True, True, False, False, False]
+    ampere = ConfigSpace(SPACE.workload, gpu_for_arch("sm_80"))
+    assert "Hopper instruction (sm_90), not sm_80" in ampere.why_invalid(wgmma)
