@@ -21,8 +21,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import records
+from . import records, tasks
 from .autotune import retime_against_default, tune_workload
+from .benchmark import baseline_label
 from .gpu import gpu_log_name
 from .measure import LocalMeasurer, MeasureOptions
 from .results import MeasureResult
@@ -50,6 +51,7 @@ class ReportRow:
     cudnn_s: float | None = None
     previous_s: float | None = None
     devices: list[str] = field(default_factory=list)  # the devices that measured its records
+    baseline: str = "cuDNN"  # what cudnn_s timed (tasks.Task.baseline_name: cuBLAS for dense)
     # ok, no valid record, regression, slower than default, not reached; no record (report-only
     # without a nightly log: the job never ran here, so nothing failed)
     status: str = "ok"
@@ -111,11 +113,12 @@ class Report:
         def ratio(x):
             return f"{x:.2f}" if x else "-"
 
+        base = baseline_label(self.rows)
         lines = [f"# Nightly tuning report: {self.gpu or 'no GPU'} ({self.started})", "",
                  f"Mode {self.mode}; {self.elapsed_s / 60:.1f} of {self.budget_s / 60:.0f} budget minutes; "
                  f"from {', '.join(self.sources) or 'no log'}.", "",
                  "| workload | GPU | trials run | records | stale | best ms | TFLOP/s | change | default ms "
-                 "| default / ours | cuDNN ms | cuDNN / ours | status | measured on |",
+                 f"| default / ours | {base} ms | {base} / ours | status | measured on |",
                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in self.rows:
             change = f"{r.change:+.1%}" if r.change is not None else "-"
@@ -210,7 +213,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     for entry in job.entries:
         for gpu_name in gpus:
             row = ReportRow(entry.name, str(entry.workload), entry.workload.flops, gpu=gpu_name,
-                            trials_run=trials.get(entry.name, 0),
+                            trials_run=trials.get(entry.name, 0), baseline=tasks.of(entry.workload).baseline_name,
                             previous_s=previous.get((str(entry.workload), gpu_name)))
             rows.append(row)
             if not report_only and entry.name not in reached:

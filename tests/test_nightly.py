@@ -280,3 +280,12 @@ def test_toml_jobs_read_without_tomllib(tmp_path, monkeypatch):
     assert [e.name for e in job.entries] == ["rfc-3x3-b1", "rfc-1x1-b1"]
     setup = (REPO / "setup.cfg").read_text()
     assert 'tomli>=1.1; python_version < "3.11"' in setup and "python_requires = >=3.10" in setup
+
+
+@pytest.mark.parametrize("names, label", [(("rfc-1x1-b1",), "cuDNN"), (("llm-4096x4096-m16",), "cuBLAS"),
+                                          (("rfc-1x1-b1", "llm-4096x4096-m16"), "cuBLAS/cuDNN")])
+def test_the_report_names_the_baseline_it_timed(tmp_path, names, label):
+    report = run(nightly.load_job(write_job(tmp_path, names=names, trials=4)))
+    assert [r.baseline for r in report.rows] == [("cuBLAS" if n.startswith("llm") else "cuDNN") for n in names]
+    header = report.to_markdown().splitlines()[4]
+    assert f"| {label} ms | {label} / ours |" in header
