@@ -16,7 +16,7 @@ from .rules import derive_rows
 _SWIZZLE_WEIGHT = np.array([p.prior_weight if p.swizzled else 0.0 for p in PATHS.values()])
 _SQUARE_WMMA = code("wmma", "m16n16k16")
 # wgmma_in_flight=1 by stages (H100 sweep of the seed workloads' best configs, BENCHMARKS 16):
-# 0.64-0.97x of waiting at 2 stages, 0.95-1.04x at 3; neutral where not measured.
+# 0.69-0.97x of waiting at 2 stages; 0.95-1.10x at 3 (0.95-1.04x of the best waiting): neutral.
 _IN_FLIGHT_WEIGHT = {2: 0.85}
 
 
