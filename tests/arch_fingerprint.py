@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from tc_autotune import cost_model, generator, workloads  # noqa: E402
 from tc_autotune.gpu import gpu_for_arch  # noqa: E402
-from tc_autotune.space import KNOBS, ConfigSpace, Conv2dConfig  # noqa: E402
+from tc_autotune.space import KNOB_DEFAULTS, KNOBS, ConfigSpace, Conv2dConfig  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "arch_fingerprint.json"
 SEED = 20261123
@@ -65,8 +65,9 @@ VARIANTS = {
     "wgmma": {"intrinsic": ("wgmma",), **_SWIZZLED, "block_row_warps": (4,), "chunk": (4,),
               "frag_buffers": (1,)},
 }
-# Knobs appended since, pinned in the spaces above; variants that use them.
-LATER_KNOBS = {"wgmma_in_flight": (0,)}
+# Knobs appended since (generator.LATER_KNOBS), pinned to their default in the spaces above;
+# variants that use them.
+LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in generator.LATER_KNOBS}
 LATER_VARIANTS = {
     "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
 }
