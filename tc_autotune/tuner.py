@@ -481,8 +481,13 @@ class XGBTuner(Tuner):
         if not self.history:  # the default config is the baseline every search should beat
             picks = self._take([self.space.index(self.space.default_config())], 1, taken)
         n_model = n - n_random - len(picks)
-        n_prior = n_model if not self.model.fitted else n_model // 2 if self.hedge and not self.history else 0
-        if n_prior:  # nothing of this workload to learn from yet: diverse configs the prior likes
+        if not self.model.fitted:  # nothing to learn from yet: all from the prior
+            n_prior = n_model
+        elif self.hedge and not self.history:  # only other workloads' records so far: hedge
+            n_prior = n_model // 2
+        else:
+            n_prior = 0
+        if n_prior:  # diverse configs the prior likes
             picks += self._anneal(n_prior, taken, score=self._prior, diverse=True)
         if n_model > n_prior:
             picks += self._anneal(n_model - n_prior, taken)
