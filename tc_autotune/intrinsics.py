@@ -543,12 +543,10 @@ def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn", b_layout: str = ROW_
     return name
 
 
-def wgmma_drain(accumulators, fragments: int):
-    """The call that waits for every wgmma group in flight before the ``fragments`` 16x16
-    accumulators of ``accumulators`` (a wmma.accumulator buffer) are read.  Its asm takes
-    them as operands, so the compiler keeps every read of them after the wait."""
-    from tvm.backend.cuda.op import cuda_func_call
-
+def wgmma_drain_source(fragments: int) -> tuple[str, str]:
+    """(name, CUDA source) of the device function that waits for every wgmma group in flight
+    before the ``fragments`` 16x16 accumulators it takes are read.  Its asm takes them as
+    operands, so the compiler keeps every read of them after the wait."""
     name = f"tc_wgmma_drain_{fragments}"
     regs = ", ".join(f'"+f"(c[{i // 8}].x[{i % 8}])' for i in range(8 * fragments))
     source = f"""
@@ -556,4 +554,12 @@ __device__ __forceinline__ void {name}({_ACC_FRAGMENT}* c) {{
   asm volatile("wgmma.wait_group.sync.aligned 0;\\n" : {regs} :: "memory");
 }}
 """
+    return name, source
+
+
+def wgmma_drain(accumulators, fragments: int):
+    """The call of ``wgmma_drain_source`` on ``accumulators`` (a wmma.accumulator buffer)."""
+    from tvm.backend.cuda.op import cuda_func_call
+
+    name, source = wgmma_drain_source(fragments)
     return tvm.tirx.Evaluate(cuda_func_call(name, accumulators, source_code=source))

@@ -1,0 +1,392 @@
+"""The warp-specialized wgmma kernel (``warp_specialized=1``): a kernel the package writes as
+CUDA and TVM launches.
+
+Why not a TensorIR schedule: TVM 0.27's software pipeline synchronises every k-step with a
+block barrier and issues the copies from the same warps that issue the wgmmas; on the H100
+the tuned tutorial kernel spent a third of its stalls at those barriers and kept the tensor
+pipe 65% busy, against 91% for cuDNN's warp-specialized kernel (ncu, BENCHMARKS 20).  Here
+the roles are split and meet only on mbarriers:
+
+- the producer warpgroup (threads 0-127) copies the A and B tiles of k-step kt into stage
+  kt % stages with 16-byte ``cp.async`` (zero-filled outside the matrix and in the padding),
+  and ``cp.async.mbarrier.arrive.noinc`` tells the stage's *full* barrier when they landed;
+  a stage is refilled once its *empty* barrier says every consumer thread is done with it;
+- each consumer warpgroup (``block_col_warps`` of them, ``warp_col_tiles * 16`` columns each,
+  ``warp_row_tiles`` 64-row slabs) waits on *full*, issues the package's own wgmma calls
+  (``intrinsics._wgmma_source``: same shared layouts, descriptors and accumulators as the
+  ``wgmma`` path) and arrives on *empty*; with ``wgmma_in_flight`` a step's group runs on
+  while the next step is waited for, and the stage of step kt - 1 is released after step kt
+  is issued;
+- the consumers store their accumulators straight from registers (two adjacent columns a
+  store), bounds-checked at the matrix edges.
+
+The operands' addresses come from the task's ``GemmView`` index maps evaluated on C
+expressions (``CExpr``), so conv2d's im2col, dense and both B layouts are one generator.
+Shared tiles use the 128-byte swizzle: 16-byte chunk c of 128-byte row r at c ^ (r % 8).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from .gemm import COL_MAJOR, GemmView, Im2col, RowMajor
+from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
+from .knobs import Conv2dConfig
+
+PRODUCER_THREADS = 128  # one warpgroup
+ROW_BYTES = WGMMA_K * 2  # a 64-element fp16 row: the swizzle span
+CHUNK = 8  # fp16 elements per 16-byte cp.async
+ALIGN_SLACK = 1024  # the swizzle pattern repeats every 8 rows: tiles start 1024-aligned
+WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
+
+
+class CExpr:
+    """An int C expression built with Python operators, so the view's index maps (plain
+    ``+ - * // %`` and comparisons) write C.  ``//`` and ``%`` become C's ``/`` and ``%``:
+    the maps apply them to non-negative values only (rows, columns, their quotients)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def _op(self, op: str, other, swap: bool = False) -> "CExpr":
+        left, right = (other, self) if swap else (self, other)
+        return CExpr(f"({left} {op} {right})")
+
+    def __add__(self, o): return self._op("+", o)
+    def __radd__(self, o): return self._op("+", o, True)
+    def __sub__(self, o): return self._op("-", o)
+    def __rsub__(self, o): return self._op("-", o, True)
+    def __mul__(self, o): return self._op("*", o)
+    def __rmul__(self, o): return self._op("*", o, True)
+    def __floordiv__(self, o): return self._op("/", o)
+    def __mod__(self, o): return self._op("%", o)
+    def __lt__(self, o): return self._op("<", o)
+    def __le__(self, o): return self._op("<=", o)
+    def __gt__(self, o): return self._op(">", o)
+    def __ge__(self, o): return self._op(">=", o)
+
+
+def _flat_offset(index, shape) -> str:
+    """The element offset of a tensor index (ints and CExprs) in a contiguous tensor."""
+    terms, stride = [], 1
+    for i, extent in reversed(list(zip(index, shape))):
+        if not (isinstance(i, int) and i == 0):
+            terms.append(f"(long long)({i}) * {stride}" if stride != 1 else f"(long long)({i})")
+        stride *= extent
+    return " + ".join(reversed(terms)) or "0"
+
+
+def _element(operand, rows: int, cols: int, row: str, col: str) -> tuple[str, str]:
+    """(C offset, C in-bounds condition) of matrix element [row, col] of an input operand."""
+    index, inside = operand.map.element(CExpr(row), CExpr(col))
+    conditions = [f"({row}) < {rows}", f"({col}) < {cols}", *map(str, inside)]
+    return _flat_offset(index, operand.shape), " && ".join(conditions)
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """What the TVM wrapper needs besides the source: the launch and the shared memory."""
+
+    name: str
+    source: str
+    grid: tuple[int, int]
+    threads: int
+    smem_bytes: int
+
+
+def _tensor_2d(operand) -> tuple[int, int]:
+    """(rows, columns) of an operand's tensor seen as a row-major matrix of its last dim."""
+    return math.prod(operand.shape[:-1]), operand.shape[-1]
+
+
+def tma_operands(view: GemmView) -> tuple[bool, bool]:
+    """Which operands TMA loads: those whose tile is a box of their tensor as a 2-D row-major
+    matrix.  B always is ((K, N) or (N, K) weights); A is for dense and for a 1x1, stride-1,
+    unpadded conv2d (its im2col matrix is the data); other convolutions gather A with cp.async."""
+    a = view.a.map
+    if isinstance(a, RowMajor):
+        return True, True
+    plain = (isinstance(a, Im2col) and a.channels == view.k and a.stride == (1, 1) and a.pad == (0, 0)
+             and (a.out_height, a.out_width) == (a.in_height, a.in_width))
+    return plain, True
+
+
+def smem_bytes(config: Conv2dConfig) -> int:
+    """Dynamic shared memory of a warp-specialized kernel: the stages' A and B tiles, the
+    alignment slack and a full and an empty mbarrier per stage."""
+    return config.stages * (config.block_m + config.block_n) * ROW_BYTES + ALIGN_SLACK + 16 * config.stages
+
+
+@functools.lru_cache(maxsize=256)
+def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
+    """The kernel of one GEMM view and warp-specialized config."""
+    m, n, k = view.shape
+    bm, bn = config.block_m, config.block_n
+    slabs, n_wg, consumers = config.warp_row_tiles, config.warp_col_tiles * 16, config.block_col_warps
+    frags = n_wg // 16
+    if bm != slabs * WGMMA_M or n_wg % WGMMA_ATOM or config.split_k != 1 or view.dtype != "float16":
+        raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
+    b_col_major = view.b.layout == COL_MAJOR
+    in_flight = bool(config.wgmma_in_flight)
+    call = _wgmma_name(n_wg, view.b.layout, in_flight)
+    drain_name, drain_source = wgmma_drain_source(slabs * frags)
+    out_t = {"float32": "float", "float16": "half"}[view.out_dtype]
+    pair_t = {"float32": "float2", "float16": "__half2"}[view.out_dtype]
+    pair = "make_float2(v0, v1)" if out_t == "float" else "__floats2half2_rn(v0, v1)"
+    if not isinstance(view.c.map, RowMajor):
+        raise ValueError("the warp-specialized kernel writes a row-major C")
+
+    a_tma, b_tma = tma_operands(view)
+    a_off, a_ok = _element(view.a, m, k, "m", "k")
+    b_off, b_ok = _element(view.b, k, n, "k", "n")
+    a_bytes, b_bytes = bm * ROW_BYTES, bn * ROW_BYTES
+    atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a row-major B
+    # Per k-step: A is bm rows x 8 chunks; B is bn rows x 8 chunks ([n][k], K-major) or 64 k
+    # rows x bn / 8 chunks (64-column atoms).  Thread t copies chunks t, t + 128, ...
+    if b_col_major:
+        b_copy = f"""
+      #pragma unroll
+      for (int j = 0; j < {bn * CHUNK // PRODUCER_THREADS}; ++j) {{  // [n][k] rows, K-major
+        const int r = tid / {CHUNK} + {PRODUCER_THREADS // CHUNK} * j, c = tid % {CHUNK};
+        const int k = k0 + c * {CHUNK}, n = n0 + r;
+        copy16(b_s + r * {ROW_BYTES} + ((c ^ (r & 7)) << 4), B, {b_ok}, {b_off});
+      }}"""
+        b_wg_offset = n_wg * ROW_BYTES
+    else:
+        per_row = bn // CHUNK
+        b_copy = f"""
+      #pragma unroll
+      for (int j = 0; j < {WGMMA_K * per_row // PRODUCER_THREADS}; ++j) {{  // 64-column atoms
+        const int i = tid + {PRODUCER_THREADS} * j, r = i / {per_row}, nc = i % {per_row};
+        const int k = k0 + r, n = n0 + nc * {CHUNK};
+        copy16(b_s + (nc / 8) * {atom_bytes} + r * {ROW_BYTES} + (((nc % 8) ^ (r & 7)) << 4), B, {b_ok}, {b_off});
+      }}"""
+        b_wg_offset = n_wg // WGMMA_ATOM * atom_bytes
+    a_copy = "" if a_tma else f"""
+      #pragma unroll
+      for (int j = 0; j < {bm * CHUNK // PRODUCER_THREADS}; ++j) {{  // A rows, K-major
+        const int r = tid / {CHUNK} + {PRODUCER_THREADS // CHUNK} * j, c = tid % {CHUNK};
+        const int m = m0 + r, k = k0 + c * {CHUNK};
+        copy16(a_s + r * {ROW_BYTES} + ((c ^ (r & 7)) << 4), A, {a_ok}, {a_off});
+      }}"""
+    if b_tma:
+        b_copy = ""
+    # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes (2-D
+    # maps over the tensors, 64-element rows, 128-byte swizzle: the layouts above).
+    tma_boxes = []
+    if a_tma:
+        tma_boxes.append(f"tma_load_2d(a_s, map_a, &full[stage], k0, m0);")
+    if b_tma and b_col_major:
+        tma_boxes.append(f"tma_load_2d(b_s, map_b, &full[stage], k0, n0);")
+    elif b_tma:
+        tma_boxes += [f"tma_load_2d(b_s + {j * atom_bytes}, map_b, &full[stage], n0 + {j * WGMMA_ATOM}, k0);"
+                      for j in range(bn // WGMMA_ATOM)]
+    tma_bytes = (a_bytes if a_tma else 0) + (b_bytes if b_tma else 0)
+    tma_issue = "" if not tma_boxes else f"""
+      if (tid == 0) {{
+        mbar_arrive_expect_tx(&full[stage], {tma_bytes});
+        {chr(10).join("        " + box for box in tma_boxes).strip()}
+      }}"""
+    copies = not (a_tma and b_tma)  # the producer warpgroup's cp.async, arriving per thread
+    noinc = """
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(smem_u32(&full[stage])) : "memory");""" if copies else ""
+    producer_end = """
+    asm volatile("cp.async.wait_all;" ::: "memory");""" if copies else ""
+    full_count = (PRODUCER_THREADS if copies else 0) + (1 if tma_boxes else 0)
+    producers = "tid < " + (str(PRODUCER_THREADS) if copies else "1")
+    if in_flight:
+        issue = f"""
+      #pragma unroll
+      for (int s = 0; s < {slabs}; ++s)
+        {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});
+      if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);  // step kt - 1's groups are done"""
+        drain = f"  {drain_name}(acc);"
+    else:
+        issue = f"""
+      #pragma unroll
+      for (int s = 0; s < {slabs}; ++s)
+        {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});
+      mbar_arrive(&empty[stage]);"""
+        drain = ""
+    name = "tc_ws_gemm"
+    kt = math.ceil(k / WGMMA_K)
+    source = f"""
+#include <mma.h>
+{_wgmma_source(n_wg, view.b.layout, in_flight)}
+{drain_source if in_flight else ""}
+{_HELPERS}
+// Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
+// A by {"TMA" if a_tma else "cp.async"}, B by {"TMA" if b_tma else "cp.async"}; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}.
+__device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
+                                        {out_t}* __restrict__ C, unsigned char* smem_raw,
+                                        unsigned long long map_a, unsigned long long map_b) {{
+  constexpr int STAGES = {config.stages}, KT = {kt};
+  constexpr int A_BYTES = {a_bytes}, STAGE_BYTES = {a_bytes + b_bytes};
+  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
+  unsigned long long* empty = full + STAGES;
+  const int tid = threadIdx.x;
+  const int m0 = blockIdx.x * {bm}, n0 = blockIdx.y * {bn};
+  if (tid == 0) {{
+    for (int s = 0; s < STAGES; ++s) {{
+      mbar_init(&full[s], {full_count});
+      mbar_init(&empty[s], {consumers * 128});
+    }}
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }}
+  __syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers
+  if (tid < {PRODUCER_THREADS}) {{
+    if (!({producers})) return;  // TMA only: one thread issues every copy
+    for (int kt = 0; kt < KT; ++kt) {{
+      const int stage = kt % STAGES;
+      if (kt >= STAGES) mbar_wait(&empty[stage], (kt / STAGES - 1) & 1);
+      unsigned char* a_s = smem + stage * STAGE_BYTES;
+      unsigned char* b_s = a_s + A_BYTES;
+      const int k0 = kt * {WGMMA_K};{tma_issue}{a_copy}{b_copy}{noinc}
+    }}{producer_end}
+    return;
+  }}
+  const int wg = tid / 128 - 1;
+  {_ACC} acc[{slabs * frags}];
+  #pragma unroll
+  for (int f = 0; f < {slabs * frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);
+  for (int kt = 0; kt < KT; ++kt) {{
+    const int stage = kt % STAGES;
+    mbar_wait(&full[stage], (kt / STAGES) & 1);
+    __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
+    {{
+      const unsigned char* a_s = smem + stage * STAGE_BYTES;
+      const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};{issue}
+    }}
+  }}
+{drain}
+  // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
+  // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
+  const int warp = tid / 32 % 4, lane = tid % 32;
+  #pragma unroll
+  for (int s = 0; s < {slabs}; ++s) {{
+    #pragma unroll
+    for (int f = 0; f < {frags}; ++f) {{
+      #pragma unroll
+      for (int p = 0; p < 8; p += 2) {{
+        const int m = m0 + s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
+        const int n = n0 + wg * {n_wg} + f * 16 + 8 * (p / 4) + 2 * (lane % 4);
+        if (m < {m} && n < {n}) {{
+          const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];
+          *reinterpret_cast<{pair_t}*>(C + (long long)m * {n} + n) = {pair};
+        }}
+      }}
+    }}
+  }}
+}}
+"""
+    grid = (math.ceil(m / bm), math.ceil(n / bn))
+    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config))
+
+
+_ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
+
+_HELPERS = f"""
+#ifndef TC_WS_HELPERS
+#define TC_WS_HELPERS
+__device__ __forceinline__ unsigned smem_u32(const void* p) {{
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}}
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(bar)), "r"(count) : "memory");
+}}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {{
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(bar)) : "memory");
+}}
+__device__ __forceinline__ unsigned long long global_ns() {{
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}}
+// Until the barrier's phase of this parity has completed; a wait that outlives any kernel
+// (a lost arrival) traps, so a broken kernel fails its measurement instead of hanging it.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {{
+  unsigned long long start = 0;
+  for (;;) {{
+    unsigned done;
+    asm volatile("{{\\n .reg .pred p;\\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+                 " selp.u32 %0, 1, 0, p;\\n}}\\n" : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+    if (done) return;
+    if (start == 0) start = global_ns();
+    else if (global_ns() - start > {WAIT_LIMIT_NS}ull) __trap();
+  }}
+}}
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}}
+// One box of a 2-D tensor map (x: the column, innermost; y: the row) into dst, its bytes
+// counted on bar.  map: the generic address of a __grid_constant__ CUtensorMap parameter.
+__device__ __forceinline__ void tma_load_2d(void* dst, unsigned long long map, unsigned long long* bar, int x, int y) {{
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];"
+               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)) : "memory");
+}}
+// 16 bytes global -> shared, or 16 zero bytes where the element is outside the operand.
+__device__ __forceinline__ void copy16(void* dst, const half* base, bool inside, long long offset) {{
+  const half* src = base + (inside ? offset : 0);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
+}}
+#endif
+"""
+
+
+def kernel_module(view: GemmView, config: Conv2dConfig):
+    """The IRModule TVM compiles: a PrimFunc of the task's (A, B, C) tensors whose kernel is
+    one call of the generated device function, with the launch and shared memory above.
+    Each TMA operand's tensor map is encoded by the host code on every call (from the
+    tensor's own pointer) and reaches the kernel as a ``__grid_constant__`` parameter."""
+    import tvm
+    from tvm.backend.cuda.op import cuda_func_call
+    from tvm.script import tirx as T
+
+    kp = plan(view, config)
+    (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes
+    a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
+    maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if tma else None
+            for operand, tma in zip(view.inputs, tma_operands(view))]
+    map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
+
+    @T.prim_func(check_well_formed=False)  # the maps are bound below, in the host part
+    def main(a: T.handle, b: T.handle, c: T.handle):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        A = T.match_buffer(a, a_shape, "float16", align=64)
+        B = T.match_buffer(b, b_shape, "float16", align=64)
+        C = T.match_buffer(c, c_shape, out_dtype, align=64)
+        bx = T.launch_thread("blockIdx.x", gx)
+        by = T.launch_thread("blockIdx.y", gy)
+        tx = T.launch_thread("threadIdx.x", threads)
+        buf = T.alloc_buffer((smem,), "uint8", scope="shared.dyn")
+        T.evaluate(cuda_func_call(kp.name, A.data, B.data, C.data, buf.data, *map_args, source_code=kp.source))
+
+    host = []
+    for tmap, operand, param in zip(maps, view.inputs, main.params[:2]):
+        if tmap is None:
+            continue
+        rows, cols = _tensor_2d(operand)
+        box_rows = _box_rows(view, config, operand)
+        host += [tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)),
+                 tvm.tirx.Evaluate(tvm.tirx.tensormap_encode_tiled(  # innermost dim first
+                     tmap, param.data, cols, rows, cols * 2, WGMMA_K, box_rows, 1, 1,
+                     descriptor_dtype="float16", rank=2, swizzle=3))]  # CU_TENSOR_MAP_SWIZZLE_128B
+    if host:
+        main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))
+    return tvm.IRModule({"main": main})
+
+
+def _box_rows(view: GemmView, config: Conv2dConfig, operand) -> int:
+    """Rows of one TMA box: A's whole tile, an (N, K) B's whole tile, 64 k rows of a (K, N)
+    B's 64-column atom (the box is always 64 elements wide)."""
+    if operand is view.a:
+        return config.block_m
+    return config.block_n if view.b.layout == COL_MAJOR else WGMMA_K
