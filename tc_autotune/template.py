@@ -33,7 +33,7 @@ from tvm import te
 
 from .intrinsics import (MMA_TILE, WGMMA_ATOM, WGMMA_K, mma_fragment_layout, mma_intrinsics,
                          wgmma_drain, wgmma_intrinsic, wmma_intrinsics)
-from . import tasks
+from . import tasks, warp_specialized
 from .dense_workloads import DenseWorkload
 from .epilogue import input_specs as epilogue_input_specs
 from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand, conv2d_view, dense_view, view_of
@@ -225,7 +225,10 @@ def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRMod
 
 def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
-    the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload."""
+    the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload.
+    A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``)."""
+    if getattr(config, "warp_specialized", 0):  # TEMP until the knob lands
+        return warp_specialized.kernel_module(view, config)
     inputs, out, extra = gemm_compute(view, config)
     sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
     gemm = sch.get_sblock("C")

@@ -7,10 +7,14 @@ the tuned tutorial kernel spent a third of its stalls at those barriers and kept
 pipe 65% busy, against 91% for cuDNN's warp-specialized kernel (ncu, BENCHMARKS 20).  Here
 the roles are split and meet only on mbarriers:
 
-- the producer warpgroup (threads 0-127) copies the A and B tiles of k-step kt into stage
-  kt % stages with 16-byte ``cp.async`` (zero-filled outside the matrix and in the padding),
-  and ``cp.async.mbarrier.arrive.noinc`` tells the stage's *full* barrier when they landed;
-  a stage is refilled once its *empty* barrier says every consumer thread is done with it;
+- the producer loads the A and B tiles of k-step kt into stage kt % stages: one thread issues
+  TMA boxes (128-byte swizzle, bytes counted on the stage's *full* mbarrier) for B, and for A
+  where its tile is a box of the data: dense, 1x1 unpadded stride-1 convs (a matrix box) and
+  stride-1 convs tiled by whole output rows (``SpatialTile``: one 4-D box per filter tap, the
+  padding read as TMA's out-of-bounds zeros).  Other convs' A is gathered by the whole
+  producer warpgroup (threads 0-127) with 16-byte ``cp.async`` (zero-filled in the padding)
+  and ``cp.async.mbarrier.arrive.noinc``.  A stage is refilled once its *empty* barrier says
+  every consumer thread is done with it;
 - each consumer warpgroup (``block_col_warps`` of them, ``warp_col_tiles * 16`` columns each,
   ``warp_row_tiles`` 64-row slabs) waits on *full*, issues the package's own wgmma calls
   (``intrinsics._wgmma_source``: same shared layouts, descriptors and accumulators as the
@@ -20,8 +24,8 @@ the roles are split and meet only on mbarriers:
 - the consumers store their accumulators straight from registers (two adjacent columns a
   store), bounds-checked at the matrix edges.
 
-The operands' addresses come from the task's ``GemmView`` index maps evaluated on C
-expressions (``CExpr``), so conv2d's im2col, dense and both B layouts are one generator.
+A gathered A's addresses come from the task's ``GemmView`` index map evaluated on C
+expressions (``CExpr``), so conv2d's im2col and dense are one generator.
 Shared tiles use the 128-byte swizzle: 16-byte chunk c of 128-byte row r at c ^ (r % 8).
 """
 
@@ -99,21 +103,102 @@ class KernelPlan:
     smem_bytes: int
 
 
-def _tensor_2d(operand) -> tuple[int, int]:
-    """(rows, columns) of an operand's tensor seen as a row-major matrix of its last dim."""
-    return math.prod(operand.shape[:-1]), operand.shape[-1]
+@dataclass(frozen=True)
+class TmaBox:
+    """One operand's tensor map (innermost dimension first) and the box a k-step loads.
+    ``coords``: the C expressions of the box's start (from k0, m0/n0 and the tile's image
+    and output row), ``bytes``: what lands in shared memory per box."""
+
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, dims 1.. (dim 0 is contiguous)
+    box: tuple[int, ...]
+    coords: tuple[str, ...]
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.box) * 2
 
 
-def tma_operands(view: GemmView) -> tuple[bool, bool]:
-    """Which operands TMA loads: those whose tile is a box of their tensor as a 2-D row-major
-    matrix.  B always is ((K, N) or (N, K) weights); A is for dense and for a 1x1, stride-1,
-    unpadded conv2d (its im2col matrix is the data); other convolutions gather A with cp.async."""
+@dataclass(frozen=True)
+class SpatialTile:
+    """A block's output pixels as a box of whole output rows: ``images`` images of ``rows``
+    rows (``rows`` < the height: one image) of the full width.  A 3x3 conv's A tile for one
+    filter tap and 64 channels is then one 4-D box of the data, shifted by the tap, with the
+    padding read as TMA's out-of-bounds zeros.  The box fills the first images*rows*width
+    rows of the block's A tile; the rest are never stored."""
+
+    images: int
+    rows: int
+    height: int
+    width: int
+    batch: int
+
+    @property
+    def pixels(self) -> int:
+        return self.images * self.rows * self.width
+
+    @property
+    def tiles_per_image(self) -> int:
+        return -(-self.height // self.rows)
+
+    @property
+    def grid_m(self) -> int:
+        return -(-self.batch // self.images) * self.tiles_per_image
+
+
+MIN_SPATIAL_USE = 0.75  # a spatial tile must fill this much of the block's rows, else gather A
+
+
+def spatial_tile(view: GemmView, block_m: int) -> SpatialTile | None:
+    """The spatial tiling of a stride-1 conv2d whose k-steps stay within one filter tap
+    (64 | channels), if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
     a = view.a.map
-    if isinstance(a, RowMajor):
-        return True, True
-    plain = (isinstance(a, Im2col) and a.channels == view.k and a.stride == (1, 1) and a.pad == (0, 0)
-             and (a.out_height, a.out_width) == (a.in_height, a.in_width))
-    return plain, True
+    if not isinstance(a, Im2col) or a.stride != (1, 1) or a.channels % WGMMA_K or a.out_width > block_m:
+        return None
+    oh, ow = a.out_height, a.out_width
+    batch = view.m // (oh * ow)
+    if oh * ow <= block_m:
+        tile = SpatialTile(min(block_m // (oh * ow), batch), oh, oh, ow, batch)
+    else:
+        tile = SpatialTile(1, block_m // ow, oh, ow, batch)
+    return tile if tile.pixels >= MIN_SPATIAL_USE * min(block_m, view.m) else None
+
+
+def _is_plain_matrix(view: GemmView) -> bool:
+    """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d."""
+    a = view.a.map
+    return isinstance(a, RowMajor) or (
+        isinstance(a, Im2col) and a.channels == view.k and a.stride == (1, 1) and a.pad == (0, 0)
+        and (a.out_height, a.out_width) == (a.in_height, a.in_width))
+
+
+def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
+    """A 64-column box of an operand's tensor seen as a row-major matrix of its last dim."""
+    rows, cols = math.prod(operand.shape[:-1]), operand.shape[-1]
+    return TmaBox((cols, rows), (cols * 2,), (WGMMA_K, box_rows), (col, row))
+
+
+def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list[TmaBox]]:
+    """(A's box or None: A is gathered with cp.async, B's boxes per k-step).  B is always
+    TMA-loaded ((N, K): one box of the tile; (K, N): one per 64-column atom); A is for dense
+    and 1x1 unpadded stride-1 convs (a matrix box) and for spatially tiled convs (a 4-D box)."""
+    if view.b.layout == COL_MAJOR:
+        b = [_matrix_box(view.b, config.block_n, "k0", "n0")]
+    else:
+        b = [_matrix_box(view.b, WGMMA_K, f"n0 + {j * WGMMA_ATOM}", "k0")
+             for j in range(config.block_n // WGMMA_ATOM)]
+    if _is_plain_matrix(view):
+        return _matrix_box(view.a, config.block_m, "k0", "m0"), b
+    tile = spatial_tile(view, config.block_m)
+    if tile is None:
+        return None, b
+    a = view.a.map
+    n, h, w, c = view.a.shape
+    (dh, dw), (pad_top, pad_left) = a.dilation, a.pad
+    coords = ("k0 % {c}".format(c=c), f"(k0 / {c}) % {a.kernel_w} * {dw} - {pad_left}",
+              f"oh0 + (k0 / {c}) / {a.kernel_w} * {dh} - {pad_top}", "img0")
+    return TmaBox((c, w, h, n), (c * 2, w * c * 2, h * w * c * 2), (WGMMA_K, tile.width, tile.rows, tile.images),
+                  coords), b
 
 
 def smem_bytes(config: Conv2dConfig) -> int:
@@ -141,64 +226,49 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     if not isinstance(view.c.map, RowMajor):
         raise ValueError("the warp-specialized kernel writes a row-major C")
 
-    a_tma, b_tma = tma_operands(view)
-    a_off, a_ok = _element(view.a, m, k, "m", "k")
-    b_off, b_ok = _element(view.b, k, n, "k", "n")
+    a_box, b_boxes = tma_boxes(view, config)
+    tile = spatial_tile(view, bm) if a_box is not None and len(a_box.box) == 4 else None
     a_bytes, b_bytes = bm * ROW_BYTES, bn * ROW_BYTES
-    atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a row-major B
-    # Per k-step: A is bm rows x 8 chunks; B is bn rows x 8 chunks ([n][k], K-major) or 64 k
-    # rows x bn / 8 chunks (64-column atoms).  Thread t copies chunks t, t + 128, ...
-    if b_col_major:
-        b_copy = f"""
-      #pragma unroll
-      for (int j = 0; j < {bn * CHUNK // PRODUCER_THREADS}; ++j) {{  // [n][k] rows, K-major
-        const int r = tid / {CHUNK} + {PRODUCER_THREADS // CHUNK} * j, c = tid % {CHUNK};
-        const int k = k0 + c * {CHUNK}, n = n0 + r;
-        copy16(b_s + r * {ROW_BYTES} + ((c ^ (r & 7)) << 4), B, {b_ok}, {b_off});
+    atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
+    b_wg_offset = n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
+    # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes; B's
+    # land as [n][k] rows or 64-column atoms, A's as its K-major rows, all 128-byte swizzled.
+    boxes = [("map_b", f"b_s + {j * atom_bytes}", box) for j, box in enumerate(b_boxes)]
+    if a_box is not None:
+        boxes.insert(0, ("map_a", "a_s", a_box))
+    loads = "\n        ".join(f"tma_load_{len(box.box)}d({dst}, {tmap}, &full[stage], {', '.join(box.coords)});"
+                                for tmap, dst, box in boxes)
+    tma_issue = f"""
+      if (tid == 0) {{
+        mbar_arrive_expect_tx(&full[stage], {sum(box.bytes for _, _, box in boxes)});
+        {loads}
       }}"""
-        b_wg_offset = n_wg * ROW_BYTES
-    else:
-        per_row = bn // CHUNK
-        b_copy = f"""
-      #pragma unroll
-      for (int j = 0; j < {WGMMA_K * per_row // PRODUCER_THREADS}; ++j) {{  // 64-column atoms
-        const int i = tid + {PRODUCER_THREADS} * j, r = i / {per_row}, nc = i % {per_row};
-        const int k = k0 + r, n = n0 + nc * {CHUNK};
-        copy16(b_s + (nc / 8) * {atom_bytes} + r * {ROW_BYTES} + (((nc % 8) ^ (r & 7)) << 4), B, {b_ok}, {b_off});
-      }}"""
-        b_wg_offset = n_wg // WGMMA_ATOM * atom_bytes
-    a_copy = "" if a_tma else f"""
+    # A gathered: the producer warpgroup's 16-byte cp.async, thread t copying chunks t, t + 128, ...
+    gather = a_box is None
+    a_off, a_ok = _element(view.a, m, k, "m", "k")
+    a_copy = "" if not gather else f"""
       #pragma unroll
       for (int j = 0; j < {bm * CHUNK // PRODUCER_THREADS}; ++j) {{  // A rows, K-major
         const int r = tid / {CHUNK} + {PRODUCER_THREADS // CHUNK} * j, c = tid % {CHUNK};
         const int m = m0 + r, k = k0 + c * {CHUNK};
         copy16(a_s + r * {ROW_BYTES} + ((c ^ (r & 7)) << 4), A, {a_ok}, {a_off});
-      }}"""
-    if b_tma:
-        b_copy = ""
-    # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes (2-D
-    # maps over the tensors, 64-element rows, 128-byte swizzle: the layouts above).
-    tma_boxes = []
-    if a_tma:
-        tma_boxes.append(f"tma_load_2d(a_s, map_a, &full[stage], k0, m0);")
-    if b_tma and b_col_major:
-        tma_boxes.append(f"tma_load_2d(b_s, map_b, &full[stage], k0, n0);")
-    elif b_tma:
-        tma_boxes += [f"tma_load_2d(b_s + {j * atom_bytes}, map_b, &full[stage], n0 + {j * WGMMA_ATOM}, k0);"
-                      for j in range(bn // WGMMA_ATOM)]
-    tma_bytes = (a_bytes if a_tma else 0) + (b_bytes if b_tma else 0)
-    tma_issue = "" if not tma_boxes else f"""
-      if (tid == 0) {{
-        mbar_arrive_expect_tx(&full[stage], {tma_bytes});
-        {chr(10).join("        " + box for box in tma_boxes).strip()}
-      }}"""
-    copies = not (a_tma and b_tma)  # the producer warpgroup's cp.async, arriving per thread
-    noinc = """
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(smem_u32(&full[stage])) : "memory");""" if copies else ""
+      }}
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(smem_u32(&full[stage])) : "memory");"""
     producer_end = """
-    asm volatile("cp.async.wait_all;" ::: "memory");""" if copies else ""
-    full_count = (PRODUCER_THREADS if copies else 0) + (1 if tma_boxes else 0)
-    producers = "tid < " + (str(PRODUCER_THREADS) if copies else "1")
+    asm volatile("cp.async.wait_all;" ::: "memory");""" if gather else ""
+    full_count = (PRODUCER_THREADS if gather else 0) + 1
+    producers = "tid < " + (str(PRODUCER_THREADS) if gather else "1")
+    # The block's rows: m0.. (m_end: the last stored + 1); a spatial tile's are whole output
+    # rows of one image (or whole images), from its image img0 and output row oh0.
+    if tile is None:
+        block_rows = f"const int m0 = blockIdx.x * {bm}, m_end = {m};"
+    else:
+        hw = tile.height * tile.width
+        block_rows = (f"const int img0 = blockIdx.x / {tile.tiles_per_image} * {tile.images}, "
+                      f"oh0 = blockIdx.x % {tile.tiles_per_image} * {tile.rows};\n"
+                      f"  const int m0 = img0 * {hw} + oh0 * {tile.width};\n"
+                      f"  const int m_end = min(img0 + {tile.images}, {tile.batch}) * {hw} < m0 + {tile.pixels} ? "
+                      f"min(img0 + {tile.images}, {tile.batch}) * {hw} : m0 + {tile.pixels};")
     if in_flight:
         issue = f"""
       #pragma unroll
@@ -213,6 +283,14 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
         {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});
       mbar_arrive(&empty[stage]);"""
         drain = ""
+    # two adjacent columns a store; with an odd N, element by element (pairs are misaligned)
+    if n % 2 == 0:
+        store = f"""
+          *reinterpret_cast<{pair_t}*>(C + (long long)m * {n} + n) = {pair};"""
+    else:
+        store = f"""
+          C[(long long)m * {n} + n] = ({out_t})v0;
+          if (n + 1 < {n}) C[(long long)m * {n} + n + 1] = ({out_t})v1;"""
     name = "tc_ws_gemm"
     kt = math.ceil(k / WGMMA_K)
     source = f"""
@@ -221,7 +299,7 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 {drain_source if in_flight else ""}
 {_HELPERS}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
-// A by {"TMA" if a_tma else "cp.async"}, B by {"TMA" if b_tma else "cp.async"}; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
+// A by {"cp.async" if gather else "TMA"}{" (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
 // {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
@@ -232,7 +310,8 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
   unsigned long long* empty = full + STAGES;
   const int tid = threadIdx.x;
-  const int m0 = blockIdx.x * {bm}, n0 = blockIdx.y * {bn};
+  {block_rows}
+  const int n0 = blockIdx.y * {bn};
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
       mbar_init(&full[s], {full_count});
@@ -248,7 +327,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       if (kt >= STAGES) mbar_wait(&empty[stage], (kt / STAGES - 1) & 1);
       unsigned char* a_s = smem + stage * STAGE_BYTES;
       unsigned char* b_s = a_s + A_BYTES;
-      const int k0 = kt * {WGMMA_K};{tma_issue}{a_copy}{b_copy}{noinc}
+      const int k0 = kt * {WGMMA_K};{tma_issue}{a_copy}
     }}{producer_end}
     return;
   }}
@@ -277,16 +356,15 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       for (int p = 0; p < 8; p += 2) {{
         const int m = m0 + s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
         const int n = n0 + wg * {n_wg} + f * 16 + 8 * (p / 4) + 2 * (lane % 4);
-        if (m < {m} && n < {n}) {{
-          const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];
-          *reinterpret_cast<{pair_t}*>(C + (long long)m * {n} + n) = {pair};
+        if (m < m_end && n < {n}) {{
+          const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];{store}
         }}
       }}
     }}
   }}
 }}
 """
-    grid = (math.ceil(m / bm), math.ceil(n / bn))
+    grid = (tile.grid_m if tile else math.ceil(m / bm), math.ceil(n / bn))
     return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config))
 
 
@@ -331,6 +409,11 @@ __device__ __forceinline__ void tma_load_2d(void* dst, unsigned long long map, u
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];"
                :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)) : "memory");
 }}
+__device__ __forceinline__ void tma_load_4d(void* dst, unsigned long long map, unsigned long long* bar,
+                                            int x, int y, int z, int w) {{
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3, %4, %5}}], [%6];"
+               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_u32(bar)) : "memory");
+}}
 // 16 bytes global -> shared, or 16 zero bytes where the element is outside the operand.
 __device__ __forceinline__ void copy16(void* dst, const half* base, bool inside, long long offset) {{
   const half* src = base + (inside ? offset : 0);
@@ -353,8 +436,10 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
     kp = plan(view, config)
     (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes
     a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
-    maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if tma else None
-            for operand, tma in zip(view.inputs, tma_operands(view))]
+    a_box, b_boxes = tma_boxes(view, config)
+    operand_boxes = [(view.a, a_box), (view.b, b_boxes[0])]
+    maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
+            for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
 
     @T.prim_func(check_well_formed=False)  # the maps are bound below, in the host part
@@ -370,23 +455,13 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
         T.evaluate(cuda_func_call(kp.name, A.data, B.data, C.data, buf.data, *map_args, source_code=kp.source))
 
     host = []
-    for tmap, operand, param in zip(maps, view.inputs, main.params[:2]):
-        if tmap is None:
-            continue
-        rows, cols = _tensor_2d(operand)
-        box_rows = _box_rows(view, config, operand)
-        host += [tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)),
-                 tvm.tirx.Evaluate(tvm.tirx.tensormap_encode_tiled(  # innermost dim first
-                     tmap, param.data, cols, rows, cols * 2, WGMMA_K, box_rows, 1, 1,
-                     descriptor_dtype="float16", rank=2, swizzle=3))]  # CU_TENSOR_MAP_SWIZZLE_128B
+    for tmap, (_, box), param in zip(maps, operand_boxes, main.params[:2]):
+        if tmap is not None:
+            rank = len(box.box)
+            host += [tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)),
+                     tvm.tirx.Evaluate(tvm.tirx.tensormap_encode_tiled(  # innermost dim first
+                         tmap, param.data, *box.dims, *box.strides, *box.box, *(1,) * rank,
+                         descriptor_dtype="float16", rank=rank, swizzle=3))]  # CU_TENSOR_MAP_SWIZZLE_128B
     if host:
         main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))
     return tvm.IRModule({"main": main})
-
-
-def _box_rows(view: GemmView, config: Conv2dConfig, operand) -> int:
-    """Rows of one TMA box: A's whole tile, an (N, K) B's whole tile, 64 k rows of a (K, N)
-    B's 64-column atom (the box is always 64 elements wide)."""
-    if operand is view.a:
-        return config.block_m
-    return config.block_n if view.b.layout == COL_MAJOR else WGMMA_K
