@@ -19,7 +19,8 @@ batched A, tiny M), so the conv2d ones stay as they were.  Fused epilogues are m
 same generator (same versions) but probed apart (``FUSED_PROBES``, ``DENSE_FUSED_PROBES``),
 so adding them changed no plain fingerprint; a change of their code bumps the task's version
 like any other.  So are the knobs appended since (``LATER_KNOBS``: ``IN_FLIGHT_PROBES``,
-``DENSE_IN_FLIGHT_PROBES``); at their default a config's code and hash are what they were.
+``DENSE_IN_FLIGHT_PROBES``; ``warp_specialized`` has no probes yet: its kernels come with the
+``warp_specialized`` module); at their default a config's code and hash are what they were.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 
 # Knobs appended after the fingerprints above were first recorded: a config that leaves them
 # at their default generates the code it did before them, and hashes without them.
-LATER_KNOBS = ("wgmma_in_flight",)
+LATER_KNOBS = ("wgmma_in_flight", "warp_specialized")
 
 # wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
 # warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its

@@ -43,14 +43,19 @@ def _path(name: str, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
     return tuple(Rule(r.name, r.ok, r.message, path=name) for r in rules)
 
 
-# wgmma_in_flight belongs to the wgmma path: the others require its default.
-_NO_WGMMA = {"wgmma_in_flight": 0}
+# Knobs of the wgmma path, with what their value 1 does: the other paths require their default.
+_WGMMA_KNOBS = {
+    "wgmma_in_flight": "keeps wgmma groups in flight",
+    "warp_specialized": "feeds wgmma consumer warpgroups from a producer warpgroup",
+}
+_NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
 
-def _no_wgmma_rule(name: str) -> Rule:
-    return requires_rule(name, "wgmma_in_flight", 0,
-                         lambda cfg, v, c: f"wgmma_in_flight={cfg.wgmma_in_flight} keeps wgmma groups in flight: "
-                                           f"it needs intrinsic=wgmma, not {name}")
+def _no_wgmma_rules(name: str) -> tuple[Rule, ...]:
+    return tuple(requires_rule(name, knob, 0,
+                               lambda cfg, v, c, knob=knob, what=what: f"{knob}={getattr(cfg, knob)} {what}: "
+                                                                       f"it needs intrinsic=wgmma, not {name}")
+                 for knob, what in _WGMMA_KNOBS.items())
 
 
 # mma: 16x16x16 tiles, sm_80's m16n8k16, and shared tiles whose rows the XOR swizzle can
@@ -70,8 +75,51 @@ MMA = IntrinsicPath(
         Rule("mma_swizzled_rows", lambda v, c: (v["bk"] % 32 == 0) & (v["bn"] % 32 == 0),
              lambda cfg, v, c: f"intrinsic=mma: block_k={v['bk']} and block_n={v['bn']} "
                                "must be multiples of 32 (swizzled rows)"),
-        _no_wgmma_rule("mma"),
+        *_no_wgmma_rules("mma"),
     )))
+
+# warp_specialized=1, a kernel of the wgmma path (module ``warp_specialized``): a producer
+# warpgroup copies whole 16-byte chunks of fp16 A and B into 2+ stages with cp.async and
+# mbarriers, and 1-2 consumer warpgroups (block_col_warps) issue the wgmma and store C from
+# their registers: no split-K, no fused epilogue, at most 128 accumulator floats per consumer
+# thread.
+_WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
+# fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
+# (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8
+_WS_ACCUMULATORS = 128
+
+
+def _ws_rule(name: str, ok, why) -> Rule:
+    """A rule of warp-specialized configs: ``ok(v, c)`` where warp_specialized=1 may run, and
+    ``why(cfg, v, c)`` completes the message "warp_specialized=1 ..." where not."""
+    return Rule(f"warp_specialized_{name}", lambda v, c: (v["warp_specialized"] == 0) | ok(v, c),
+                lambda cfg, v, c: f"warp_specialized=1 {why(cfg, v, c)}")
+
+
+_WARP_SPECIALIZED_RULES = (
+    _ws_rule("split_k", lambda v, c: v["split_k"] == 1,
+             lambda cfg, v, c: f"needs split_k=1, not {cfg.split_k}: its consumers store C from their "
+                               "registers, with no split-K workspace"),
+    _ws_rule("stages", lambda v, c: v["stages"] >= 2,
+             lambda cfg, v, c: f"needs stages >= 2, not {cfg.stages}: the producer fills one stage while "
+                               "the consumers read another"),
+    _ws_rule("vectors", lambda v, c: (v["vec_a"] == 8) & (v["vec_b"] == 8),
+             lambda cfg, v, c: f"needs vec_a=8 and vec_b=8, not {cfg.vec_a} and {cfg.vec_b}: the producer "
+                               "copies A and B in 16-byte cp.async chunks"),
+    _ws_rule("dtype", lambda v, c: c.view.dtype == "float16",
+             lambda cfg, v, c: f"needs float16 input, not {c.view.dtype}: the producer copies the input "
+                               "tensors straight into the stages, with no fp16 copies"),
+    _ws_rule("epilogue", lambda v, c: not c.view.epilogue,
+             lambda cfg, v, c: f"fuses no epilogue, not epilogue={c.view.epilogue}: its consumers store "
+                               "the accumulators as they are"),
+    _ws_rule("consumers", lambda v, c: v["block_col_warps"] <= _WS_CONSUMERS,
+             lambda cfg, v, c: f"needs block_col_warps <= {_WS_CONSUMERS} (consumer warpgroups), not "
+                               f"{cfg.block_col_warps}: {cfg.threads} threads leave too few registers for the "
+                               "accumulators"),
+    _ws_rule("accumulators", lambda v, c: v["frags"] * 8 <= _WS_ACCUMULATORS,
+             lambda cfg, v, c: f"holds {v['frags'] * 8} accumulator floats per consumer thread "
+                               f"(warp_row_tiles x warp_col_tiles x 8), more than {_WS_ACCUMULATORS}"),
+)
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte
 # swizzled row of 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to
@@ -94,10 +142,11 @@ WGMMA = IntrinsicPath(
         Rule("wgmma_in_flight_stages", lambda v, c: (v["wgmma_in_flight"] == 0) | (v["stages"] >= 2),
              lambda cfg, v, c: f"wgmma_in_flight=1 needs stages >= 2, not {cfg.stages}: the next k-step's "
                                "copy must fill another buffer than the one the wgmma in flight reads"),
+        *_WARP_SPECIALIZED_RULES,
     )))
 
 # WMMA fragments on padded shared tiles: any shape, sm_70+
-WMMA = IntrinsicPath("wmma", requires=_NO_WGMMA, rules=_path("wmma", (_no_wgmma_rule("wmma"),)))
+WMMA = IntrinsicPath("wmma", requires=_NO_WGMMA, rules=_path("wmma", _no_wgmma_rules("wmma")))
 
 PATHS: dict[str, IntrinsicPath] = {p.name: p for p in (WMMA, MMA, WGMMA)}
 assert tuple(PATHS) == KNOBS["intrinsic"], "every intrinsic knob value needs exactly one entry"

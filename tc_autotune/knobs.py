@@ -38,10 +38,30 @@ KNOBS: dict[str, tuple] = {
     # 1: a wgmma call waits only for the previous call's group (wgmma.wait_group 1), so the
     # Tensor Cores stay busy across k-steps; the accumulators are drained before the store.
     "wgmma_in_flight": (0, 1),
+    # 1: a warp-specialized wgmma kernel (``warp_specialized``): one producer warpgroup fills the
+    # shared-memory stages with cp.async and mbarriers, block_col_warps consumer warpgroups (1-2)
+    # issue the wgmma; threads = 128 x (1 + block_col_warps), no C staging tile.
+    "warp_specialized": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
-KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0}
+KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
+                 "warp_specialized": 0}
+
+# warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
+# memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
+# row of M and per column of N, and its full and empty mbarriers (8 bytes each).
+PRODUCER_THREADS = 128
+WS_ROW_BYTES = 128
+WS_BARRIER_BYTES = 16
+WS_ALIGN_BYTES = 1024  # slack to align the stages to the 1024-byte swizzle pattern
+
+
+def warp_specialized_smem(stages, block_m, block_n):
+    """Shared memory of a warp-specialized kernel (ints or numpy columns): its stages and the
+    alignment slack; no C staging tile (the consumers store from registers)."""
+    return stages * ((block_m + block_n) * WS_ROW_BYTES + WS_BARRIER_BYTES) + WS_ALIGN_BYTES
+
 
 # Knobs whose values are names: vectorised code sees them as positions in KNOBS.
 NAMED_KNOBS = ("wmma", "intrinsic")
@@ -73,6 +93,7 @@ class Conv2dConfig:
     split_k: int = 1
     intrinsic: str = "wmma"
     wgmma_in_flight: int = 0
+    warp_specialized: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -92,11 +113,15 @@ class Conv2dConfig:
 
     @property
     def threads(self) -> int:
-        return self.block_row_warps * self.block_col_warps * 32
+        """The block's threads: its warps, and a warp-specialized kernel's producer warpgroup."""
+        return self.block_row_warps * self.block_col_warps * 32 + PRODUCER_THREADS * self.warp_specialized
 
     @property
     def smem_bytes(self) -> int:
-        """Dynamic shared memory: the A/B tiles and the C staging tile share one pool."""
+        """Dynamic shared memory: the A/B tiles and the C staging tile share one pool (a
+        warp-specialized kernel: ``warp_specialized_smem``)."""
+        if self.warp_specialized:
+            return warp_specialized_smem(self.stages, self.block_m, self.block_n)
         a = self.block_m * (self.block_k + self.offset_a) * 2
         b = self.block_k * (self.block_n + self.offset_b) * 2
         c = self.block_m * (self.block_n + self.offset_c) * 4

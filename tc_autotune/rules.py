@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .gemm import COL_MAJOR, GemmView, view_of
-from .knobs import KNOBS, NAMED_KNOBS, WMMA_SHAPES, code
+from .knobs import KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, warp_specialized_smem
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -67,18 +67,23 @@ def derive(v: dict, ctx: Context) -> dict:
     as positions in KNOBS, with ``wm``, ``wn``, ``wk`` the fragment shape): the block tile,
     threads, accumulator fragments, shared memory and the grid.  ``b_row``: the B tile's
     row in shared memory, which ``offset_b`` pads: N, or K for a column-major B (stored
-    [n][k], contiguous along K as its tensor)."""
+    [n][k], contiguous along K as its tensor).  ``warps`` compute and store C; a
+    warp-specialized kernel adds a producer warpgroup, which alone copies A and B
+    (``copy_threads``; else every thread copies)."""
     v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
     v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
     v["bk"] = v["chunk"] * v["wk"]
     v["warps"] = v["block_row_warps"] * v["block_col_warps"]
-    v["threads"] = v["warps"] * 32
+    v["compute_threads"] = v["warps"] * 32
+    v["threads"] = v["compute_threads"] + PRODUCER_THREADS * v["warp_specialized"]
+    v["copy_threads"] = v["threads"] - v["compute_threads"] * v["warp_specialized"]
     v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
     b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
     b = b_rows * (v["b_row"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
-    v["smem"] = np.maximum(v["stages"] * (a + b), c)
+    v["smem"] = np.where(v["warp_specialized"] == 1, warp_specialized_smem(v["stages"], v["bm"], v["bn"]),
+                         np.maximum(v["stages"] * (a + b), c))
     # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
     v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])
     v["gk"] = -(-ctx.k // (v["bk"] * v["split_k"]))
@@ -144,10 +149,10 @@ HEAD = (
 )
 
 
-def _vector_rules(knob: str, operand: str, tile: Callable) -> tuple[Rule, Rule]:
+def _vector_rules(knob: str, operand: str, tile: Callable, threads: str) -> tuple[Rule, Rule]:
     """Vector loads/stores of GEMM operand ``operand`` ("a", "b", "c"): aligned in global
     memory (the width divides the operand's contiguous runs) and evenly shared by the
-    block's threads."""
+    ``threads`` (a ``derive`` value) that copy it."""
 
     def held(c: Context):  # the operand as the task's tensor holds it
         return getattr(c.view, operand)
@@ -156,9 +161,9 @@ def _vector_rules(knob: str, operand: str, tile: Callable) -> tuple[Rule, Rule]:
         Rule(f"{knob}_alignment", lambda v, c: held(c).run % v[knob] == 0,
              lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {held(c).run} {held(c).run_name} "
                                "(misaligned vector access)"),
-        Rule(f"{knob}_threads", lambda v, c: tile(v) % (v["threads"] * v[knob]) == 0,
+        Rule(f"{knob}_threads", lambda v, c: tile(v) % (v[threads] * v[knob]) == 0,
              lambda cfg, v, c: f"{knob}={v[knob]}: the {tile(v)}-element tile does not split evenly "
-                               f"over {v['threads']} threads"),
+                               f"over {v[threads]} threads"),
     )
 
 
@@ -168,9 +173,9 @@ def _offset_rule(offset: str, vec: str) -> Rule:
 
 
 _VECTORS = {
-    "vec_a": _vector_rules("vec_a", "a", lambda v: v["bm"] * v["bk"]),
-    "vec_b": _vector_rules("vec_b", "b", lambda v: v["bk"] * v["bn"]),
-    "vec_c": _vector_rules("vec_c", "c", lambda v: v["bm"] * v["bn"]),
+    "vec_a": _vector_rules("vec_a", "a", lambda v: v["bm"] * v["bk"], "copy_threads"),
+    "vec_b": _vector_rules("vec_b", "b", lambda v: v["bk"] * v["bn"], "copy_threads"),
+    "vec_c": _vector_rules("vec_c", "c", lambda v: v["bm"] * v["bn"], "compute_threads"),
 }
 _OFFSETS = {"vec_a": _offset_rule("offset_a", "vec_a"), "vec_b": _offset_rule("offset_b", "vec_b"),
             "vec_c": _offset_rule("offset_c", "vec_c")}
@@ -179,7 +184,9 @@ FRAG_BUFFERS = Rule("frag_buffers", lambda v, c: v["frag_buffers"] <= v["chunk"]
                                       "(nothing to overlap)")
 TAIL = (FRAG_BUFFERS, *(r for rules in _VECTORS.values() for r in rules), *_OFFSETS.values())
 VECTOR_KNOBS = tuple(_VECTORS)
-# The only rules that read each vector width (default_config relies on that).
+# The only rules that read each vector width, besides a warp-specialized kernel's, which asks for
+# the widest candidate (default_config relies on that: it screens the other rules at the widest
+# widths, then takes per row the widest these rules allow).
 VECTOR_RULES = {knob: (*_VECTORS[knob], _OFFSETS[knob]) for knob in VECTOR_KNOBS}
 assert not set(NAMED_KNOBS) & set(VECTOR_KNOBS)
 

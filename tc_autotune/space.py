@@ -200,18 +200,28 @@ class ConfigSpace:
 def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Conv2dConfig:
     """``ConfigSpace.default_config`` without enumerating the ~10M offset-fixed configs.
 
-    Only the vector rules involve the vector widths, each width's rules only itself and
-    the tile, and the prior grows with each width; so the best config of every other-knob
-    combination uses, per vec knob, its widest width that the vector rules allow with the
-    other two at 1.  That leaves ~200k rows to check and score (~0.2 s, ~100 MB).
+    Only the vector rules involve the vector widths (besides a warp-specialized kernel's rule,
+    which asks for the widest), each width's rules only itself and the tile, and the prior
+    grows with each width; so the best config of every other-knob combination uses, per vec
+    knob, its widest width that the vector rules allow: the grid screens the other rules with
+    every width at its widest, then finds that width per row.  One grid per intrinsic path,
+    with the knob values it requires (any other row breaks one of its rules); the usual
+    offsets leave only WMMA's, ~35k rows to check and score (~0.05 s, ~40 MB).
     """
     space = ConfigSpace(workload, gpu, dict(knobs))
     names = list(space.knobs)
     fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
     vecs = [name for name in VECTOR_KNOBS if len(space.knobs[name]) > 1]
-    grid = [[c.index(fixed[name])] if fixed.get(name) in c else
-            [0] if name in vecs else range(len(c)) for name, c in space.knobs.items()]
-    pos = np.stack(np.meshgrid(*grid, indexing="ij"), axis=-1).reshape(-1, len(names))
+    grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
+            [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
+    blocks = [np.zeros((0, len(names)), dtype=np.int64)]
+    for i, intrinsic in enumerate(space.knobs["intrinsic"]):
+        on_path = {**grid, "intrinsic": [i]}
+        for knob, value in intrinsic_path(intrinsic).requires.items():
+            on_path[knob] = [j for j in on_path[knob] if space.knobs[knob][j] == value]
+        if all(on_path.values()):  # else the table has no value the path requires
+            blocks.append(np.stack(np.meshgrid(*on_path.values(), indexing="ij"), axis=-1).reshape(-1, len(names)))
+    pos = np.concatenate(blocks)
     ctx = space.context
     pos = pos[_rule_mask(derive_rows(space, pos), ctx, HEAD + (FRAG_BUFFERS,))]  # no vector rule
     v = derive_rows(space, pos)

@@ -46,7 +46,7 @@ TRANSFER_MODES = ("residual", "joint")
 _CHUNK = 1 << 16  # configs decoded and pre-filtered at once
 _DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
 _SCAN_LIMIT = _CHUNK  # spaces up to one draw's size may be listed whole; larger ones (the real
-# ones have ~268M configs) are only ever sampled
+# ones have ~1G configs) are only ever sampled
 
 
 class Tuner:
@@ -602,7 +602,7 @@ def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
     """Rows on the mma or wgmma path get the knob values it requires (offsets 0, 16x16x16;
     for wgmma also a 4-warp warpgroup, chunk 4, one fragment buffer), so a single-knob move
     from a good WMMA config reaches its twin on that path instead of an invalid point; rows
-    off the wgmma path get wgmma_in_flight=0, its knob."""
+    off the wgmma path get wgmma_in_flight=0 and warp_specialized=0, its knobs."""
     names = list(space.knobs)
     column = pos[:, names.index("intrinsic")]
     for intrinsic, path in PATHS.items():

@@ -18,7 +18,7 @@ Without a record of a workload, ``build_conv2d`` used the analytic prior's defau
   candidates, valid ones only: what won on a similar shape is a strong guess;
 * simulated annealing on the model's score (vectorised, as ``XGBTuner._anneal``), seeded with
   those configs and random valid points, covers the rest of the space, which is never
-  enumerated (268M configs for the tutorial);
+  enumerated (~1G configs for the tutorial);
 * the model ranks all candidates, ``space.is_valid`` confirms them; the first is the pick.
 
 The model depends only on the logs' bytes and the GPU: it is trained once (~1 s) and cached on

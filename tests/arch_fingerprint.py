@@ -16,8 +16,8 @@ must leave unchanged, hashed.
 Knobs and features added after the data file was first written (``LATER_KNOBS``,
 ``LATER_FEATURES``) leave the entries above as they were: those spaces pin the knobs to the
 default that reproduces the old kernels, and that hash leaves the features out.  Entries of
-their own cover them (``LATER_VARIANTS``, "<workload>/<arch>/full+<knob>", "features+later"),
-drawn after all the others.
+their own cover them (``LATER_VARIANTS``, "<workload>/<arch>/full+<knob>", the later
+``FEATURE_ENTRIES``), each later variant's CUDA cases drawn after all those before it.
 
     python tests/arch_fingerprint.py --write    # record today's values in tests/data/
 
@@ -70,8 +70,19 @@ VARIANTS = {
 LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in generator.LATER_KNOBS}
 LATER_VARIANTS = {
     "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
+    "warp-specialized": {**VARIANTS["wgmma"], "warp_specialized": (1,)},
 }
-LATER_FEATURES = ("wgmma_in_flight",)
+# Later variants whose kernels cannot be generated yet (module ``warp_specialized`` to come):
+# masks only, no CUDA cases.
+MASK_ONLY_VARIANTS = ("warp-specialized",)
+LATER_FEATURES = ("wgmma_in_flight", "warp_specialized")  # each a later knob's feature
+# Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
+# pinned to their default and left out), as each entry was first written.
+FEATURE_ENTRIES = {
+    "features": (),
+    "features+later": ("wgmma_in_flight",),
+    "features+warp_specialized": ("wgmma_in_flight", "warp_specialized"),
+}
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)
 MASK_SAMPLE = 200_000  # indices per full space
@@ -108,7 +119,8 @@ def sample_cuda_cases() -> list[dict]:
                 found.append(config)
         cases.extend({"workload": WORKLOADS[name], "config": generator.hashed_config(c)} for c in found)
 
-    for variants in (VARIANTS, LATER_VARIANTS):  # the later ones after all the others
+    later = ({name: pinned} for name, pinned in LATER_VARIANTS.items() if name not in MASK_ONLY_VARIANTS)
+    for variants in (VARIANTS, *later):  # each later one after all those before it
         for name in WORKLOADS:
             for variant in variants:
                 draw(name, variant, None, CUDA_PER_CELL)
@@ -146,17 +158,16 @@ def mask_fingerprint(key: str, space: ConfigSpace, n: int) -> dict:
             "reasons": _sha("\n".join(reasons).encode())}
 
 
-def features_hash(later: bool = False) -> str:
-    """The features of the tutorial's space; ``later``: with the later knobs free and the later
-    features, else without either (the entry as first written)."""
-    space = _space("tutorial", "sm_90", extra=({knob: KNOBS[knob] for knob in LATER_KNOBS} if later else None))
+def features_hash(free: tuple = ()) -> str:
+    """The features of the tutorial's space with the later knobs ``free`` (a ``FEATURE_ENTRIES``
+    value) and their features; the other later knobs pinned, their features left out."""
+    space = _space("tutorial", "sm_90", extra={knob: KNOBS[knob] for knob in free})
     idx = np.random.default_rng(SEED).integers(0, len(space), size=FEATURE_SAMPLE)
     pos = cost_model.positions_from_indices(space, idx)
     pos = pos[cost_model.valid_mask(space, pos)]
     features = cost_model.features_from_positions(space, pos)
-    if not later:
-        features = features[:, [i for i, f in enumerate(cost_model.FEATURE_NAMES) if f not in LATER_FEATURES]]
-    return _sha(np.ascontiguousarray(features).tobytes())
+    kept = [i for i, f in enumerate(cost_model.FEATURE_NAMES) if f not in LATER_FEATURES or f in free]
+    return _sha(np.ascontiguousarray(features[:, kept]).tobytes())
 
 
 def default_index(name: str, arch: str) -> int:
@@ -169,8 +180,7 @@ def compute(cuda_cases: list[dict]) -> dict:
         "cuda": [{**case, "sha256": cuda_hash(case)} for case in cuda_cases],
         "masks": {key: mask_fingerprint(key, space, n) for key, space, n in mask_spaces()},
         "defaults": {f"{name}/{arch}": default_index(name, arch) for name, arch in DEFAULTS},
-        "features": features_hash(),
-        "features+later": features_hash(later=True),
+        **{key: features_hash(free) for key, free in FEATURE_ENTRIES.items()},
     }
 
 

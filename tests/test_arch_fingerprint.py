@@ -36,5 +36,5 @@ def test_validity_masks_and_reasons_are_unchanged():
 
 def test_default_configs_and_features_are_unchanged():
     assert {f"{n}/{a}": fp.default_index(n, a) for n, a in fp.DEFAULTS} == EXPECTED["defaults"]
-    assert fp.features_hash() == EXPECTED["features"]
-    assert fp.features_hash(later=True) == EXPECTED["features+later"]
+    assert {key: fp.features_hash(free) for key, free in fp.FEATURE_ENTRIES.items()} == {
+        key: EXPECTED[key] for key in fp.FEATURE_ENTRIES}

@@ -557,6 +557,25 @@ def test_a_wgmma_record_written_before_wgmma_in_flight_reads_back_as_the_kernel_
     entity = SPACE.to_entity(replace(config, wgmma_in_flight=0))
     old = {"index": entity["index"], "entity": [e for e in entity["entity"] if e[0] != "wgmma_in_flight"]}
     assert SPACE.from_entity(old) == replace(config, wgmma_in_flight=0)
+    # the new value: another index (one step of the knob: the space is 2 x 2 times its stride, with
+    # warp_specialized appended after it)
+    assert SPACE.index(config) == entity["index"] + len(SPACE) // 4
+
+
+def test_a_wgmma_record_written_before_warp_specialized_reads_back_as_the_kernel_it_timed():
+    """Its config is the kernel it measured (warp_specialized=0: no producer warpgroup) and keeps
+    its index: the knob is the last one, its default the first candidate.  A record older still
+    (no wgmma_in_flight either) reads back the same way."""
+    from dataclasses import replace
+
+    config = replace(CONFIGS[0], intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4, block_col_warps=2,
+                     warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0, offset_b=0, frag_buffers=1,
+                     stages=3, split_k=1, vec_a=8, vec_b=8, warp_specialized=1)
+    assert SPACE.is_valid(config), SPACE.why_invalid(config)
+    entity = SPACE.to_entity(replace(config, warp_specialized=0))
+    for dropped in (("warp_specialized",), ("warp_specialized", "wgmma_in_flight")):
+        old = {"index": entity["index"], "entity": [e for e in entity["entity"] if e[0] not in dropped]}
+        assert SPACE.from_entity(old) == replace(config, warp_specialized=0)
     assert SPACE.index(config) == entity["index"] + len(SPACE) // 2  # the new value: another index
 
 

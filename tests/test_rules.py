@@ -7,18 +7,23 @@ import pytest
 
 from tc_autotune import intrinsic_paths, workloads
 from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.knobs import KNOBS
+from tc_autotune.knobs import KNOBS, Conv2dConfig
 from tc_autotune.rules import derive, values_of_config
-from tc_autotune.space import ConfigSpace, positions_from_configs, valid_mask
+from tc_autotune.space import ConfigSpace, positions_from_configs, positions_from_indices, valid_mask
 
 SPACE = ConfigSpace(workloads.get("tutorial"), gpu_for_arch("sm_90"))
+
+
+def _path_table(name, **pinned):
+    """The knob table with path ``name`` and the knob values it requires pinned, and ``pinned``."""
+    path = {"intrinsic": name, **intrinsic_paths.get(name).requires, **pinned}
+    return {**KNOBS, **{knob: (value,) for knob, value in path.items()}}
 
 
 @pytest.mark.parametrize("name", [n for n, p in intrinsic_paths.PATHS.items() if p.requires])
 def test_every_requirement_of_a_path_is_a_rule(name):
     path = intrinsic_paths.get(name)
-    pinned = {**KNOBS, "intrinsic": (name,), **{k: (v,) for k, v in path.requires.items()}}
-    base = ConfigSpace(SPACE.workload, SPACE.gpu, pinned).sample(1, seed=0)[0]
+    base = ConfigSpace(SPACE.workload, SPACE.gpu, _path_table(name)).sample(1, seed=0)[0]
     for knob, value in path.requires.items():
         for other in (c for c in KNOBS[knob] if c != value):
             config = replace(base, **{knob: other})
@@ -64,3 +69,101 @@ def test_wgmma_in_flight_is_refused_off_the_wgmma_path_and_below_two_stages():
     assert valid_mask(SPACE, positions_from_configs(SPACE, configs)).tolist() == [True, True, False, False, False]
     ampere = ConfigSpace(SPACE.workload, gpu_for_arch("sm_80"))
     assert "Hopper instruction (sm_90), not sm_80" in ampere.why_invalid(wgmma)
+
+
+# ---- warp_specialized: a producer warpgroup feeding 1-2 wgmma consumer warpgroups -----------
+WS = Conv2dConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4,
+                  wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=4, vec_a=8, vec_b=8, vec_c=4, stages=3,
+                  intrinsic="wgmma", warp_specialized=1)
+_WS_WHY = "warp_specialized=1 feeds wgmma consumer warpgroups from a producer warpgroup: it needs intrinsic=wgmma"
+
+
+def _space_of(spec, arch="sm_90"):
+    return ConfigSpace(workloads.get(spec), gpu_for_arch(arch))
+
+
+@pytest.mark.parametrize("spec,changes,reason", [
+    ("tutorial", dict(intrinsic="mma"), f"{_WS_WHY}, not mma"),
+    ("tutorial", dict(intrinsic="wmma", offset_a=8, offset_b=8), f"{_WS_WHY}, not wmma"),
+    ("resnet50-res5-3x3-512-512-s2-b1", dict(split_k=2),  # a grid small enough for split-K
+     "warp_specialized=1 needs split_k=1, not 2: its consumers store C from their registers, with no "
+     "split-K workspace"),
+    ("tutorial", dict(stages=1),
+     "warp_specialized=1 needs stages >= 2, not 1: the producer fills one stage while the consumers read another"),
+    ("tutorial", dict(vec_a=4),
+     "warp_specialized=1 needs vec_a=8 and vec_b=8, not 4 and 8: the producer copies A and B in 16-byte "
+     "cp.async chunks"),
+    ("tutorial", dict(vec_b=2), "warp_specialized=1 needs vec_a=8 and vec_b=8, not 8 and 2"),
+    ("n=8,h=14,c=256,k=256,r=3,pad=1,dtype=float32", {},
+     "warp_specialized=1 needs float16 input, not float32: the producer copies the input tensors straight "
+     "into the stages, with no fp16 copies"),
+    ("tutorial-bias_relu", {},
+     "warp_specialized=1 fuses no epilogue, not epilogue=bias_relu: its consumers store the accumulators "
+     "as they are"),
+    ("tutorial", dict(block_col_warps=4),
+     "warp_specialized=1 needs block_col_warps <= 2 (consumer warpgroups), not 4: 640 threads leave too few "
+     "registers for the accumulators"),
+], ids=["mma", "wmma", "split_k", "stages", "vec_a", "vec_b", "fp32_input", "epilogue", "consumers"])
+def test_warp_specialized_is_refused_off_the_wgmma_path_and_outside_its_kernel(spec, changes, reason):
+    space = _space_of(spec)
+    config = replace(WS, **changes)
+    assert space.why_invalid(config).startswith(reason)
+    assert not valid_mask(space, positions_from_configs(space, [config]))[0]
+    assert space.why_invalid(replace(config, warp_specialized=0)) is None  # only the knob was wrong
+
+
+def test_a_warp_specialized_config_of_one_or_two_consumer_warpgroups_is_valid():
+    configs = [WS, replace(WS, block_col_warps=1, warp_col_tiles=8), replace(WS, stages=2, wgmma_in_flight=1)]
+    assert [SPACE.why_invalid(c) for c in configs] == [None] * 3
+    assert valid_mask(SPACE, positions_from_configs(SPACE, configs)).all()
+    assert "Hopper instruction (sm_90), not sm_80" in _space_of("tutorial", "sm_80").why_invalid(WS)
+
+
+def test_a_warp_specialized_kernel_has_a_producer_warpgroup_and_no_c_staging_tile():
+    """threads = 128 x (1 + consumer warpgroups); shared memory: per stage one 64-deep k-step of A
+    and B in 128-byte rows and two mbarriers, plus 1024 bytes of alignment slack."""
+    v = derive(values_of_config(WS), SPACE.context)
+    assert WS.threads == v["threads"] == 128 * (1 + 2)
+    assert WS.smem_bytes == v["smem"] == 3 * (128 * 128 + 128 * 128) + 1024 + 16 * 3
+    waiting = replace(WS, warp_specialized=0)  # the same tiles, every thread copying, C staged
+    assert waiting.threads == 256 and waiting.smem_bytes == 3 * (128 * 128 + 128 * 128) < WS.smem_bytes
+
+
+def test_the_warp_specialized_accumulator_rule_names_its_limit():
+    """warp_row_tiles x warp_col_tiles x 8 floats per consumer thread, at most 128 (the space's
+    accumulator rule, 16 fragments per warp, says so first: why_invalid names that one)."""
+    rule = next(r for r in intrinsic_paths.WGMMA.rules if r.name == "warp_specialized_accumulators")
+    config = replace(WS, warp_row_tiles=8, warp_col_tiles=4, stages=2)
+    v = derive(values_of_config(config), SPACE.context)
+    assert not rule.ok(v, SPACE.context) and rule.ok(derive(values_of_config(WS), SPACE.context), SPACE.context)
+    assert rule.message(config, v, SPACE.context) == ("warp_specialized=1 holds 256 accumulator floats per consumer "
+                                                      "thread (warp_row_tiles x warp_col_tiles x 8), more than 128")
+    assert "accumulator fragments per warp exceed 16" in SPACE.why_invalid(config)
+
+
+@pytest.mark.parametrize("arch,any_valid", [("sm_90", True), ("sm_80", False)])
+def test_the_space_has_valid_warp_specialized_configs_on_hopper_only(arch, any_valid):
+    """Every config of the wgmma path with warp_specialized=1 (the rest of the tutorial's knobs
+    free), checked at once: valid ones exist on sm_90, all obey the kernel's limits; none on sm_80."""
+    space = ConfigSpace(SPACE.workload, gpu_for_arch(arch), _path_table("wgmma", warp_specialized=1))
+    mask = valid_mask(space, positions_from_indices(space, np.arange(len(space))))
+    assert mask.any() == any_valid
+    valid = [space.get(int(i)) for i in np.flatnonzero(mask)[::97]]
+    assert all(space.why_invalid(c) is None for c in valid)
+    assert all(c.vec_a == c.vec_b == 8 and c.split_k == 1 and c.stages >= 2 and c.block_col_warps <= 2
+               for c in valid)
+
+
+def test_the_default_config_may_be_warp_specialized_where_the_table_allows():
+    """With the usual offsets the default is a WMMA config, as before; a table of unpadded
+    tiles gets the prior's best valid config, found by brute force here: a warp-specialized one
+    (the rule asking vec_a = vec_b = 8 does not hide it from the default's vector-width search)."""
+    from tc_autotune.prior import prior_score
+
+    assert SPACE.default_config().intrinsic == "wmma"
+    space = ConfigSpace(SPACE.workload, SPACE.gpu, _path_table("wgmma", offset_c=4))
+    indices = np.arange(len(space))
+    indices = indices[valid_mask(space, positions_from_indices(space, indices))]
+    scores = prior_score(space, positions_from_indices(space, indices))
+    best = space.get(int(indices[np.argmax(scores)]))  # the first of the best: the lowest index
+    assert space.default_config() == best and best.warp_specialized == 1

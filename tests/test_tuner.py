@@ -457,7 +457,10 @@ def test_a_move_onto_the_mma_or_wgmma_path_lands_on_a_valid_config():
     assert space.is_valid(mma) and space.is_valid(wgmma), space.why_invalid(wgmma)
 
 
-def test_a_move_off_the_wgmma_path_leaves_wgmma_in_flight_behind():
+@pytest.mark.parametrize("knobs", [dict(wgmma_in_flight=1), dict(warp_specialized=1),
+                                   dict(wgmma_in_flight=1, warp_specialized=1)], ids=lambda k: "+".join(k))
+def test_a_move_off_the_wgmma_path_leaves_its_knobs_behind(knobs):
+    """wgmma_in_flight and warp_specialized belong to the wgmma path: a move off it resets them."""
     from dataclasses import replace
 
     from tc_autotune.cost_model import indices_from_positions, positions_from_configs
@@ -465,13 +468,14 @@ def test_a_move_off_the_wgmma_path_leaves_wgmma_in_flight_behind():
 
     space = space_of("tutorial")
     wgmma = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
-                    warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0, offset_b=0, stages=3,
-                    frag_buffers=1, split_k=1, vec_a=8, vec_b=8, wgmma_in_flight=1)
+                    block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0, offset_b=0,
+                    stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8, **knobs)
     assert space.is_valid(wgmma), space.why_invalid(wgmma)
     moved = [wgmma, replace(wgmma, intrinsic="mma"), replace(wgmma, intrinsic="wmma")]
     pos = _with_intrinsic_requirements(space, positions_from_configs(space, moved))
     kept, mma, wmma = (space.get(int(i)) for i in indices_from_positions(space, pos))
-    assert kept == wgmma and (mma, wmma) == tuple(replace(c, wgmma_in_flight=0) for c in moved[1:])
+    off = {knob: 0 for knob in knobs}
+    assert kept == wgmma and (mma, wmma) == tuple(replace(c, **off) for c in moved[1:])
     assert space.is_valid(mma)
 
 
