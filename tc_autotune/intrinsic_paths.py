@@ -106,6 +106,9 @@ _WARP_SPECIALIZED_RULES = (
     _ws_rule("vectors", lambda v, c: (v["vec_a"] == 8) & (v["vec_b"] == 8),
              lambda cfg, v, c: f"needs vec_a=8 and vec_b=8, not {cfg.vec_a} and {cfg.vec_b}: the producer "
                                "copies A and B in 16-byte cp.async chunks"),
+    _ws_rule("c_tile", lambda v, c: (v["vec_c"] == 1) & (v["offset_c"] == 0),
+             lambda cfg, v, c: f"needs vec_c=1 and offset_c=0, not {cfg.vec_c} and {cfg.offset_c}: its "
+                               "consumers store C from their registers, so no other value makes another kernel"),
     _ws_rule("dtype", lambda v, c: c.view.dtype == "float16",
              lambda cfg, v, c: f"needs float16 input, not {c.view.dtype}: the producer copies the input "
                                "tensors straight into the stages, with no fp16 copies"),

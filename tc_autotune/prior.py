@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .intrinsic_paths import PATHS
+from .gemm import a_is_matrix, spatial_tile
 from .knobs import code
 from .rules import derive_rows
 
@@ -18,10 +19,18 @@ _SQUARE_WMMA = code("wmma", "m16n16k16")
 # wgmma_in_flight=1 by stages (H100 sweep of the seed workloads' best configs, BENCHMARKS 16):
 # 0.69-0.97x of waiting at 2 stages; 0.95-1.10x at 3 (0.95-1.04x of the best waiting): neutral.
 _IN_FLIGHT_WEIGHT = {2: 0.85}
-# warp_specialized=1: predicted, not measured yet: ncu on the H100 showed the tuned wgmma tutorial
-# kernel at 65% tensor-pipe utilisation with 34% of stalls at block barriers, cuDNN's
-# warp-specialized kernel at 91%.
-_WARP_SPECIALIZED_WEIGHT = 1.15
+# warp_specialized=1, by how A is loaded (H100, against the shipped best configs, BENCHMARKS 20):
+# TMA boxes (dense, 1x1 convs, spatial tiles) 1.05-1.2x; A gathered with cp.async 0.9-0.97x.
+_WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
+
+
+def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
+    """The warp-specialized kernel's factor per row: TMA boxes of A or an A gathered by threads."""
+    if a_is_matrix(view):
+        return np.full(len(block_m), _WARP_SPECIALIZED_WEIGHT[True])
+    values, inverse = np.unique(block_m, return_inverse=True)
+    weights = np.array([_WARP_SPECIALIZED_WEIGHT[spatial_tile(view, int(bm)) is not None] for bm in values])
+    return weights[inverse.reshape(-1)]
 
 
 def _lookup(table: dict, values: np.ndarray, default: float = 1.0) -> np.ndarray:
@@ -69,7 +78,7 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     # (predicted 1.05-1.1x; measured a wash at 3 stages and a loss at 2).
     in_flight = np.where(v["wgmma_in_flight"] == 1, _lookup(_IN_FLIGHT_WEIGHT, v["stages"]), 1.0)
     # warp_specialized: a producer warpgroup keeps the stages full, no block barrier per k-step
-    specialized = np.where(v["warp_specialized"] == 1, _WARP_SPECIALIZED_WEIGHT, 1.0)
+    specialized = np.where(v["warp_specialized"] == 1, _a_boxed_weight(space.context.view, v["bm"]), 1.0)
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
     return (padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * in_flight * specialized

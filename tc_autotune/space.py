@@ -214,6 +214,9 @@ def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Con
     vecs = [name for name in VECTOR_KNOBS if len(space.knobs[name]) > 1]
     grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
             [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
+    # Never the warp-specialized kernel: a default must be a kernel measured across many shapes.
+    if "warp_specialized" in grid and 0 in space.knobs["warp_specialized"]:
+        grid["warp_specialized"] = [space.knobs["warp_specialized"].index(0)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]
     for i, intrinsic in enumerate(space.knobs["intrinsic"]):
         on_path = {**grid, "intrinsic": [i]}

@@ -227,7 +227,7 @@ def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
     the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload.
     A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``)."""
-    if getattr(config, "warp_specialized", 0):  # TEMP until the knob lands
+    if config.warp_specialized:
         return warp_specialized.kernel_module(view, config)
     inputs, out, extra = gemm_compute(view, config)
     sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))

@@ -35,7 +35,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from .gemm import COL_MAJOR, GemmView, Im2col, RowMajor
+from .gemm import COL_MAJOR, GemmView, RowMajor, a_is_matrix, spatial_tile
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
 from .knobs import Conv2dConfig
 
@@ -119,59 +119,6 @@ class TmaBox:
         return math.prod(self.box) * 2
 
 
-@dataclass(frozen=True)
-class SpatialTile:
-    """A block's output pixels as a box of whole output rows: ``images`` images of ``rows``
-    rows (``rows`` < the height: one image) of the full width.  A 3x3 conv's A tile for one
-    filter tap and 64 channels is then one 4-D box of the data, shifted by the tap, with the
-    padding read as TMA's out-of-bounds zeros.  The box fills the first images*rows*width
-    rows of the block's A tile; the rest are never stored."""
-
-    images: int
-    rows: int
-    height: int
-    width: int
-    batch: int
-
-    @property
-    def pixels(self) -> int:
-        return self.images * self.rows * self.width
-
-    @property
-    def tiles_per_image(self) -> int:
-        return -(-self.height // self.rows)
-
-    @property
-    def grid_m(self) -> int:
-        return -(-self.batch // self.images) * self.tiles_per_image
-
-
-MIN_SPATIAL_USE = 0.75  # a spatial tile must fill this much of the block's rows, else gather A
-
-
-def spatial_tile(view: GemmView, block_m: int) -> SpatialTile | None:
-    """The spatial tiling of a stride-1 conv2d whose k-steps stay within one filter tap
-    (64 | channels), if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
-    a = view.a.map
-    if not isinstance(a, Im2col) or a.stride != (1, 1) or a.channels % WGMMA_K or a.out_width > block_m:
-        return None
-    oh, ow = a.out_height, a.out_width
-    batch = view.m // (oh * ow)
-    if oh * ow <= block_m:
-        tile = SpatialTile(min(block_m // (oh * ow), batch), oh, oh, ow, batch)
-    else:
-        tile = SpatialTile(1, block_m // ow, oh, ow, batch)
-    return tile if tile.pixels >= MIN_SPATIAL_USE * min(block_m, view.m) else None
-
-
-def _is_plain_matrix(view: GemmView) -> bool:
-    """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d."""
-    a = view.a.map
-    return isinstance(a, RowMajor) or (
-        isinstance(a, Im2col) and a.channels == view.k and a.stride == (1, 1) and a.pad == (0, 0)
-        and (a.out_height, a.out_width) == (a.in_height, a.in_width))
-
-
 def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
     """A 64-column box of an operand's tensor seen as a row-major matrix of its last dim."""
     rows, cols = math.prod(operand.shape[:-1]), operand.shape[-1]
@@ -187,7 +134,7 @@ def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list
     else:
         b = [_matrix_box(view.b, WGMMA_K, f"n0 + {j * WGMMA_ATOM}", "k0")
              for j in range(config.block_n // WGMMA_ATOM)]
-    if _is_plain_matrix(view):
+    if a_is_matrix(view):
         return _matrix_box(view.a, config.block_m, "k0", "m0"), b
     tile = spatial_tile(view, config.block_m)
     if tile is None:

@@ -430,12 +430,22 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
     pool = np.concatenate([hood, visited])
     if len(pool) == 0:
         return Candidates(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool), neighbours)
-    pool = _unique_rows(space, pool)
+    pool = _unique_rows(space, _known_kernels(model, space, pool))
     idx, scores = indices_from_positions(space, pool), model.score(space, pool)
     order = np.lexsort((idx, -scores))  # best score first, ties by index: deterministic
     idx, scores = idx[order], scores[order]
     marked = np.isin(idx, indices_from_positions(space, hood[from_neighbours]))
     return Candidates(idx, scores, marked, neighbours)
+
+
+def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -> np.ndarray:
+    """``pool`` without warp-specialized configs unless a tuned workload's best config is one:
+    else the trees never saw that kernel win, and only the prior would speak for it."""
+    column = list(space.knobs).index("warp_specialized")
+    best = np.array([i for indices in model.best.values() for i in indices], dtype=np.int64)
+    if len(best) and positions_from_indices(space, best)[:, column].any():
+        return pool
+    return pool[pool[:, column] == space.knobs["warp_specialized"].index(0)]
 
 
 # ---- the API -----------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ CASES = [
     ("resnet50-res5-3x3-512-512-b32", dict(block_col_warps=1)),  # 7x7: two images a box
     ("rfc-1x1-b32", dict(block_col_warps=1, stages=3)),  # both by TMA
     ("resnet50-res3-1x1-256-512-s2-b1", dict(warp_row_tiles=1, stages=2)),
-    ("n=2,h=9,w=11,c=16,k=32,r=3,s=3,stride=1,pad=2,dilation=2", dict(warp_col_tiles=4)),
-    ("dense:m=100,n=200,k=136,b=nk", dict()),  # tails in M, N and K
-    ("dense:m=64,n=75,k=64,b=nk", dict(block_col_warps=1, warp_col_tiles=4, vec_c=1)),  # odd N: scalar stores
+    ("n=2,h=9,w=11,c=16,k=32,r=3,s=3,stride=1,pad=2,dilation=2", dict(block_col_warps=1, warp_col_tiles=4, stages=3)),
+    ("dense:m=100,n=200,k=136,b=nk", dict(stages=3)),  # tails in M, N and K
+    ("dense:m=64,n=75,k=128,b=nk", dict(block_col_warps=1, warp_col_tiles=4, stages=2)),  # odd N: scalar stores
     ("dense:m=130,n=192,k=520,b=kn,out_dtype=float16", dict(stages=3)),
-    ("dense:batch=2,m=24,n=64,k=96,b=kn", dict(block_col_warps=1, warp_col_tiles=4)),
+    ("dense:batch=2,m=40,n=64,k=96,b=kn", dict(block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, stages=2)),
 ]
 
 
