@@ -19,8 +19,8 @@ batched A, tiny M), so the conv2d ones stay as they were.  Fused epilogues are m
 same generator (same versions) but probed apart (``FUSED_PROBES``, ``DENSE_FUSED_PROBES``),
 so adding them changed no plain fingerprint; a change of their code bumps the task's version
 like any other.  So are the knobs appended since (``LATER_KNOBS``: ``IN_FLIGHT_PROBES``,
-``DENSE_IN_FLIGHT_PROBES``; ``warp_specialized`` has no probes yet: its kernels come with the
-``warp_specialized`` module); at their default a config's code and hash are what they were.
+``DENSE_IN_FLIGHT_PROBES``; ``WS_PROBES``, ``DENSE_WS_PROBES`` for the kernels the
+``warp_specialized`` module writes); at their default a config's code and hash are what they were.
 """
 
 from __future__ import annotations
@@ -152,6 +152,31 @@ DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
                                            split_k=4, stages=3)),
 )
 
+# The warp-specialized kernel (warp_specialized=1): A as a spatial TMA tile, a matrix box and
+# gathered; 1-2 consumers; groups in flight or not; fp16 output; dilation; both weight layouts,
+# an odd N.  Keyed by each task's version as above.
+_WS = dict(_WGMMA, warp_specialized=1, vec_c=1, offset_c=0, warp_col_tiles=8, warp_row_tiles=2,
+           stages=4, wgmma_in_flight=1)
+WS_FINGERPRINTS = {
+    1: "b7b275ffbdc654d15ebd6a0730ddf6650738a170ffb5ca3841ca14c72704db32",
+}
+WS_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-3x3-b32", dict(_WS)),
+    ("rfc-3x3-b32", dict(_WS, block_col_warps=1, stages=3)),
+    ("rfc-1x1-b32", dict(_WS, wgmma_in_flight=0)),
+    ("resnet50-res3-1x1-256-512-s2-b1", dict(_WS, block_col_warps=1, warp_row_tiles=1, stages=2)),
+    ("n=2,h=9,w=11,c=64,k=32,r=3,s=3,pad=2,dilation=2,out_dtype=float16",
+     dict(_WS, block_col_warps=1, warp_col_tiles=4, stages=3)),
+)
+DENSE_WS_FINGERPRINTS = {
+    2: "3495ab52219b31106a56f9d61d883379d51778835a851070ce0675178961dcca",
+}
+DENSE_WS_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=256,n=512,k=512,b=nk", dict(_WS)),
+    ("dense:m=130,n=75,k=520,b=nk,out_dtype=float16", dict(_WS, block_col_warps=1, warp_col_tiles=4, stages=3)),
+    ("dense:m=130,n=192,k=520", dict(_WS, block_col_warps=1, wgmma_in_flight=0, stages=2)),
+)
+
 
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
@@ -202,3 +227,5 @@ if __name__ == "__main__":
     print(f"wgmma in flight, version {TEMPLATE_VERSION}: fingerprint {fingerprint(IN_FLIGHT_PROBES)}")
     print(f"dense wgmma in flight, version {DENSE_TEMPLATE_VERSION}: fingerprint "
           f"{fingerprint(DENSE_IN_FLIGHT_PROBES)}")
+    print(f"warp-specialized, version {TEMPLATE_VERSION}: fingerprint {fingerprint(WS_PROBES)}")
+    print(f"dense warp-specialized, version {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_WS_PROBES)}")

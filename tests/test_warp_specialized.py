@@ -129,3 +129,19 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
         space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
         ws, plain = prior_score(space, positions_from_configs(space, [WS, replace(WS, warp_specialized=0)]))
         assert (ws > plain) == boxed, name
+
+
+@pytest.mark.parametrize("which", ["WS", "DENSE_WS"])
+def test_warp_specialized_probes_have_their_fingerprint(which):
+    """The code the kernel generator writes for the probes is the code the task's template
+    version names: a change to it must bump the version (records measured before go stale)."""
+    from tc_autotune import generator
+
+    probes = getattr(generator, f"{which}_PROBES")
+    version = generator.TEMPLATE_VERSION if which == "WS" else generator.DENSE_TEMPLATE_VERSION
+    for workload, config in generator.probe_kernels(probes):
+        assert config.warp_specialized == 1
+        assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
+    found = generator.fingerprint(probes)
+    assert found == getattr(generator, f"{which}_FINGERPRINTS")[version], (
+        f"the warp-specialized code changed: bump the task's template_version and add {found!r}")
