@@ -158,7 +158,7 @@ DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
 _WS = dict(_WGMMA, warp_specialized=1, vec_c=1, offset_c=0, warp_col_tiles=8, warp_row_tiles=2,
            stages=4, wgmma_in_flight=1)
 WS_FINGERPRINTS = {
-    1: "b7b275ffbdc654d15ebd6a0730ddf6650738a170ffb5ca3841ca14c72704db32",
+    1: "aee497b8ea18e6ed5ab986467f32c2748edd4b4a329f47992e90111920554981",
 }
 WS_PROBES: tuple[tuple[str, dict], ...] = (
     ("rfc-3x3-b32", dict(_WS)),
@@ -169,7 +169,7 @@ WS_PROBES: tuple[tuple[str, dict], ...] = (
      dict(_WS, block_col_warps=1, warp_col_tiles=4, stages=3)),
 )
 DENSE_WS_FINGERPRINTS = {
-    2: "3495ab52219b31106a56f9d61d883379d51778835a851070ce0675178961dcca",
+    2: "2ad784df5869c4c309f4535bb580be2b669d212b9b3c66959f3f1a33902a0deb",
 }
 DENSE_WS_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=256,n=512,k=512,b=nk", dict(_WS)),

@@ -43,6 +43,7 @@ PRODUCER_THREADS = 128  # one warpgroup
 ROW_BYTES = WGMMA_K * 2  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
 ALIGN_SLACK = 1024  # the swizzle pattern repeats every 8 rows: tiles start 1024-aligned
+RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
 
 
@@ -208,11 +209,11 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     # The block's rows: m0.. (m_end: the last stored + 1); a spatial tile's are whole output
     # rows of one image (or whole images), from its image img0 and output row oh0.
     if tile is None:
-        block_rows = f"const int m0 = blockIdx.x * {bm}, m_end = {m};"
+        block_rows = f"const int m0 = m_tile * {bm}, m_end = {m};"
     else:
         hw = tile.height * tile.width
-        block_rows = (f"const int img0 = blockIdx.x / {tile.tiles_per_image} * {tile.images}, "
-                      f"oh0 = blockIdx.x % {tile.tiles_per_image} * {tile.rows};\n"
+        block_rows = (f"const int img0 = m_tile / {tile.tiles_per_image} * {tile.images}, "
+                      f"oh0 = m_tile % {tile.tiles_per_image} * {tile.rows};\n"
                       f"  const int m0 = img0 * {hw} + oh0 * {tile.width};\n"
                       f"  const int m_end = min(img0 + {tile.images}, {tile.batch}) * {hw} < m0 + {tile.pixels} ? "
                       f"min(img0 + {tile.images}, {tile.batch}) * {hw} : m0 + {tile.pixels};")
@@ -257,8 +258,14 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
   unsigned long long* empty = full + STAGES;
   const int tid = threadIdx.x;
+  // Blocks in groups of {RASTER_GROUP} M tiles, N fastest within a group: a wave of blocks shares
+  // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
+  const int linear = blockIdx.y * gridDim.x + blockIdx.x, per_group = {RASTER_GROUP} * gridDim.y;
+  const int first_m = linear / per_group * {RASTER_GROUP};
+  const int group_m = min((int)gridDim.x - first_m, {RASTER_GROUP});
+  const int m_tile = first_m + linear % per_group % group_m, n_tile = linear % per_group / group_m;
   {block_rows}
-  const int n0 = blockIdx.y * {bn};
+  const int n0 = n_tile * {bn};
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
       mbar_init(&full[s], {full_count});
