@@ -570,7 +570,7 @@ def test_a_wgmma_record_written_before_warp_specialized_reads_back_as_the_kernel
 
     config = replace(CONFIGS[0], intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4, block_col_warps=2,
                      warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0, offset_b=0, frag_buffers=1,
-                     stages=3, split_k=1, vec_a=8, vec_b=8, warp_specialized=1)
+                     stages=3, split_k=1, vec_a=8, vec_b=8, vec_c=1, offset_c=0, warp_specialized=1)
     assert SPACE.is_valid(config), SPACE.why_invalid(config)
     entity = SPACE.to_entity(replace(config, warp_specialized=0))
     for dropped in (("warp_specialized",), ("warp_specialized", "wgmma_in_flight")):

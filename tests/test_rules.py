@@ -73,7 +73,7 @@ def test_wgmma_in_flight_is_refused_off_the_wgmma_path_and_below_two_stages():
 
 # ---- warp_specialized: a producer warpgroup feeding 1-2 wgmma consumer warpgroups -----------
 WS = Conv2dConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4,
-                  wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=4, vec_a=8, vec_b=8, vec_c=4, stages=3,
+                  wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=0, vec_a=8, vec_b=8, vec_c=1, stages=3,
                   intrinsic="wgmma", warp_specialized=1)
 _WS_WHY = "warp_specialized=1 feeds wgmma consumer warpgroups from a producer warpgroup: it needs intrinsic=wgmma"
 
@@ -103,7 +103,10 @@ def _space_of(spec, arch="sm_90"):
     ("tutorial", dict(block_col_warps=4),
      "warp_specialized=1 needs block_col_warps <= 2 (consumer warpgroups), not 4: 640 threads leave too few "
      "registers for the accumulators"),
-], ids=["mma", "wmma", "split_k", "stages", "vec_a", "vec_b", "fp32_input", "epilogue", "consumers"])
+    ("tutorial", dict(vec_c=4, offset_c=4),
+     "warp_specialized=1 needs vec_c=1 and offset_c=0, not 4 and 4: its consumers store C from their "
+     "registers, so no other value makes another kernel"),
+], ids=["mma", "wmma", "split_k", "stages", "vec_a", "vec_b", "fp32_input", "epilogue", "consumers", "c_tile"])
 def test_warp_specialized_is_refused_off_the_wgmma_path_and_outside_its_kernel(spec, changes, reason):
     space = _space_of(spec)
     config = replace(WS, **changes)
@@ -154,16 +157,20 @@ def test_the_space_has_valid_warp_specialized_configs_on_hopper_only(arch, any_v
                for c in valid)
 
 
-def test_the_default_config_may_be_warp_specialized_where_the_table_allows():
-    """With the usual offsets the default is a WMMA config, as before; a table of unpadded
-    tiles gets the prior's best valid config, found by brute force here: a warp-specialized one
-    (the rule asking vec_a = vec_b = 8 does not hide it from the default's vector-width search)."""
+def test_the_default_config_is_never_warp_specialized():
+    """A default is the kernel for shapes nobody tuned: it must be one measured across many shapes.
+    Even a table of unpadded wgmma tiles, where the prior's best valid config is a
+    warp-specialized one (found by brute force here), defaults to a config without the knob."""
     from tc_autotune.prior import prior_score
 
     assert SPACE.default_config().intrinsic == "wmma"
-    space = ConfigSpace(SPACE.workload, SPACE.gpu, _path_table("wgmma", offset_c=4))
+    space = ConfigSpace(SPACE.workload, SPACE.gpu, _path_table("wgmma", offset_c=0, vec_c=1))
     indices = np.arange(len(space))
     indices = indices[valid_mask(space, positions_from_indices(space, indices))]
     scores = prior_score(space, positions_from_indices(space, indices))
-    best = space.get(int(indices[np.argmax(scores)]))  # the first of the best: the lowest index
-    assert space.default_config() == best and best.warp_specialized == 1
+    assert space.get(int(indices[np.argmax(scores)])).warp_specialized == 1
+    default = space.default_config()
+    assert default.warp_specialized == 0 and space.is_valid(default)
+    plain = indices[positions_from_indices(space, indices)[:, list(space.knobs).index("warp_specialized")] == 0]
+    best_plain = space.get(int(plain[np.argmax(prior_score(space, positions_from_indices(space, plain)))]))
+    assert default == best_plain

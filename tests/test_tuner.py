@@ -469,7 +469,7 @@ def test_a_move_off_the_wgmma_path_leaves_its_knobs_behind(knobs):
     space = space_of("tutorial")
     wgmma = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
                     block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4, offset_a=0, offset_b=0,
-                    stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8, **knobs)
+                    stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8, vec_c=1, offset_c=0, **knobs)
     assert space.is_valid(wgmma), space.why_invalid(wgmma)
     moved = [wgmma, replace(wgmma, intrinsic="mma"), replace(wgmma, intrinsic="wmma")]
     pos = _with_intrinsic_requirements(space, positions_from_configs(space, moved))
