@@ -152,13 +152,13 @@ DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
                                            split_k=4, stages=3)),
 )
 
-# The warp-specialized kernel (warp_specialized=1): A as a spatial TMA tile, a matrix box and
-# gathered; 1-2 consumers; groups in flight or not; fp16 output; dilation; both weight layouts,
-# an odd N.  Keyed by each task's version as above.
+# The warp-specialized kernel (warp_specialized=1, and 2: persistent): A as a spatial TMA tile,
+# a matrix box and gathered; 1-2 consumers; groups in flight or not; fp16 output; dilation; both
+# weight layouts, an odd N.  Keyed by each task's version as above.
 _WS = dict(_WGMMA, warp_specialized=1, vec_c=1, offset_c=0, warp_col_tiles=8, warp_row_tiles=2,
            stages=4, wgmma_in_flight=1)
 WS_FINGERPRINTS = {
-    1: "aee497b8ea18e6ed5ab986467f32c2748edd4b4a329f47992e90111920554981",
+    1: "4157b0b261e82886ad9fafd58a451bcf161a11ce74e1ab316108ea5d972ae67f",
 }
 WS_PROBES: tuple[tuple[str, dict], ...] = (
     ("rfc-3x3-b32", dict(_WS)),
@@ -167,14 +167,17 @@ WS_PROBES: tuple[tuple[str, dict], ...] = (
     ("resnet50-res3-1x1-256-512-s2-b1", dict(_WS, block_col_warps=1, warp_row_tiles=1, stages=2)),
     ("n=2,h=9,w=11,c=64,k=32,r=3,s=3,pad=2,dilation=2,out_dtype=float16",
      dict(_WS, block_col_warps=1, warp_col_tiles=4, stages=3)),
+    ("rfc-3x3-b32", dict(_WS, warp_specialized=2)),  # persistent
+    ("resnet50-res3-1x1-256-512-s2-b1", dict(_WS, warp_specialized=2, block_col_warps=1, wgmma_in_flight=0)),
 )
 DENSE_WS_FINGERPRINTS = {
-    2: "2ad784df5869c4c309f4535bb580be2b669d212b9b3c66959f3f1a33902a0deb",
+    2: "45b8e3bc8f0a0024660be5fe7d883595b3fc6c43545d371a33d20f2d2a89178b",
 }
 DENSE_WS_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=256,n=512,k=512,b=nk", dict(_WS)),
     ("dense:m=130,n=75,k=520,b=nk,out_dtype=float16", dict(_WS, block_col_warps=1, warp_col_tiles=4, stages=3)),
     ("dense:m=130,n=192,k=520", dict(_WS, block_col_warps=1, wgmma_in_flight=0, stages=2)),
+    ("dense:m=1000,n=1024,k=512,b=nk", dict(_WS, warp_specialized=2)),  # persistent, 64 tiles < 132 blocks
 )
 
 

@@ -93,7 +93,7 @@ def _ws_rule(name: str, ok, why) -> Rule:
     """A rule of warp-specialized configs: ``ok(v, c)`` where warp_specialized=1 may run, and
     ``why(cfg, v, c)`` completes the message "warp_specialized=1 ..." where not."""
     return Rule(f"warp_specialized_{name}", lambda v, c: (v["warp_specialized"] == 0) | ok(v, c),
-                lambda cfg, v, c: f"warp_specialized=1 {why(cfg, v, c)}")
+                lambda cfg, v, c: f"warp_specialized={cfg.warp_specialized} {why(cfg, v, c)}")
 
 
 _WARP_SPECIALIZED_RULES = (

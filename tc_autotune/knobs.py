@@ -41,7 +41,9 @@ KNOBS: dict[str, tuple] = {
     # 1: a warp-specialized wgmma kernel (``warp_specialized``): one producer warpgroup fills the
     # shared-memory stages with cp.async and mbarriers, block_col_warps consumer warpgroups (1-2)
     # issue the wgmma; threads = 128 x (1 + block_col_warps), no C staging tile.
-    "warp_specialized": (0, 1),
+    # 2: the same kernel, persistent: one block per SM walks the tiles, so a tile's stores
+    # overlap the next tile's loads.
+    "warp_specialized": (0, 1, 2),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
@@ -114,7 +116,7 @@ class Conv2dConfig:
     @property
     def threads(self) -> int:
         """The block's threads: its warps, and a warp-specialized kernel's producer warpgroup."""
-        return self.block_row_warps * self.block_col_warps * 32 + PRODUCER_THREADS * self.warp_specialized
+        return self.block_row_warps * self.block_col_warps * 32 + PRODUCER_THREADS * (self.warp_specialized > 0)
 
     @property
     def smem_bytes(self) -> int:

@@ -78,7 +78,7 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     # (predicted 1.05-1.1x; measured a wash at 3 stages and a loss at 2).
     in_flight = np.where(v["wgmma_in_flight"] == 1, _lookup(_IN_FLIGHT_WEIGHT, v["stages"]), 1.0)
     # warp_specialized: a producer warpgroup keeps the stages full, no block barrier per k-step
-    specialized = np.where(v["warp_specialized"] == 1, _a_boxed_weight(space.context.view, v["bm"]), 1.0)
+    specialized = np.where(v["warp_specialized"] > 0, _a_boxed_weight(space.context.view, v["bm"]), 1.0)
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
     return (padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * in_flight * specialized

@@ -75,14 +75,15 @@ def derive(v: dict, ctx: Context) -> dict:
     v["bk"] = v["chunk"] * v["wk"]
     v["warps"] = v["block_row_warps"] * v["block_col_warps"]
     v["compute_threads"] = v["warps"] * 32
-    v["threads"] = v["compute_threads"] + PRODUCER_THREADS * v["warp_specialized"]
-    v["copy_threads"] = v["threads"] - v["compute_threads"] * v["warp_specialized"]
+    specialized = v["warp_specialized"] > 0
+    v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
+    v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
     v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
     b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
     b = b_rows * (v["b_row"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
-    v["smem"] = np.where(v["warp_specialized"] == 1, warp_specialized_smem(v["stages"], v["bm"], v["bn"]),
+    v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["stages"], v["bm"], v["bn"]),
                          np.maximum(v["stages"] * (a + b), c))
     # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
     v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])

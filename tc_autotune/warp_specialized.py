@@ -43,6 +43,7 @@ PRODUCER_THREADS = 128  # one warpgroup
 ROW_BYTES = WGMMA_K * 2  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
 ALIGN_SLACK = 1024  # the swizzle pattern repeats every 8 rows: tiles start 1024-aligned
+PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
 
@@ -241,14 +242,28 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
           if (n + 1 < {n}) C[(long long)m * {n} + n + 1] = ({out_t})v1;"""
     name = "tc_ws_gemm"
     kt = math.ceil(k / WGMMA_K)
-    source = f"""
+    persistent = config.warp_specialized == 2
+    grid_m, grid_n = (tile.grid_m if tile else math.ceil(m / bm)), math.ceil(n / bn)
+    # Blocks in groups of RASTER_GROUP M tiles, N fastest within a group: a wave of blocks shares
+    # a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
+    linear, rows_m, cols_n = ("tile", grid_m, grid_n) if persistent else ("linear", "(int)gridDim.x", "gridDim.y")
+
+    def coords(indent: str) -> str:
+        """The block's tile (m_tile, n_tile) from its place in the block order, then its rows."""
+        return f"""const int per_group = {RASTER_GROUP} * {cols_n};
+  const int first_m = {linear} / per_group * {RASTER_GROUP};
+  const int group_m = min({rows_m} - first_m, {RASTER_GROUP});
+  const int m_tile = first_m + {linear} % per_group % group_m, n_tile = {linear} % per_group / group_m;
+  {block_rows}
+  const int n0 = n_tile * {bn};""".replace("\n  ", "\n  " + indent)
+    head = f"""
 #include <mma.h>
 {_wgmma_source(n_wg, view.b.layout, in_flight)}
 {drain_source if in_flight else ""}
 {_HELPERS}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {"cp.async" if gather else "TMA"}{" (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}.
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b) {{
@@ -257,15 +272,8 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
   unsigned long long* empty = full + STAGES;
-  const int tid = threadIdx.x;
-  // Blocks in groups of {RASTER_GROUP} M tiles, N fastest within a group: a wave of blocks shares
-  // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
-  const int linear = blockIdx.y * gridDim.x + blockIdx.x, per_group = {RASTER_GROUP} * gridDim.y;
-  const int first_m = linear / per_group * {RASTER_GROUP};
-  const int group_m = min((int)gridDim.x - first_m, {RASTER_GROUP});
-  const int m_tile = first_m + linear % per_group % group_m, n_tile = linear % per_group / group_m;
-  {block_rows}
-  const int n0 = n_tile * {bn};
+  const int tid = threadIdx.x;"""
+    init = f"""
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
       mbar_init(&full[s], {full_count});
@@ -273,35 +281,10 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
-  __syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers
-  if (tid < {PRODUCER_THREADS}) {{
-    if (!({producers})) return;  // TMA only: one thread issues every copy
-    for (int kt = 0; kt < KT; ++kt) {{
-      const int stage = kt % STAGES;
-      if (kt >= STAGES) mbar_wait(&empty[stage], (kt / STAGES - 1) & 1);
-      unsigned char* a_s = smem + stage * STAGE_BYTES;
-      unsigned char* b_s = a_s + A_BYTES;
-      const int k0 = kt * {WGMMA_K};{tma_issue}{a_copy}
-    }}{producer_end}
-    return;
-  }}
-  const int wg = tid / 128 - 1;
-  {_ACC} acc[{slabs * frags}];
-  #pragma unroll
-  for (int f = 0; f < {slabs * frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);
-  for (int kt = 0; kt < KT; ++kt) {{
-    const int stage = kt % STAGES;
-    mbar_wait(&full[stage], (kt / STAGES) & 1);
-    __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
-    {{
-      const unsigned char* a_s = smem + stage * STAGE_BYTES;
-      const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};{issue}
-    }}
-  }}
-{drain}
-  // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
-  // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
-  const int warp = tid / 32 % 4, lane = tid % 32;
+  __syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers"""
+    # Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
+    # 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
+    epilogue = f"""
   #pragma unroll
   for (int s = 0; s < {slabs}; ++s) {{
     #pragma unroll
@@ -315,10 +298,83 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         }}
       }}
     }}
+  }}"""
+    producer_step = f"""
+      unsigned char* a_s = smem + stage * STAGE_BYTES;
+      unsigned char* b_s = a_s + A_BYTES;
+      const int k0 = kt * {WGMMA_K};{tma_issue}{a_copy}"""
+    fill = f"""
+  #pragma unroll
+  for (int f = 0; f < {slabs * frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);"""
+    if not persistent:
+        source = head + f"""
+  // Blocks in groups of {RASTER_GROUP} M tiles, N fastest within a group: a wave of blocks shares
+  // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
+  const int linear = blockIdx.y * gridDim.x + blockIdx.x, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
+  if (tid < {PRODUCER_THREADS}) {{
+    if (!({producers})) return;  // TMA only: one thread issues every copy
+    for (int kt = 0; kt < KT; ++kt) {{
+      const int stage = kt % STAGES;
+      if (kt >= STAGES) mbar_wait(&empty[stage], (kt / STAGES - 1) & 1);{producer_step}
+    }}{producer_end}
+    return;
+  }}
+  const int wg = tid / 128 - 1;
+  {_ACC} acc[{slabs * frags}];{fill}
+  for (int kt = 0; kt < KT; ++kt) {{
+    const int stage = kt % STAGES;
+    mbar_wait(&full[stage], (kt / STAGES) & 1);
+    __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
+    {{
+      const unsigned char* a_s = smem + stage * STAGE_BYTES;
+      const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};{issue}
+    }}
+  }}
+{drain}
+  // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
+  // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
+  const int warp = tid / 32 % 4, lane = tid % 32;{epilogue}
+}}
+"""
+    else:
+        # One block per SM walks tiles blockIdx.x, + gridDim.x, ...; the stage ring and its
+        # phases run on across tiles (step it), so the producer loads the next tile while the
+        # consumers store this one.
+        tiles = grid_m * grid_n
+        release = f"\n    mbar_arrive(&empty[(it - 1) % STAGES]);  // the tile's last stage" if in_flight else ""
+        source = head + init + f"""
+  if (tid < {PRODUCER_THREADS}) {{
+    if (!({producers})) return;  // TMA only: one thread issues every copy
+    int it = 0;
+    for (int tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{
+      {coords("    ")}
+      for (int kt = 0; kt < KT; ++kt, ++it) {{
+        const int stage = it % STAGES;
+        if (it >= STAGES) mbar_wait(&empty[stage], (it / STAGES - 1) & 1);{producer_step.replace(chr(10) + "      ", chr(10) + "        ")}
+      }}
+    }}{producer_end}
+    return;
+  }}
+  const int wg = tid / 128 - 1;
+  const int warp = tid / 32 % 4, lane = tid % 32;
+  {_ACC} acc[{slabs * frags}];
+  int it = 0;
+  for (int tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{
+    {coords("  ")}{fill.replace(chr(10) + "  ", chr(10) + "    ")}
+    for (int kt = 0; kt < KT; ++kt, ++it) {{
+      const int stage = it % STAGES;
+      mbar_wait(&full[stage], (it / STAGES) & 1);
+      __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
+      {{
+        const unsigned char* a_s = smem + stage * STAGE_BYTES;
+        const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};{issue.replace("(kt - 1) % STAGES", "(it - 1) % STAGES").replace(chr(10) + "      ", chr(10) + "        ")}
+      }}
+    }}
+  {drain}{release}{epilogue.replace(chr(10) + "  ", chr(10) + "    ")}
   }}
 }}
 """
-    grid = (tile.grid_m if tile else math.ceil(m / bm), math.ceil(n / bn))
+    grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m, grid_n)
     return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config))
 
 
