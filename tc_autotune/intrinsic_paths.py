@@ -78,11 +78,11 @@ MMA = IntrinsicPath(
         *_no_wgmma_rules("mma"),
     )))
 
-# warp_specialized=1, a kernel of the wgmma path (module ``warp_specialized``): a producer
-# warpgroup copies whole 16-byte chunks of fp16 A and B into 2+ stages with cp.async and
-# mbarriers, and 1-2 consumer warpgroups (block_col_warps) issue the wgmma and store C from
-# their registers: no split-K, no fused epilogue, at most 128 accumulator floats per consumer
-# thread.
+# warp_specialized=1 (2: persistent), a kernel of the wgmma path (module ``warp_specialized``):
+# a producer warpgroup fills 2+ stages of fp16 A and B (TMA boxes, or 16-byte cp.async chunks of
+# a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps) issue the wgmma and
+# store C from their registers: no split-K, no fused epilogue, at most 128 accumulator floats per
+# consumer thread.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8

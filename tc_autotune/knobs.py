@@ -39,8 +39,9 @@ KNOBS: dict[str, tuple] = {
     # Tensor Cores stay busy across k-steps; the accumulators are drained before the store.
     "wgmma_in_flight": (0, 1),
     # 1: a warp-specialized wgmma kernel (``warp_specialized``): one producer warpgroup fills the
-    # shared-memory stages with cp.async and mbarriers, block_col_warps consumer warpgroups (1-2)
-    # issue the wgmma; threads = 128 x (1 + block_col_warps), no C staging tile.
+    # shared-memory stages (TMA, or cp.async for a gathered A) on mbarriers, block_col_warps
+    # consumer warpgroups (1-2) issue the wgmma; threads = 128 x (1 + block_col_warps), no C
+    # staging tile.
     # 2: the same kernel, persistent: one block per SM walks the tiles, so a tile's stores
     # overlap the next tile's loads.
     "warp_specialized": (0, 1, 2),

@@ -37,12 +37,10 @@ from dataclasses import dataclass
 
 from .gemm import COL_MAJOR, GemmView, RowMajor, a_is_matrix, spatial_tile
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
-from .knobs import Conv2dConfig
+from .knobs import PRODUCER_THREADS, WS_ROW_BYTES, Conv2dConfig, warp_specialized_smem
 
-PRODUCER_THREADS = 128  # one warpgroup
-ROW_BYTES = WGMMA_K * 2  # a 64-element fp16 row: the swizzle span
+ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
-ALIGN_SLACK = 1024  # the swizzle pattern repeats every 8 rows: tiles start 1024-aligned
 PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
@@ -144,16 +142,17 @@ def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list
     a = view.a.map
     n, h, w, c = view.a.shape
     (dh, dw), (pad_top, pad_left) = a.dilation, a.pad
-    coords = ("k0 % {c}".format(c=c), f"(k0 / {c}) % {a.kernel_w} * {dw} - {pad_left}",
+    coords = (f"k0 % {c}", f"(k0 / {c}) % {a.kernel_w} * {dw} - {pad_left}",
               f"oh0 + (k0 / {c}) / {a.kernel_w} * {dh} - {pad_top}", "img0")
     return TmaBox((c, w, h, n), (c * 2, w * c * 2, h * w * c * 2), (WGMMA_K, tile.width, tile.rows, tile.images),
                   coords), b
 
 
 def smem_bytes(config: Conv2dConfig) -> int:
-    """Dynamic shared memory of a warp-specialized kernel: the stages' A and B tiles, the
-    alignment slack and a full and an empty mbarrier per stage."""
-    return config.stages * (config.block_m + config.block_n) * ROW_BYTES + ALIGN_SLACK + 16 * config.stages
+    """Dynamic shared memory of a warp-specialized kernel (``knobs.warp_specialized_smem``: the
+    stages' A and B tiles, a full and an empty mbarrier per stage, 1024 bytes of alignment slack:
+    the swizzle pattern repeats every 8 rows, so the tiles start 1024-aligned)."""
+    return warp_specialized_smem(config.stages, config.block_m, config.block_n)
 
 
 @functools.lru_cache(maxsize=256)
