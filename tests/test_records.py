@@ -19,6 +19,7 @@ from tc_autotune.generator import TEMPLATE_VERSION
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.measure import MeasureErrorNo, MeasureResult
 from tc_autotune.records import Record
+from tc_autotune.knobs import KNOBS
 from tc_autotune.space import conv2d_space
 from tc_autotune.workloads import get
 
@@ -559,7 +560,7 @@ def test_a_wgmma_record_written_before_wgmma_in_flight_reads_back_as_the_kernel_
     assert SPACE.from_entity(old) == replace(config, wgmma_in_flight=0)
     # the new value: another index (one step of the knob: the space is 2 x 2 times its stride, with
     # warp_specialized appended after it)
-    assert SPACE.index(config) == entity["index"] + len(SPACE) // 4
+    assert SPACE.index(config) == entity["index"] + len(SPACE) // (2 * len(KNOBS["warp_specialized"]))
 
 
 def test_a_wgmma_record_written_before_warp_specialized_reads_back_as_the_kernel_it_timed():
