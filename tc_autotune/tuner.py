@@ -555,7 +555,7 @@ def make_tuner(name: str, space: ConfigSpace, seed: int | None = None) -> Tuner:
         return XGBTuner(space, seed=seed, **XGB_VARIANTS[name])
     classes = {"random": RandomTuner, "grid": GridTuner}
     if name not in classes:
-        raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(TUNERS)})")
+        raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(dict.fromkeys((*TUNERS, *XGB_VARIANTS)))})")
     return classes[name](space, seed=seed)
 
 

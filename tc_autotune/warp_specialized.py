@@ -94,13 +94,16 @@ def _element(operand, rows: int, cols: int, row: str, col: str) -> tuple[str, st
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """What the TVM wrapper needs besides the source: the launch and the shared memory."""
+    """What the TVM wrapper needs besides the source: the launch, the shared memory and the boxes
+    of the tensor maps it encodes."""
 
     name: str
     source: str
     grid: tuple[int, int]
     threads: int
     smem_bytes: int
+    a_box: TmaBox | None  # the tensor maps' boxes (``tma_boxes``): A's, or None (gathered)
+    b_box: TmaBox  # B's (each of a (K, N) B's atoms is such a box)
 
 
 @dataclass(frozen=True)
@@ -217,18 +220,18 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
                       f"  const int m0 = img0 * {hw} + oh0 * {tile.width};\n"
                       f"  const int m_end = min(img0 + {tile.images}, {tile.batch}) * {hw} < m0 + {tile.pixels} ? "
                       f"min(img0 + {tile.images}, {tile.batch}) * {hw} : m0 + {tile.pixels};")
-    if in_flight:
-        issue = f"""
+    # The step's calls, one per slab, then the release of the stage its wgmma no longer reads:
+    # with groups in flight, step kt - 1's (its groups are done once step kt's calls return).
+    issue = f"""
       #pragma unroll
       for (int s = 0; s < {slabs}; ++s)
-        {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});
+        {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});"""
+    if in_flight:
+        issue += """
       if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);  // step kt - 1's groups are done"""
         drain = f"  {drain_name}(acc);"
     else:
-        issue = f"""
-      #pragma unroll
-      for (int s = 0; s < {slabs}; ++s)
-        {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});
+        issue += """
       mbar_arrive(&empty[stage]);"""
         drain = ""
     # two adjacent columns a store; with an odd N, element by element (pairs are misaligned)
@@ -340,7 +343,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         # phases run on across tiles (step it), so the producer loads the next tile while the
         # consumers store this one.
         tiles = grid_m * grid_n
-        release = f"\n    mbar_arrive(&empty[(it - 1) % STAGES]);  // the tile's last stage" if in_flight else ""
+        release = "\n    mbar_arrive(&empty[(it - 1) % STAGES]);  // the tile's last stage" if in_flight else ""
         source = head + init + f"""
   if (tid < {PRODUCER_THREADS}) {{
     if (!({producers})) return;  // TMA only: one thread issues every copy
@@ -374,7 +377,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
 }}
 """
     grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m, grid_n)
-    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config))
+    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config), a_box, b_boxes[0])
 
 
 _ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
@@ -445,8 +448,7 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
     kp = plan(view, config)
     (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes
     a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
-    a_box, b_boxes = tma_boxes(view, config)
-    operand_boxes = [(view.a, a_box), (view.b, b_boxes[0])]
+    operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)]
     maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
             for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
