@@ -27,6 +27,7 @@ from .measure import LocalMeasurer, MeasureOptions
 from .records import shipped_log_files
 from .rpc_runner import RpcRunner, free_servers
 from .space import Conv2dConfig
+from .warp_specialized import starting_configs
 from .tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
 from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
@@ -156,8 +157,9 @@ def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) ->
 def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dConfig]:
     """What the first batch measures before the search picks anything: the config apply
     would pick today (a record, a zero-shot prediction or the default), the best stale
-    record's config of this workload on this GPU (its old time no longer counts) and the
-    default config.  Without ``zero_shot`` (``--no-transfer``) nothing learnt from other
+    record's config of this workload on this GPU (its old time no longer counts), the
+    default config and the warp-specialized kernel's starting tilings (Hopper only:
+    ``warp_specialized.starting_configs``).  Without ``zero_shot`` (``--no-transfer``) nothing learnt from other
     workloads' histories is measured: only a record of this workload stands for apply's pick."""
     if zero_shot:
         picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
@@ -171,7 +173,7 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dCon
         except ValueError:
             pass
     picks.append(space.default_config())
-    return picks
+    return picks + starting_configs(space)
 
 
 def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_path, tuner: str = "xgb",
@@ -204,7 +206,7 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     first = search.measure_first(first_configs(space, own + transfer, gpu, zero_shot=shipped_transfer))
     log.info("%s: space of %d configs; resuming with %d records of it on this GPU; learning from %d others "
              "(other workloads, GPUs or template versions; %d from %s); %d configs to measure first "
-             "(today's pick, stale best, default)", workload, len(space), summary.resumed,
+             "(today's pick, stale best, default, warp-specialized tilings)", workload, len(space), summary.resumed,
              summary.other_records, len(transfer),
              " and ".join((["the shipped histories"] if shipped_transfer else [])
                           + (["--transfer-log"] if transfer_logs else [])) or "nowhere else", len(first))

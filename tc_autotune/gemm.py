@@ -249,7 +249,7 @@ class SpatialTile:
         return -(-self.batch // self.images) * self.tiles_per_image
 
 
-MIN_SPATIAL_USE = 0.75  # a spatial tile must fill this much of the block's rows, else gather A
+MIN_SPATIAL_USE = 0.75  # a box tiling must fill this much of the block's rows, else gather A
 
 
 def spatial_tile(view: GemmView, block_m: int) -> SpatialTile | None:
@@ -265,6 +265,59 @@ def spatial_tile(view: GemmView, block_m: int) -> SpatialTile | None:
     else:
         tile = SpatialTile(1, block_m // ow, oh, ow, batch)
     return tile if tile.pixels >= MIN_SPATIAL_USE * min(block_m, view.m) else None
+
+
+MAX_TMA_STRIDE = 8  # TMA's traversal stride per dimension is 1..8
+MAX_TMA_BOX = 256  # elements per box dimension
+# Row boxes narrower than this cost more than they save: each TMA box has a fixed cost, and 9
+# boxes of 14 pixels a k-step ran 6-50% slower than one spatial box or a gathered A (H100,
+# BENCHMARKS 20h); 28-pixel rows of a stride-2 conv ran up to 15% faster than gathering.
+MIN_ROW_BOX_PIXELS = 16
+
+
+@dataclass(frozen=True)
+class RowTile:
+    """A block's output pixels as ``rows`` consecutive output rows counted across images
+    (output row g is row g % height of image g // height), so the block's pixels are the
+    contiguous output rows m0 .. m0 + rows * width of C.  Each output row's A tile for one
+    filter tap and 64 channels is its own 4-D box (64 channels, width, 1 row, 1 image) of
+    the data, shifted by the tap and read with the conv's stride as TMA's traversal stride;
+    the padding (and rows past the last image) read as out-of-bounds zeros.  Unlike a
+    ``SpatialTile`` it takes strided convs."""
+
+    rows: int
+    height: int  # output rows per image
+    width: int  # output columns
+    batch: int
+
+    @property
+    def pixels(self) -> int:
+        return self.rows * self.width
+
+    @property
+    def grid_m(self) -> int:
+        return -(-self.batch * self.height // self.rows)
+
+
+def row_tile(view: GemmView, block_m: int) -> RowTile | None:
+    """The row tiling of a conv2d whose k-steps stay within one filter tap (64 | channels),
+    whose strides TMA can traverse and whose output rows are at least MIN_ROW_BOX_PIXELS
+    wide, if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
+    a = view.a.map
+    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or not MIN_ROW_BOX_PIXELS <= a.out_width <= block_m:
+        return None
+    if max(a.stride) > MAX_TMA_STRIDE or a.out_width * a.stride[1] > MAX_TMA_BOX:
+        return None
+    tile = RowTile(block_m // a.out_width, a.out_height, a.out_width, view.m // (a.out_height * a.out_width))
+    return tile if tile.pixels >= MIN_SPATIAL_USE * min(block_m, view.m) else None
+
+
+def box_tile(view: GemmView, block_m: int) -> SpatialTile | RowTile | None:
+    """How a block's A tile is loaded as TMA boxes of a conv's data: a ``SpatialTile`` (one
+    box a tap) where there is one, even where row boxes would need fewer blocks (their
+    per-box cost outweighs the fuller blocks: BENCHMARKS 20h), else a ``RowTile`` (one box
+    per tap and output row); None: A is gathered."""
+    return spatial_tile(view, block_m) or row_tile(view, block_m)
 
 
 def a_is_matrix(view: GemmView) -> bool:

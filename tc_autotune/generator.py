@@ -152,13 +152,15 @@ DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
                                            split_k=4, stages=3)),
 )
 
-# The warp-specialized kernel (warp_specialized=1, and 2: persistent): A as a spatial TMA tile,
-# a matrix box and gathered; 1-2 consumers; groups in flight or not; fp16 output; dilation; both
-# weight layouts, an odd N.  Keyed by each task's version as above.
+# The warp-specialized kernel (warp_specialized=1, and 2: persistent): A as row boxes (with a
+# stride), a spatial TMA tile, a matrix box and gathered; 1-2 consumers; groups in flight or not;
+# fp16 output; dilation; both weight layouts, an odd N.  Keyed by each task's version as above.
 _WS = dict(_WGMMA, warp_specialized=1, vec_c=1, offset_c=0, warp_col_tiles=8, warp_row_tiles=2,
            stages=4, wgmma_in_flight=1)
 WS_FINGERPRINTS = {
-    1: "4157b0b261e82886ad9fafd58a451bcf161a11ce74e1ab316108ea5d972ae67f",
+    # Replaced in place (2026-11-23) when strided convs' A became row boxes: no log in the
+    # repository held a warp-specialized conv2d record of the old code.
+    1: "8917c5c60aa35396e49fc08ed6da4216296b70618c143162747c12f25f2dcb70",
 }
 WS_PROBES: tuple[tuple[str, dict], ...] = (
     ("rfc-3x3-b32", dict(_WS)),

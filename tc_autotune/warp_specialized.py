@@ -10,8 +10,9 @@ the roles are split and meet only on mbarriers:
 - the producer loads the A and B tiles of k-step kt into stage kt % stages: one thread issues
   TMA boxes (128-byte swizzle, bytes counted on the stage's *full* mbarrier) for B, and for A
   where its tile is a box of the data: dense, 1x1 unpadded stride-1 convs (a matrix box) and
-  stride-1 convs tiled by whole output rows (``SpatialTile``: one 4-D box per filter tap, the
-  padding read as TMA's out-of-bounds zeros).  Other convs' A is gathered by the whole
+  convs tiled by whole output rows (``gemm.box_tile``: one 4-D box per filter tap, or per
+  tap and output row with the stride as TMA's traversal stride, the padding read as TMA's
+  out-of-bounds zeros).  Other convs' A is gathered by the whole
   producer warpgroup (threads 0-127) with 16-byte ``cp.async`` (zero-filled in the padding)
   and ``cp.async.mbarrier.arrive.noinc``.  A stage is refilled once its *empty* barrier says
   every consumer thread is done with it;
@@ -35,7 +36,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from .gemm import COL_MAJOR, GemmView, RowMajor, a_is_matrix, spatial_tile
+from .gemm import COL_MAJOR, GemmView, RowMajor, RowTile, a_is_matrix, box_tile
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
 from .knobs import PRODUCER_THREADS, WS_ROW_BYTES, Conv2dConfig, warp_specialized_smem
 
@@ -116,10 +117,16 @@ class TmaBox:
     strides: tuple[int, ...]  # bytes, dims 1.. (dim 0 is contiguous)
     box: tuple[int, ...]
     coords: tuple[str, ...]
+    traversal: tuple[int, ...] | None = None  # TMA's element strides (a strided conv's), 1s if None
+
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        return self.traversal or (1,) * len(self.box)
 
     @property
     def bytes(self) -> int:
-        return math.prod(self.box) * 2
+        """What lands in shared memory: every traversal-th element of the box, per dimension."""
+        return math.prod(-(-b // t) for b, t in zip(self.box, self.element_strides)) * 2
 
 
 def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
@@ -131,7 +138,9 @@ def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
 def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list[TmaBox]]:
     """(A's box or None: A is gathered with cp.async, B's boxes per k-step).  B is always
     TMA-loaded ((N, K): one box of the tile; (K, N): one per 64-column atom); A is for dense
-    and 1x1 unpadded stride-1 convs (a matrix box) and for spatially tiled convs (a 4-D box)."""
+    and 1x1 unpadded stride-1 convs (a matrix box) and for box-tiled convs (``gemm.box_tile``: a
+    4-D box per tap, or per tap and output row: its coords then name the row's image ``row_img``
+    and output row ``row_oh``)."""
     if view.b.layout == COL_MAJOR:
         b = [_matrix_box(view.b, config.block_n, "k0", "n0")]
     else:
@@ -139,16 +148,20 @@ def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list
              for j in range(config.block_n // WGMMA_ATOM)]
     if a_is_matrix(view):
         return _matrix_box(view.a, config.block_m, "k0", "m0"), b
-    tile = spatial_tile(view, config.block_m)
+    tile = box_tile(view, config.block_m)
     if tile is None:
         return None, b
     a = view.a.map
     n, h, w, c = view.a.shape
-    (dh, dw), (pad_top, pad_left) = a.dilation, a.pad
-    coords = (f"k0 % {c}", f"(k0 / {c}) % {a.kernel_w} * {dw} - {pad_left}",
-              f"oh0 + (k0 / {c}) / {a.kernel_w} * {dh} - {pad_top}", "img0")
-    return TmaBox((c, w, h, n), (c * 2, w * c * 2, h * w * c * 2), (WGMMA_K, tile.width, tile.rows, tile.images),
-                  coords), b
+    (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad
+    dims, strides = (c, w, h, n), (c * 2, w * c * 2, h * w * c * 2)
+    tap_w = f"(k0 / {c}) % {a.kernel_w} * {dw} - {pad_left}"
+    tap_h = f"(k0 / {c}) / {a.kernel_w} * {dh} - {pad_top}"
+    if isinstance(tile, RowTile):  # one output row: its input row, every sw-th column
+        coords = (f"k0 % {c}", tap_w, f"row_oh * {sh} + {tap_h}", "row_img")
+        return TmaBox(dims, strides, (WGMMA_K, tile.width * sw, 1, 1), coords, (1, sw, 1, 1)), b
+    coords = (f"k0 % {c}", tap_w, f"oh0 + {tap_h}", "img0")
+    return TmaBox(dims, strides, (WGMMA_K, tile.width, tile.rows, tile.images), coords), b
 
 
 def smem_bytes(config: Conv2dConfig) -> int:
@@ -178,21 +191,34 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
         raise ValueError("the warp-specialized kernel writes a row-major C")
 
     a_box, b_boxes = tma_boxes(view, config)
-    tile = spatial_tile(view, bm) if a_box is not None and len(a_box.box) == 4 else None
+    tile = box_tile(view, bm) if a_box is not None and len(a_box.box) == 4 else None
+    row_boxes = isinstance(tile, RowTile)
     a_bytes, b_bytes = bm * ROW_BYTES, bn * ROW_BYTES
     atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
     b_wg_offset = n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
     # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes; B's
     # land as [n][k] rows or 64-column atoms, A's as its K-major rows, all 128-byte swizzled.
     boxes = [("map_b", f"b_s + {j * atom_bytes}", box) for j, box in enumerate(b_boxes)]
-    if a_box is not None:
+    if a_box is not None and not row_boxes:
         boxes.insert(0, ("map_a", "a_s", a_box))
-    loads = "\n        ".join(f"tma_load_{len(box.box)}d({dst}, {tmap}, &full[stage], {', '.join(box.coords)});"
-                                for tmap, dst, box in boxes)
+
+    def tma_load(tmap: str, dst: str, box: TmaBox) -> str:
+        return f"tma_load_{len(box.box)}d({dst}, {tmap}, &full[stage], {', '.join(box.coords)});"
+
+    stage_tx = sum(box.bytes for _, _, box in boxes) + (tile.rows * a_box.bytes if row_boxes else 0)
+    loads = "\n        ".join(tma_load(*box) for box in boxes)
     tma_issue = f"""
       if (tid == 0) {{
-        mbar_arrive_expect_tx(&full[stage], {sum(box.bytes for _, _, box in boxes)});
+        mbar_arrive_expect_tx(&full[stage], {stage_tx});
         {loads}
+      }}"""
+    if row_boxes:  # the producer warp's lanes issue the output rows' boxes (a row past the last
+        # image reads zeros; bytes landing before the expect_tx above are allowed, the phase
+        # cannot complete until thread 0 has arrived)
+        tma_issue += f"""
+      for (int r = tid; r < {tile.rows}; r += 32) {{
+        const int row_img = (m_tile * {tile.rows} + r) / {tile.height}, row_oh = (m_tile * {tile.rows} + r) % {tile.height};
+        {tma_load("map_a", f"a_s + r * {tile.width * ROW_BYTES}", a_box)}
       }}"""
     # A gathered: the producer warpgroup's 16-byte cp.async, thread t copying chunks t, t + 128, ...
     gather = a_box is None
@@ -208,11 +234,16 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     producer_end = """
     asm volatile("cp.async.wait_all;" ::: "memory");""" if gather else ""
     full_count = (PRODUCER_THREADS if gather else 0) + 1
-    producers = "tid < " + (str(PRODUCER_THREADS) if gather else "1")
+    producers = "tid < " + (str(PRODUCER_THREADS) if gather else "32" if row_boxes else "1")
+    producer_note = ("TMA only: a warp, its lanes issue the rows' boxes" if row_boxes
+                     else "TMA only: one thread issues every copy")
     # The block's rows: m0.. (m_end: the last stored + 1); a spatial tile's are whole output
-    # rows of one image (or whole images), from its image img0 and output row oh0.
+    # rows of one image (or whole images), from its image img0 and output row oh0; a row
+    # tile's are C's rows m0 .. m0 + rows * width.
     if tile is None:
         block_rows = f"const int m0 = m_tile * {bm}, m_end = {m};"
+    elif row_boxes:
+        block_rows = f"const int m0 = m_tile * {tile.pixels}, m_end = min(m0 + {tile.pixels}, {m});"
     else:
         hw = tile.height * tile.width
         block_rows = (f"const int img0 = m_tile / {tile.tiles_per_image} * {tile.images}, "
@@ -264,7 +295,7 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 {drain_source if in_flight else ""}
 {_HELPERS}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
-// A by {"cp.async" if gather else "TMA"}{" (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
+// A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
 // {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
@@ -314,7 +345,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
   const int linear = blockIdx.y * gridDim.x + blockIdx.x, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
   if (tid < {PRODUCER_THREADS}) {{
-    if (!({producers})) return;  // TMA only: one thread issues every copy
+    if (!({producers})) return;  // {producer_note}
     for (int kt = 0; kt < KT; ++kt) {{
       const int stage = kt % STAGES;
       if (kt >= STAGES) mbar_wait(&empty[stage], (kt / STAGES - 1) & 1);{producer_step}
@@ -346,7 +377,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         release = "\n    mbar_arrive(&empty[(it - 1) % STAGES]);  // the tile's last stage" if in_flight else ""
         source = head + init + f"""
   if (tid < {PRODUCER_THREADS}) {{
-    if (!({producers})) return;  // TMA only: one thread issues every copy
+    if (!({producers})) return;  // {producer_note}
     int it = 0;
     for (int tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{
       {coords("    ")}
@@ -378,6 +409,36 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
 """
     grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m, grid_n)
     return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config), a_box, b_boxes[0])
+
+
+# The tilings cuBLAS's and cuDNN's own Hopper kernels use (BENCHMARKS 20a) and the ones the
+# measurements of BENCHMARKS 20 found best, as knob changes: a first batch measures them
+# (``starting_configs``), since the kernel's good region is too small for a short search to
+# find (rfc-3x3-b32: 1.01 of cuDNN hand-picked, 0.87 after 64 trials without them).
+_IN_FLIGHT_4_STAGES = dict(intrinsic="wgmma", wmma="m16n16k16", wgmma_in_flight=1, stages=4, vec_a=8, vec_b=8,
+                           vec_c=1, offset_a=0, offset_b=0, offset_c=0, block_row_warps=4, chunk=4, split_k=1,
+                           frag_buffers=1)
+STARTING_TILINGS: tuple[dict, ...] = (
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x256
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x128
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1),  # 64x256
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, warp_specialized=1),  # 64x64
+)
+
+
+def starting_configs(space) -> list[Conv2dConfig]:
+    """``STARTING_TILINGS`` made of the space's default config, those valid in ``space`` (none
+    off Hopper), each with fewer stages where the K loop is shorter than 4 steps."""
+    base = space.default_config().as_dict()
+    found = []
+    for changes in STARTING_TILINGS:
+        for stages in range(changes["stages"], 1, -1):
+            config = Conv2dConfig(**{**base, **changes, "stages": stages})
+            if space.why_invalid(config) is None:
+                found += [config] if config not in found else []
+                break
+    return found
 
 
 _ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
@@ -471,7 +532,7 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
             rank = len(box.box)
             host += [tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)),
                      tvm.tirx.Evaluate(tvm.tirx.tensormap_encode_tiled(  # innermost dim first
-                         tmap, param.data, *box.dims, *box.strides, *box.box, *(1,) * rank,
+                         tmap, param.data, *box.dims, *box.strides, *box.box, *box.element_strides,
                          descriptor_dtype="float16", rank=rank, swizzle=3))]  # CU_TENSOR_MAP_SWIZZLE_128B
     if host:
         main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))

@@ -1,5 +1,5 @@
 """On a Hopper GPU: the warp-specialized kernel matches the fp32 reference on NaN-poisoned
-output, with TMA (matrix and spatial boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
+output element by element, with TMA (matrix, spatial and row boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
 dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups;
 and keeping wgmma groups in flight changes no bit of it."""
 
@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import workloads
+from tc_autotune import tasks, workloads
 
 from test_gpu_epilogue import check, run
 from test_warp_specialized import WS
@@ -19,6 +19,10 @@ CASES = [
     ("rfc-3x3-b1", dict()),  # one 14x14 image, a 9-row spatial tile and a 5-row one
     ("rfc-3x3-b1", dict(block_col_warps=1, warp_row_tiles=1)),  # 64-row blocks: 4-row spatial tiles
     ("resnet50-res5-3x3-512-512-b32", dict(block_col_warps=1)),  # 7x7: two images a box
+    ("resnet50-res5-3x3-512-512-b32", dict(block_col_warps=1, warp_row_tiles=4, warp_col_tiles=4)),  # 256 rows: 5 images a box
+    # row boxes: stride 2 as TMA's traversal stride; 3 images of 17 rows in 7-row tiles across
+    # images, the last reading rows past the last image (zeros, never stored); N tail
+    ("n=3,h=33,w=33,c=128,k=96,r=3,s=3,stride=2,pad=1", dict(block_col_warps=1, stages=3)),
     ("rfc-1x1-b32", dict(block_col_warps=1, stages=3)),  # both by TMA; 392 tiles: 3 a persistent block
     ("resnet50-res3-1x1-256-512-s2-b1", dict(warp_row_tiles=1, stages=2)),
     ("n=2,h=9,w=11,c=16,k=32,r=3,s=3,stride=1,pad=2,dilation=2", dict(block_col_warps=1, warp_col_tiles=4, stages=3)),
@@ -38,6 +42,10 @@ def test_warp_specialized_kernels_match_the_reference(name, knobs, persistent):
     wl = workloads.get(name)
     config = replace(WS, **knobs, warp_specialized=2 if persistent else 1)
     check(wl, config)
-    in_flight = run(wl, config)[0]
+    in_flight, inputs, _ = run(wl, config)
+    # element by element too: a wrong row or box would hide in a relative L2 error of a big output
+    reference = tasks.of(wl).reference(wl, *inputs)
+    worst = np.abs(in_flight - reference).max() / np.abs(reference).max()
+    assert worst < 4e-3, f"max error {worst:.3g} of the largest output"
     waiting = run(wl, replace(config, wgmma_in_flight=0))[0]
     assert np.array_equal(in_flight, waiting), f"{np.sum(in_flight != waiting)} elements differ"

@@ -11,7 +11,7 @@ import pytest
 
 from tc_autotune import tasks, workloads
 from tc_autotune.cuda import find_nvcc
-from tc_autotune.gemm import spatial_tile, view_of
+from tc_autotune.gemm import box_tile, view_of
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.knobs import Conv2dConfig
 from tc_autotune.warp_specialized import _element, plan, smem_bytes, tma_boxes
@@ -57,10 +57,37 @@ def test_tma_loads_every_operand_that_is_a_box_of_its_tensor():
     assert tma("rfc-1x1-b32") == (2, 4)  # 1x1, stride 1, no padding: A is the data
     assert tma("rfc-3x3-b32") == (4, 4)  # 9 whole 14-pixel rows of one image: 126 of 128 rows
     assert tma("resnet50-res5-3x3-512-512-b32", block_col_warps=1) == (4, 2)  # two 7x7 images
-    assert tma("resnet50-res3-1x1-256-512-s2-b1") == (None, 4)  # stride 2: A gathered
+    assert tma("resnet50-res3-1x1-256-512-s2-b1") == (4, 4)  # stride 2: TMA's traversal stride
+    assert tma("resnet50-res5-3x3-512-512-s2-b1") == (None, 4)  # 7-pixel rows: gathered
     assert tma("n=2,h=9,w=11,c=16,k=32,r=3,s=3,stride=1,pad=2,dilation=2") == (None, 4)  # 16 channels
+    assert tma("resnet50-conv1-b1") == (None, 4)  # 3 channels: gathered
     a, _ = tma_boxes(view_of(workloads.get("rfc-3x3-b32")), WS)
-    assert a.box == (64, 14, 9, 1) and a.dims == (256, 14, 14, 32)
+    assert a.box == (64, 14, 9, 1) and a.dims == (256, 14, 14, 32) and a.bytes == 9 * 14 * 128
+    rows, _ = tma_boxes(view_of(workloads.get("resnet50-res3-1x1-256-512-s2-b1")), WS)
+    assert rows.box == (64, 56, 1, 1) and rows.element_strides == (1, 2, 1, 1) and rows.bytes == 28 * 128
+
+
+@pytest.mark.parametrize("name,block_m,kind,blocks", [
+    ("tutorial", 128, "SpatialTile", 512),  # 9 then 5 rows of each image (one box a tap beats 399 blocks of 9 boxes)
+    ("resnet50-res5-3x3-512-512-b32", 128, "SpatialTile", 16),  # 2 whole 7x7 images
+    ("resnet50-res5-3x3-512-512-b32", 256, "SpatialTile", 7),  # 5 whole images
+    ("resnet50-res3-3x3-128-128-b32", 128, "SpatialTile", 224),  # 4 rows of 28
+    ("resnet50-res3-3x3-128-128-s2-b32", 128, "RowTile", 224),  # stride 2: 4 rows of 28, a box each
+    ("n=3,h=33,w=33,c=128,k=96,r=3,s=3,stride=2,pad=1", 128, "RowTile", 8),  # 7 rows of 17 across images
+    ("resnet50-res5-3x3-512-512-s2-b32", 128, None, 0),  # stride 2, 7-pixel rows: gathered
+    ("n=1,h=7,w=100,c=64,k=64,r=3,s=3,pad=1", 128, "SpatialTile", 7),  # 100 of 128 rows: 78%, a row a block
+    ("n=1,h=7,w=90,c=64,k=64,r=3,s=3,pad=1", 128, None, 0),  # 70%: gathered
+    ("resnet50-conv1-b1", 128, None, 0),  # 3 channels
+])
+def test_a_box_tiling_is_spatial_else_rows_else_none(name, block_m, kind, blocks):
+    from tc_autotune.gemm import box_tile
+
+    view = view_of(workloads.get(name))
+    tile = box_tile(view, block_m)
+    assert type(tile).__name__ == kind if kind else tile is None
+    if tile is not None:
+        assert tile.grid_m == blocks and tile.pixels <= block_m
+        assert blocks * tile.pixels >= view.m  # every output pixel has a block
 
 
 def test_the_space_offers_warp_specialized_configs_on_hopper_only():
@@ -98,7 +125,7 @@ def test_kernels_compile_for_sm90a_with_tensor_maps_and_unserialized_wgmma(name,
     # reuse accumulator registers: a fence, like the one each call already issues.)
     assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
-    tile = spatial_tile(view_of(wl), 128) if len(getattr(a_box, "box", ())) == 4 else None
+    tile = box_tile(view_of(wl), 128) if len(getattr(a_box, "box", ())) == 4 else None
     grid_m = tile.grid_m if tile else -(-view_of(wl).m // 128)
     assert plan(view_of(wl), config).grid == (grid_m, -(-view_of(wl).n // 256))
     assert ("copy16(a_s" in source) == (a_box is None)  # a gathered A only
