@@ -183,6 +183,25 @@ DENSE_WS_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# Warp-specialized split-K (a cluster of blocks along K summing through distributed shared
+# memory): slices of uneven length, tails, both weight layouts, fp16 output, waiting and in flight.
+WS_SPLIT_FINGERPRINTS = {
+    1: "675be0b445e0f7e3370ba44e32e79bb8516f8f7376a79bbc9ffd7dbfdf409e3f",
+}
+WS_SPLIT_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-3x3-b1", dict(_WS, block_col_warps=1, split_k=8)),
+    ("n=2,h=9,w=11,c=64,k=32,r=3,s=3,pad=2,dilation=2,out_dtype=float16",
+     dict(_WS, block_col_warps=1, warp_col_tiles=4, stages=3, split_k=2, wgmma_in_flight=0)),
+)
+DENSE_WS_SPLIT_FINGERPRINTS = {
+    2: "59f7dd00d5fcfb9caa50510c0596ec047f5a04f2c08a9e139fcb0da42cf2fc43",
+}
+DENSE_WS_SPLIT_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=16,n=4096,k=4096,b=nk", dict(_WS, block_col_warps=1, warp_row_tiles=1, split_k=4)),
+    ("dense:m=100,n=200,k=520,b=kn,out_dtype=float16", dict(_WS, stages=3, split_k=2, wgmma_in_flight=0)),
+)
+
+
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
     return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
@@ -234,3 +253,6 @@ if __name__ == "__main__":
           f"{fingerprint(DENSE_IN_FLIGHT_PROBES)}")
     print(f"warp-specialized, version {TEMPLATE_VERSION}: fingerprint {fingerprint(WS_PROBES)}")
     print(f"dense warp-specialized, version {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_WS_PROBES)}")
+    print(f"warp-specialized split-K, version {TEMPLATE_VERSION}: fingerprint {fingerprint(WS_SPLIT_PROBES)}")
+    print(f"dense warp-specialized split-K, version {DENSE_TEMPLATE_VERSION}: fingerprint "
+          f"{fingerprint(DENSE_WS_SPLIT_PROBES)}")

@@ -81,12 +81,14 @@ MMA = IntrinsicPath(
 # warp_specialized=1 (2: persistent), a kernel of the wgmma path (module ``warp_specialized``):
 # a producer warpgroup fills 2+ stages of fp16 A and B (TMA boxes, or 16-byte cp.async chunks of
 # a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps) issue the wgmma and
-# store C from their registers: no split-K, no fused epilogue, at most 128 accumulator floats per
-# consumer thread.
+# store C from their registers: no fused epilogue, at most 128 accumulator floats per consumer
+# thread.  Split-K runs the K slices as the blocks of a cluster, which sum their accumulators
+# through distributed shared memory (parked in their stages) before storing.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8
 _WS_ACCUMULATORS = 128
+_WS_CLUSTER = 8  # split_k: K slices as the blocks of one cluster (8: the portable cluster size)
 
 
 def _ws_rule(name: str, ok, why) -> Rule:
@@ -97,9 +99,12 @@ def _ws_rule(name: str, ok, why) -> Rule:
 
 
 _WARP_SPECIALIZED_RULES = (
-    _ws_rule("split_k", lambda v, c: v["split_k"] == 1,
-             lambda cfg, v, c: f"needs split_k=1, not {cfg.split_k}: its consumers store C from their "
-                               "registers, with no split-K workspace"),
+    _ws_rule("split_k", lambda v, c: (v["split_k"] == 1) | ((v["warp_specialized"] == 1) & (v["split_k"] <= _WS_CLUSTER)),
+             lambda cfg, v, c: f"takes split_k <= {_WS_CLUSTER} (a cluster of blocks, one per K slice), and only "
+                               f"unpersistent (warp_specialized=1), not split_k={cfg.split_k}"),
+    _ws_rule("split_k_partials", lambda v, c: (v["split_k"] == 1) | (v["split_partial_bytes"] <= v["stage_bytes"]),
+             lambda cfg, v, c: f"with split_k={cfg.split_k} keeps {v['split_partial_bytes']} bytes of partial sums "
+                               f"in its {v['stage_bytes']} bytes of stages: more stages or fewer accumulators"),
     _ws_rule("stages", lambda v, c: v["stages"] >= 2,
              lambda cfg, v, c: f"needs stages >= 2, not {cfg.stages}: the producer fills one stage while "
                                "the consumers read another"),

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .gemm import COL_MAJOR, GemmView, view_of
-from .knobs import KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, warp_specialized_smem
+from .knobs import KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, WS_ROW_BYTES, code, warp_specialized_smem
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -79,6 +79,9 @@ def derive(v: dict, ctx: Context) -> dict:
     v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
     v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
     v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
+    # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages
+    v["stage_bytes"] = v["stages"] * (v["bm"] + v["bn"]) * WS_ROW_BYTES
+    v["split_partial_bytes"] = v["compute_threads"] * v["frags"] * 8 * 4
     b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
     b = b_rows * (v["b_row"] + v["offset_b"]) * 2
@@ -110,10 +113,19 @@ def values_of_positions(knobs: dict, pos: np.ndarray) -> dict:
     return v
 
 
+# wgmma's smallest tile is one 64-row slab: an M of 1-32 rows can only pad it (a GEMV-like
+# dense streams its weights either way).
+_WGMMA_SLAB = 64
+
+
+def _smallest_tile(dim: str, v: dict):
+    return np.where(v["intrinsic"] == code("intrinsic", "wgmma"), _WGMMA_SLAB, 0) if dim == "m" else 0
+
+
 def _tile_rule(dim: str, tile: str, size: str, what: str) -> Rule:
     # Tiles far larger than the problem are pure padding: the kernel computes zeros.
     return Rule(f"{dim}_tile_size",
-                lambda v, c: v[tile] <= 2 * round_up(getattr(c, size), 16),
+                lambda v, c: v[tile] <= np.maximum(2 * round_up(getattr(c, size), 16), _smallest_tile(dim, v)),
                 lambda cfg, v, c: f"block_{dim}={v[tile]} is more than twice the padded "
                                   f"{what}={round_up(getattr(c, size), 16)}")
 

@@ -169,9 +169,10 @@ def _input_name(name: str, dtype: str) -> str:
 
 
 def workspace_shape(workload, config: Conv2dConfig) -> tuple[int, int, int] | None:
-    """Shape of the fp32 split-K partial sums (None: no split); the first of ``workspaces``.
+    """Shape of the fp32 split-K partial sums (None: no split, or the warp-specialized kernel's,
+    whose K slices sum in their cluster's shared memory); the first of ``workspaces``.
     ``workload``: a task's workload or its GemmView."""
-    if config.split_k == 1:
+    if config.split_k == 1 or config.warp_specialized:
         return None
     view = view_of(workload)
     return (config.split_k, _round_up(view.m, config.block_m), _round_up(view.n, config.block_n))

@@ -43,6 +43,7 @@ from .knobs import PRODUCER_THREADS, WS_ROW_BYTES, Conv2dConfig, warp_specialize
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
 PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
+MAX_CLUSTER = 8  # blocks per cluster that every Hopper GPU launches (split-K slices)
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
 
@@ -105,6 +106,7 @@ class KernelPlan:
     smem_bytes: int
     a_box: TmaBox | None  # the tensor maps' boxes (``tma_boxes``): A's, or None (gathered)
     b_box: TmaBox  # B's (each of a (K, N) B's atoms is such a box)
+    cluster: int = 1  # blocks of a cluster along x (split-K)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,9 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     bm, bn = config.block_m, config.block_n
     slabs, n_wg, consumers = config.warp_row_tiles, config.warp_col_tiles * 16, config.block_col_warps
     frags = n_wg // 16
-    if bm != slabs * WGMMA_M or n_wg % WGMMA_ATOM or config.split_k != 1 or view.dtype != "float16":
+    split = config.split_k  # > 1: a cluster of `split` blocks along K, summed in shared memory
+    if (bm != slabs * WGMMA_M or n_wg % WGMMA_ATOM or view.dtype != "float16"
+            or (split > 1 and (config.warp_specialized != 1 or split > MAX_CLUSTER))):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     b_col_major = view.b.layout == COL_MAJOR
     in_flight = bool(config.wgmma_in_flight)
@@ -280,6 +284,8 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     # Blocks in groups of RASTER_GROUP M tiles, N fastest within a group: a wave of blocks shares
     # a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
     linear, rows_m, cols_n = ("tile", grid_m, grid_n) if persistent else ("linear", "(int)gridDim.x", "gridDim.y")
+    if split > 1:  # blockIdx.x: the M tile's cluster, then the block's K slice in it
+        rows_m = grid_m
 
     def coords(indent: str) -> str:
         """The block's tile (m_tile, n_tile) from its place in the block order, then its rows."""
@@ -293,14 +299,16 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 #include <mma.h>
 {_wgmma_source(n_wg, view.b.layout, in_flight)}
 {drain_source if in_flight else ""}
-{_HELPERS}
+{_HELPERS}{_CLUSTER_HELPERS if split > 1 else ""}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}.
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b) {{
-  constexpr int STAGES = {config.stages}, KT = {kt};
+  {"constexpr int STAGES = " + str(config.stages) + ", KT = " + str(kt) + ";" if split == 1 else
+     f"constexpr int STAGES = {config.stages}, SLICE = {-(-kt // split)};  // k-steps per K slice" + chr(10) +
+     f"  const int split_rank = blockIdx.x % {split}, kt_begin = split_rank * SLICE, KT = min(SLICE, {kt} - kt_begin);"}
   constexpr int A_BYTES = {a_bytes}, STAGE_BYTES = {a_bytes + b_bytes};
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
@@ -327,7 +335,8 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         const int m = m0 + s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
         const int n = n0 + wg * {n_wg} + f * 16 + 8 * (p / 4) + 2 * (lane % 4);
         if (m < m_end && n < {n}) {{
-          const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];{store}
+          {"const float v0 = acc[s * " + str(frags) + " + f].x[p], v1 = acc[s * " + str(frags) + " + f].x[p + 1];"
+           if split == 1 else _split_sum(split, frags, consumers * 128)}{store}
         }}
       }}
     }}
@@ -335,7 +344,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     producer_step = f"""
       unsigned char* a_s = smem + stage * STAGE_BYTES;
       unsigned char* b_s = a_s + A_BYTES;
-      const int k0 = kt * {WGMMA_K};{tma_issue}{a_copy}"""
+      const int k0 = {"kt" if split == 1 else "(kt_begin + kt)"} * {WGMMA_K};{tma_issue}{a_copy}"""
     fill = f"""
   #pragma unroll
   for (int f = 0; f < {slabs * frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);"""
@@ -343,7 +352,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         source = head + f"""
   // Blocks in groups of {RASTER_GROUP} M tiles, N fastest within a group: a wave of blocks shares
   // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
-  const int linear = blockIdx.y * gridDim.x + blockIdx.x, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
+  const int linear = {"blockIdx.y * gridDim.x + blockIdx.x" if split == 1 else f"blockIdx.y * {grid_m} + blockIdx.x / {split}"}, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
   if (tid < {PRODUCER_THREADS}) {{
     if (!({producers})) return;  // {producer_note}
     for (int kt = 0; kt < KT; ++kt) {{
@@ -366,7 +375,8 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
 {drain}
   // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
   // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
-  const int warp = tid / 32 % 4, lane = tid % 32;{epilogue}
+  const int warp = tid / 32 % 4, lane = tid % 32;{_split_partials(split, slabs * frags, consumers * 128)}{epilogue}{
+  chr(10) + "  cluster_sync();  // the cluster's partials stay in shared memory until every block has summed" if split > 1 else ""}
 }}
 """
     else:
@@ -407,8 +417,36 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   }}
 }}
 """
-    grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m, grid_n)
-    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config), a_box, b_boxes[0])
+    grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m * split, grid_n)
+    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config), a_box, b_boxes[0],
+                      split)
+
+
+def _split_partials(split: int, n_frags: int, threads: int) -> str:
+    """Split-K: each consumer thread puts its accumulators in its block's shared memory (the
+    stages, free once every consumer is done with them), slot-major so a warp's stores are
+    contiguous; then the cluster waits until every block's partials are there."""
+    if split == 1:
+        return ""
+    return f"""
+  float* partial = reinterpret_cast<float*>(smem);  // [slot][consumer thread]
+  asm volatile("bar.sync 1, {threads};" ::: "memory");  // every consumer is done reading the stages
+  #pragma unroll
+  for (int j = 0; j < {n_frags * 8}; ++j) partial[j * {threads} + tid - {PRODUCER_THREADS}] = acc[j / 8].x[j % 8];
+  cluster_sync();"""
+
+
+def _split_sum(split: int, frags: int, threads: int) -> str:
+    """Split-K: the sum over the cluster's blocks of accumulator slots p, p + 1 of fragment
+    (s, f); block r of the cluster sums and stores the fragments j with j % split == r."""
+    return f"""const int j = (s * {frags} + f) * 8 + p;
+          if ((s * {frags} + f) % {split} != split_rank) continue;
+          float v0 = 0.0f, v1 = 0.0f;
+          #pragma unroll
+          for (int r = 0; r < {split}; ++r) {{  // every block's partial, this one's included
+            v0 += peer_load(partial + j * {threads} + tid - {PRODUCER_THREADS}, r);
+            v1 += peer_load(partial + (j + 1) * {threads} + tid - {PRODUCER_THREADS}, r);
+          }}"""
 
 
 # The tilings cuBLAS's and cuDNN's own Hopper kernels use (BENCHMARKS 20a) and the ones the
@@ -424,6 +462,8 @@ STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x128
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1),  # 64x256
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, warp_specialized=1),  # 64x64
+    # 64x128 in 4 K slices: where the tiles alone leave most SMs idle (small M, few channels)
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1, split_k=4),
 )
 
 
@@ -440,6 +480,25 @@ def starting_configs(space) -> list[Conv2dConfig]:
                 break
     return found
 
+
+_CLUSTER_HELPERS = """
+#ifndef TC_WS_CLUSTER_HELPERS
+#define TC_WS_CLUSTER_HELPERS
+// Every non-exited thread of the cluster arrives, then waits for the others (release/acquire:
+// shared-memory writes before it are visible to the cluster's blocks after it).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\\n barrier.cluster.wait.acquire;" ::: "memory");
+}
+// A float at the same shared-memory offset in block `rank` of the cluster (distributed shared memory).
+__device__ __forceinline__ float peer_load(const float* p, unsigned rank) {
+  unsigned addr;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_u32(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+#endif
+"""
 
 _ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
 
@@ -520,6 +579,8 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
         A = T.match_buffer(a, a_shape, "float16", align=64)
         B = T.match_buffer(b, b_shape, "float16", align=64)
         C = T.match_buffer(c, c_shape, out_dtype, align=64)
+        if kp.cluster > 1:  # a cluster launch: `cluster` consecutive blocks along x
+            T.launch_thread("clusterCtaIdx.x", kp.cluster)
         bx = T.launch_thread("blockIdx.x", gx)
         by = T.launch_thread("blockIdx.y", gy)
         tx = T.launch_thread("threadIdx.x", threads)

@@ -49,3 +49,25 @@ def test_warp_specialized_kernels_match_the_reference(name, knobs, persistent):
     assert worst < 4e-3, f"max error {worst:.3g} of the largest output"
     waiting = run(wl, replace(config, wgmma_in_flight=0))[0]
     assert np.array_equal(in_flight, waiting), f"{np.sum(in_flight != waiting)} elements differ"
+
+
+# Split-K: the K slices run as one cluster's blocks and sum through distributed shared memory.
+SPLIT_CASES = [
+    ("dense:m=16,n=384,k=1000,b=nk", dict(block_col_warps=1, warp_row_tiles=1, split_k=4)),  # 16 k-steps, K tail
+    ("dense:m=100,n=200,k=520,b=kn,out_dtype=float16", dict(stages=3, split_k=2)),  # tails, 2 consumers
+    ("rfc-3x3-b1", dict(block_col_warps=1, split_k=8)),  # 36 k-steps: 7 slices of 5 and one of 1
+    ("n=2,h=9,w=11,c=64,k=32,r=3,s=3,pad=2,dilation=2", dict(block_col_warps=1, warp_col_tiles=4, stages=3, split_k=2)),
+]
+
+
+@pytest.mark.parametrize("name,knobs", SPLIT_CASES, ids=[c[0][:40] for c in SPLIT_CASES])
+def test_warp_specialized_split_k_matches_the_reference(name, knobs):
+    wl = workloads.get(name)
+    config = replace(WS, **knobs)
+    check(wl, config)
+    in_flight, inputs, _ = run(wl, config)
+    reference = tasks.of(wl).reference(wl, *inputs)
+    worst = np.abs(in_flight - reference).max() / np.abs(reference).max()
+    assert worst < 4e-3, f"max error {worst:.3g} of the largest output"
+    waiting = run(wl, replace(config, wgmma_in_flight=0))[0]
+    assert np.array_equal(in_flight, waiting), f"{np.sum(in_flight != waiting)} elements differ"

@@ -85,9 +85,9 @@ def _space_of(spec, arch="sm_90"):
 @pytest.mark.parametrize("spec,changes,reason", [
     ("tutorial", dict(intrinsic="mma"), f"{_WS_WHY}, not mma"),
     ("tutorial", dict(intrinsic="wmma", offset_a=8, offset_b=8), f"{_WS_WHY}, not wmma"),
-    ("resnet50-res5-3x3-512-512-s2-b1", dict(split_k=2),  # a grid small enough for split-K
-     "warp_specialized=1 needs split_k=1, not 2: its consumers store C from their registers, with no "
-     "split-K workspace"),
+    ("resnet50-res5-3x3-512-512-s2-b1", dict(split_k=4, warp_specialized=2),  # a grid small enough for split-K
+     "warp_specialized=2 takes split_k <= 8 (a cluster of blocks, one per K slice), and only unpersistent "
+     "(warp_specialized=1), not split_k=4"),
     ("tutorial", dict(stages=1),
      "warp_specialized=1 needs stages >= 2, not 1: the producer fills one stage while the consumers read another"),
     ("tutorial", dict(vec_a=4),

@@ -131,10 +131,46 @@ def test_kernels_compile_for_sm90a_with_tensor_maps_and_unserialized_wgmma(name,
     assert ("copy16(a_s" in source) == (a_box is None)  # a gathered A only
 
 
-def test_the_gpu_cases_are_valid_configs_of_their_spaces():
-    from test_gpu_warp_specialized import CASES
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+def test_split_k_runs_the_slices_as_a_cluster_that_sums_in_distributed_shared_memory():
+    from tc_autotune.kernel import build
 
-    for name, knobs in CASES:
+    from test_codegen import _ptxas_report
+
+    wl = workloads.get("dense:m=16,n=4096,k=4096,b=nk")  # 64 k-steps: 4 slices of 16
+    config = replace(WS, block_col_warps=1, warp_row_tiles=1, split_k=4)
+    kp = plan(view_of(wl), config)
+    assert kp.grid == (4, 32) and kp.cluster == 4  # one M tile's 4 slices, 32 N tiles
+    assert "SLICE = 16" in kp.source and "kt_begin = split_rank * SLICE" in kp.source
+    assert kp.source.count("cluster_sync();") == 2 and "mapa.shared::cluster" in kp.source
+    from tc_autotune.template import workspaces
+    assert workspaces(wl, config) == []  # no split-K workspace: the cluster sums in shared memory
+    report = _ptxas_report(build(wl, config, target="sm_90").cuda_source)
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+    uneven = plan(view_of(workloads.get("rfc-3x3-b1")), replace(WS, block_col_warps=1, split_k=8))
+    assert "SLICE = 5" in uneven.source  # 36 k-steps: 7 slices of 5 and one of 1
+
+
+def test_split_k_rules_of_the_warp_specialized_kernel():
+    wl = workloads.get("dense:m=16,n=4096,k=4096,b=nk")
+    space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+    small = replace(WS, block_col_warps=1, warp_row_tiles=1)  # 64 x 128: a 64-row slab for 16 rows
+    assert space.why_invalid(replace(small, split_k=8)) is None
+    assert "split_k <= 8" in space.why_invalid(replace(small, split_k=16))
+    assert "split_k <= 8" in space.why_invalid(replace(small, split_k=4, warp_specialized=2))  # persistent
+    # 2 consumers x 128 threads x 128 floats (128 KB) do not fit in 2 stages of 384 rows (96 KB)
+    wide = tasks.of(workloads.get("dense:m=256,n=512,k=4096,b=nk"))
+    wide_space = wide.space(workloads.get("dense:m=256,n=512,k=4096,b=nk"), gpu_for_arch("sm_90"))
+    assert "partial sums" in wide_space.why_invalid(replace(WS, split_k=2, stages=2))
+    assert wide_space.why_invalid(replace(WS, split_k=2, stages=3)) is None
+    # wgmma's 64-row slab is the smallest M tile: M = 16 may pad it, a 128-row tile no longer
+    assert "more than twice" in space.why_invalid(replace(WS, block_col_warps=1, split_k=4))
+
+
+def test_the_gpu_cases_are_valid_configs_of_their_spaces():
+    from test_gpu_warp_specialized import CASES, SPLIT_CASES
+
+    for name, knobs in CASES + SPLIT_CASES:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -158,14 +194,14 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
         assert (ws > plain) == boxed, name
 
 
-@pytest.mark.parametrize("which", ["WS", "DENSE_WS"])
+@pytest.mark.parametrize("which", ["WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT"])
 def test_warp_specialized_probes_have_their_fingerprint(which):
     """The code the kernel generator writes for the probes is the code the task's template
     version names: a change to it must bump the version (records measured before go stale)."""
     from tc_autotune import generator
 
     probes = getattr(generator, f"{which}_PROBES")
-    version = generator.TEMPLATE_VERSION if which == "WS" else generator.DENSE_TEMPLATE_VERSION
+    version = generator.TEMPLATE_VERSION if which.startswith("WS") else generator.DENSE_TEMPLATE_VERSION
     for workload, config in generator.probe_kernels(probes):
         assert config.warp_specialized in (1, 2)
         assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
