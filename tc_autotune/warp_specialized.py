@@ -284,8 +284,20 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     # Blocks in groups of RASTER_GROUP M tiles, N fastest within a group: a wave of blocks shares
     # a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
     linear, rows_m, cols_n = ("tile", grid_m, grid_n) if persistent else ("linear", "(int)gridDim.x", "gridDim.y")
-    if split > 1:  # blockIdx.x: the M tile's cluster, then the block's K slice in it
-        rows_m = grid_m
+    # The k-steps this block runs (split-K: its slice), its place in the block order, its
+    # accumulator pair's value in the epilogue (split-K: summed over the cluster's blocks).
+    if split == 1:
+        k_steps = f"constexpr int STAGES = {config.stages}, KT = {kt};"
+        first_k, linear_of_block = "kt", "blockIdx.y * gridDim.x + blockIdx.x"
+        pair_value = f"const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
+        cluster_end = ""
+    else:  # blockIdx.x: the M tile's cluster, then the block's K slice in it
+        k_steps = (f"constexpr int STAGES = {config.stages}, SLICE = {-(-kt // split)};  // k-steps per K slice\n"
+                   f"  const int split_rank = blockIdx.x % {split}, kt_begin = split_rank * SLICE, "
+                   f"KT = min(SLICE, {kt} - kt_begin);")
+        first_k, linear_of_block, rows_m = "(kt_begin + kt)", f"blockIdx.y * {grid_m} + blockIdx.x / {split}", grid_m
+        pair_value = _split_sum(split, frags, consumers * 128)
+        cluster_end = "\n  cluster_sync();  // the cluster's partials stay in shared memory until every block has summed"
 
     def coords(indent: str) -> str:
         """The block's tile (m_tile, n_tile) from its place in the block order, then its rows."""
@@ -306,9 +318,7 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b) {{
-  {"constexpr int STAGES = " + str(config.stages) + ", KT = " + str(kt) + ";" if split == 1 else
-     f"constexpr int STAGES = {config.stages}, SLICE = {-(-kt // split)};  // k-steps per K slice" + chr(10) +
-     f"  const int split_rank = blockIdx.x % {split}, kt_begin = split_rank * SLICE, KT = min(SLICE, {kt} - kt_begin);"}
+  {k_steps}
   constexpr int A_BYTES = {a_bytes}, STAGE_BYTES = {a_bytes + b_bytes};
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
@@ -335,8 +345,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         const int m = m0 + s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
         const int n = n0 + wg * {n_wg} + f * 16 + 8 * (p / 4) + 2 * (lane % 4);
         if (m < m_end && n < {n}) {{
-          {"const float v0 = acc[s * " + str(frags) + " + f].x[p], v1 = acc[s * " + str(frags) + " + f].x[p + 1];"
-           if split == 1 else _split_sum(split, frags, consumers * 128)}{store}
+          {pair_value}{store}
         }}
       }}
     }}
@@ -344,7 +353,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     producer_step = f"""
       unsigned char* a_s = smem + stage * STAGE_BYTES;
       unsigned char* b_s = a_s + A_BYTES;
-      const int k0 = {"kt" if split == 1 else "(kt_begin + kt)"} * {WGMMA_K};{tma_issue}{a_copy}"""
+      const int k0 = {first_k} * {WGMMA_K};{tma_issue}{a_copy}"""
     fill = f"""
   #pragma unroll
   for (int f = 0; f < {slabs * frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);"""
@@ -352,7 +361,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         source = head + f"""
   // Blocks in groups of {RASTER_GROUP} M tiles, N fastest within a group: a wave of blocks shares
   // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
-  const int linear = {"blockIdx.y * gridDim.x + blockIdx.x" if split == 1 else f"blockIdx.y * {grid_m} + blockIdx.x / {split}"}, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
+  const int linear = {linear_of_block}, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
   if (tid < {PRODUCER_THREADS}) {{
     if (!({producers})) return;  // {producer_note}
     for (int kt = 0; kt < KT; ++kt) {{
@@ -375,8 +384,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
 {drain}
   // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
   // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
-  const int warp = tid / 32 % 4, lane = tid % 32;{_split_partials(split, slabs * frags, consumers * 128)}{epilogue}{
-  chr(10) + "  cluster_sync();  // the cluster's partials stay in shared memory until every block has summed" if split > 1 else ""}
+  const int warp = tid / 32 % 4, lane = tid % 32;{_split_partials(split, slabs * frags, consumers * 128)}{epilogue}{cluster_end}
 }}
 """
     else:
