@@ -60,10 +60,16 @@ WS_BARRIER_BYTES = 16
 WS_ALIGN_BYTES = 1024  # slack to align the stages to the 1024-byte swizzle pattern
 
 
+def warp_specialized_tiles(stages, block_m, block_n):
+    """The A and B tiles of every stage of a warp-specialized kernel, in bytes (ints or numpy
+    columns): also where split-K parks its partial sums once the k-loop is done."""
+    return stages * (block_m + block_n) * WS_ROW_BYTES
+
+
 def warp_specialized_smem(stages, block_m, block_n):
-    """Shared memory of a warp-specialized kernel (ints or numpy columns): its stages and the
-    alignment slack; no C staging tile (the consumers store from registers)."""
-    return stages * ((block_m + block_n) * WS_ROW_BYTES + WS_BARRIER_BYTES) + WS_ALIGN_BYTES
+    """Shared memory of a warp-specialized kernel (ints or numpy columns): its stages' tiles and
+    mbarriers and the alignment slack; no C staging tile (the consumers store from registers)."""
+    return warp_specialized_tiles(stages, block_m, block_n) + stages * WS_BARRIER_BYTES + WS_ALIGN_BYTES
 
 
 # Knobs whose values are names: vectorised code sees them as positions in KNOBS.

@@ -18,7 +18,8 @@ from typing import Callable
 import numpy as np
 
 from .gemm import COL_MAJOR, GemmView, view_of
-from .knobs import KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, WS_ROW_BYTES, code, warp_specialized_smem
+from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, warp_specialized_smem,
+                    warp_specialized_tiles)
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -80,7 +81,7 @@ def derive(v: dict, ctx: Context) -> dict:
     v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
     v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
     # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages
-    v["stage_bytes"] = v["stages"] * (v["bm"] + v["bn"]) * WS_ROW_BYTES
+    v["stage_bytes"] = warp_specialized_tiles(v["stages"], v["bm"], v["bn"])
     v["split_partial_bytes"] = v["compute_threads"] * v["frags"] * 8 * 4
     b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2

@@ -39,11 +39,15 @@ def test_warp_specialized_kernels_match_the_reference(name, knobs, persistent):
     """warp_specialized=2, the persistent kernel, walks tiles blockIdx.x, + 132, ... with the
     stage ring running on across them: most cases have fewer tiles than blocks, rfc-3x3-b1's
     res5 case and the 1x1 many more."""
-    wl = workloads.get(name)
-    config = replace(WS, **knobs, warp_specialized=2 if persistent else 1)
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, warp_specialized=2 if persistent else 1))
+
+
+def _check_in_flight_and_waiting(wl, config):
+    """The kernel matches the reference (relative L2 error, then element by element: a wrong row
+    or box would hide in the L2 error of a big output), and waiting for each k-step's wgmma
+    groups changes no bit of it."""
     check(wl, config)
     in_flight, inputs, _ = run(wl, config)
-    # element by element too: a wrong row or box would hide in a relative L2 error of a big output
     reference = tasks.of(wl).reference(wl, *inputs)
     worst = np.abs(in_flight - reference).max() / np.abs(reference).max()
     assert worst < 4e-3, f"max error {worst:.3g} of the largest output"
@@ -62,12 +66,4 @@ SPLIT_CASES = [
 
 @pytest.mark.parametrize("name,knobs", SPLIT_CASES, ids=[c[0][:40] for c in SPLIT_CASES])
 def test_warp_specialized_split_k_matches_the_reference(name, knobs):
-    wl = workloads.get(name)
-    config = replace(WS, **knobs)
-    check(wl, config)
-    in_flight, inputs, _ = run(wl, config)
-    reference = tasks.of(wl).reference(wl, *inputs)
-    worst = np.abs(in_flight - reference).max() / np.abs(reference).max()
-    assert worst < 4e-3, f"max error {worst:.3g} of the largest output"
-    waiting = run(wl, replace(config, wgmma_in_flight=0))[0]
-    assert np.array_equal(in_flight, waiting), f"{np.sum(in_flight != waiting)} elements differ"
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs))
