@@ -124,7 +124,7 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 
 # Knobs appended after the fingerprints above were first recorded: a config that leaves them
 # at their default generates the code it did before them, and hashes without them.
-LATER_KNOBS = ("wgmma_in_flight", "warp_specialized")
+LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b")
 
 # wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
 # warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its
@@ -201,6 +201,49 @@ DENSE_WS_SPLIT_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=100,n=200,k=520,b=kn,out_dtype=float16", dict(_WS, stages=3, split_k=2, wgmma_in_flight=0)),
 )
 
+# Consumers along M (consumers_along_m=1: each of 2 consumer warpgroups takes half the rows and a
+# wgmma of all block_n columns): m64n256 and m64n128, spatial and row boxes, a gathered A, a split
+# cluster, persistent; tails, both weight layouts, fp16 output.
+_ALONG_M = dict(_WS, consumers_along_m=1)
+WS_ALONG_M_FINGERPRINTS = {
+    1: "ef4448a3b9a961a970fe8c784f8ed9181288dd90916401b9dc84e63ad78b34bf",
+}
+WS_ALONG_M_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-3x3-b256", dict(_ALONG_M)),
+    ("tutorial", dict(_ALONG_M, warp_col_tiles=4, warp_specialized=2)),
+    ("resnet50-res3-3x3-128-128-s2-b32", dict(_ALONG_M, warp_col_tiles=4, stages=3)),
+    ("n=2,h=9,w=11,c=64,k=72,r=3,s=3,pad=2,dilation=2,out_dtype=float16", dict(_ALONG_M, warp_col_tiles=4)),
+    ("rfc-3x3-b1", dict(_ALONG_M, warp_col_tiles=4, split_k=4, wgmma_in_flight=0)),
+)
+DENSE_WS_ALONG_M_FINGERPRINTS = {
+    2: "e2cb19319e56b7f2303bc412d31557a979cf55242d20c055ed971ab86d77da69",
+}
+DENSE_WS_ALONG_M_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=256,n=512,k=512,b=nk", dict(_ALONG_M)),
+    ("dense:m=130,n=200,k=520,b=kn,out_dtype=float16", dict(_ALONG_M, stages=3, warp_specialized=2)),
+    ("dense:m=128,n=4096,k=4096,b=nk", dict(_ALONG_M, warp_col_tiles=4, split_k=2)),
+)
+
+# B multicast to a pair of blocks along M (multicast_b=1): both weight layouts, an odd number of M
+# tiles (a partner past M), spatial and row boxes, a gathered A, consumers along M, waiting.
+_MULTICAST = dict(_WS, multicast_b=1)
+WS_MULTICAST_FINGERPRINTS = {
+    1: "e68094fb904239449642868f5d07741b4ae8dcc55b97fd56a79e4df2109754c4",
+}
+WS_MULTICAST_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-3x3-b256", dict(_MULTICAST, consumers_along_m=1)),
+    ("rfc-3x3-b1", dict(_MULTICAST, block_col_warps=1, warp_col_tiles=4, warp_row_tiles=1)),
+    ("resnet50-res3-3x3-128-128-s2-b32", dict(_MULTICAST, warp_col_tiles=4, stages=3, wgmma_in_flight=0)),
+    ("n=2,h=9,w=11,c=64,k=72,r=3,s=3,pad=2,dilation=2,out_dtype=float16", dict(_MULTICAST, warp_col_tiles=4)),
+)
+DENSE_WS_MULTICAST_FINGERPRINTS = {
+    2: "121bd338feb1ebd783d03d0b7c99978cf9bb4416e3d3575ecdea1c49a08b2bf3",
+}
+DENSE_WS_MULTICAST_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=2048,n=4096,k=4096,b=nk", dict(_MULTICAST, consumers_along_m=1)),
+    ("dense:m=330,n=200,k=520,b=kn,out_dtype=float16", dict(_MULTICAST, stages=3)),
+)
+
 
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
@@ -256,3 +299,8 @@ if __name__ == "__main__":
     print(f"warp-specialized split-K, version {TEMPLATE_VERSION}: fingerprint {fingerprint(WS_SPLIT_PROBES)}")
     print(f"dense warp-specialized split-K, version {DENSE_TEMPLATE_VERSION}: fingerprint "
           f"{fingerprint(DENSE_WS_SPLIT_PROBES)}")
+    for what, probes, version in (("consumers along M", WS_ALONG_M_PROBES, TEMPLATE_VERSION),
+                                  ("dense consumers along M", DENSE_WS_ALONG_M_PROBES, DENSE_TEMPLATE_VERSION),
+                                  ("B multicast", WS_MULTICAST_PROBES, TEMPLATE_VERSION),
+                                  ("dense B multicast", DENSE_WS_MULTICAST_PROBES, DENSE_TEMPLATE_VERSION)):
+        print(f"{what}, version {version}: fingerprint {fingerprint(probes)}")

@@ -47,6 +47,8 @@ def _path(name: str, rules: tuple[Rule, ...]) -> tuple[Rule, ...]:
 _WGMMA_KNOBS = {
     "wgmma_in_flight": "keeps wgmma groups in flight",
     "warp_specialized": "feeds wgmma consumer warpgroups from a producer warpgroup",
+    "consumers_along_m": "splits the block's rows between wgmma consumer warpgroups",
+    "multicast_b": "multicasts B to a cluster of warp-specialized blocks",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -80,7 +82,8 @@ MMA = IntrinsicPath(
 
 # warp_specialized=1 (2: persistent), a kernel of the wgmma path (module ``warp_specialized``):
 # a producer warpgroup fills 2+ stages of fp16 A and B (TMA boxes, or 16-byte cp.async chunks of
-# a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps) issue the wgmma and
+# a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps; each takes a slice of
+# the block's columns, or with consumers_along_m of its rows) issue the wgmma and
 # store C from their registers: no fused epilogue, at most 128 accumulator floats per consumer
 # thread.  Split-K runs the K slices as the blocks of a cluster, which sum their accumulators
 # through distributed shared memory (parked in their stages) before storing.
@@ -88,6 +91,7 @@ _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) t
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8
 _WS_ACCUMULATORS = 128
+_WGMMA_MAX_N = 256  # the widest wgmma instruction, m64n256k16
 _WS_CLUSTER = 8  # split_k: K slices as the blocks of one cluster (8: the portable cluster size)
 
 
@@ -127,6 +131,20 @@ _WARP_SPECIALIZED_RULES = (
     _ws_rule("accumulators", lambda v, c: v["frags"] * 8 <= _WS_ACCUMULATORS,
              lambda cfg, v, c: f"holds {v['frags'] * 8} accumulator floats per consumer thread "
                                f"(warp_row_tiles x warp_col_tiles x 8), more than {_WS_ACCUMULATORS}"),
+    # Along M, each of the 2 consumers takes half the 64-row slabs and all block_n columns in
+    # one wgmma (at most m64n256); with 1 consumer the knob would only name the same kernel twice.
+    Rule("consumers_along_m",
+         lambda v, c: (v["consumers_along_m"] == 0) | ((v["warp_specialized"] > 0) & (v["block_col_warps"] == 2)
+                                                        & (v["warp_row_tiles"] % 2 == 0) & (v["bn"] <= _WGMMA_MAX_N)),
+         lambda cfg, v, c: "consumers_along_m=1 needs the warp-specialized kernel (warp_specialized > 0) with 2 "
+                           f"consumer warpgroups (block_col_warps=2), an even warp_row_tiles and block_n <= "
+                           f"{_WGMMA_MAX_N}, not warp_specialized={cfg.warp_specialized}, block_col_warps="
+                           f"{cfg.block_col_warps}, warp_row_tiles={cfg.warp_row_tiles}, block_n={v['bn']}"),
+    Rule("multicast_b",
+         lambda v, c: (v["multicast_b"] == 0) | ((v["warp_specialized"] == 1) & (v["split_k"] == 1) & (v["gm"] >= 2)),
+         lambda cfg, v, c: "multicast_b=1 needs the unpersistent warp-specialized kernel (warp_specialized=1) "
+                           f"without split-K and 2+ M tiles to pair, not warp_specialized={cfg.warp_specialized}, "
+                           f"split_k={cfg.split_k}, {v['gm']} M tile(s)"),
 )
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte

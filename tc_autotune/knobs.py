@@ -45,11 +45,20 @@ KNOBS: dict[str, tuple] = {
     # 2: the same kernel, persistent: one block per SM walks the tiles, so a tile's stores
     # overlap the next tile's loads.
     "warp_specialized": (0, 1, 2),
+    # 1 (warp_specialized, 2 consumers): the consumer warpgroups split the block's rows instead of
+    # its columns, so each one's wgmma spans all block_n columns (m64n256 for a 128 x 256 block,
+    # as cuBLAS's cooperative kernels): fewer, wider instructions, each B tile read once.
+    "consumers_along_m": (0, 1),
+    # 1 (warp_specialized=1): blocks run in clusters of 2 along M that share their B tile (the
+    # weights' tile of a conv): each block loads half of it and TMA multicasts that half into both,
+    # so B crosses from L2 once per pair (cuBLAS's and cuDNN's 2x1 clusters).
+    "multicast_b": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
-                 "warp_specialized": 0}
+                 "warp_specialized": 0, "consumers_along_m": 0,
+                 "multicast_b": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -103,6 +112,8 @@ class Conv2dConfig:
     intrinsic: str = "wmma"
     wgmma_in_flight: int = 0
     warp_specialized: int = 0
+    consumers_along_m: int = 0
+    multicast_b: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:

@@ -17,13 +17,17 @@ the roles are split and meet only on mbarriers:
   and ``cp.async.mbarrier.arrive.noinc``.  A stage is refilled once its *empty* barrier says
   every consumer thread is done with it;
 - each consumer warpgroup (``block_col_warps`` of them, ``warp_col_tiles * 16`` columns each,
-  ``warp_row_tiles`` 64-row slabs) waits on *full*, issues the package's own wgmma calls
+  ``warp_row_tiles`` 64-row slabs; with ``consumers_along_m`` half the slabs and all
+  ``block_n`` columns, one m64n256 for a 128 x 256 block) waits on *full*, issues the package's own wgmma calls
   (``intrinsics._wgmma_source``: same shared layouts, descriptors and accumulators as the
   ``wgmma`` path) and arrives on *empty*; with ``wgmma_in_flight`` a step's group runs on
   while the next step is waited for, and the stage of step kt - 1 is released after step kt
   is issued;
 - the consumers store their accumulators straight from registers (two adjacent columns a
-  store), bounds-checked at the matrix edges.
+  store), bounds-checked at the matrix edges;
+- with ``multicast_b`` blocks pair up in clusters of 2 along M: each loads half of B's boxes
+  into both blocks' stages (TMA multicast) and a stage is refilled once both blocks' consumer
+  warps have released it (a remote mbarrier arrive).
 
 A gathered A's addresses come from the task's ``GemmView`` index map evaluated on C
 expressions (``CExpr``), so conv2d's im2col and dense are one generator.
@@ -43,6 +47,7 @@ from .knobs import PRODUCER_THREADS, WS_ROW_BYTES, Conv2dConfig, warp_specialize
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
 PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
+MAX_WGMMA_N = 256  # columns of the widest wgmma instruction (m64n256k16)
 MAX_CLUSTER = 8  # blocks per cluster that every Hopper GPU launches (split-K slices)
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
@@ -148,6 +153,8 @@ def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list
     else:
         b = [_matrix_box(view.b, WGMMA_K, f"n0 + {j * WGMMA_ATOM}", "k0")
              for j in range(config.block_n // WGMMA_ATOM)]
+    if config.multicast_b:  # each block of the pair loads half of each box's rows for both
+        b = [_half_box(box) for box in b]
     if a_is_matrix(view):
         return _matrix_box(view.a, config.block_m, "k0", "m0"), b
     tile = box_tile(view, config.block_m)
@@ -166,6 +173,12 @@ def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | None, list
     return TmaBox(dims, strides, (WGMMA_K, tile.width, tile.rows, tile.images), coords), b
 
 
+def _half_box(box: TmaBox) -> TmaBox:
+    """Half of a 2-D box's rows: block ``cta_rank`` of a multicast pair loads half ``cta_rank``."""
+    rows = box.box[1] // 2
+    return TmaBox(box.dims, box.strides, (box.box[0], rows), (box.coords[0], f"{box.coords[1]} + cta_rank * {rows}"))
+
+
 def smem_bytes(config: Conv2dConfig) -> int:
     """Dynamic shared memory of a warp-specialized kernel (``knobs.warp_specialized_smem``: the
     stages' A and B tiles, a full and an empty mbarrier per stage, 1024 bytes of alignment slack:
@@ -178,11 +191,18 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     """The kernel of one GEMM view and warp-specialized config."""
     m, n, k = view.shape
     bm, bn = config.block_m, config.block_n
-    slabs, n_wg, consumers = config.warp_row_tiles, config.warp_col_tiles * 16, config.block_col_warps
+    consumers = config.block_col_warps
+    # Each consumer's share of the block: all its rows and a slice of its columns, or
+    # (consumers_along_m) a slice of its rows and all its columns, so one wgmma spans block_n.
+    along_m = bool(config.consumers_along_m)
+    slabs = config.warp_row_tiles // consumers if along_m else config.warp_row_tiles
+    n_wg = bn if along_m else config.warp_col_tiles * 16
     frags = n_wg // 16
     split = config.split_k  # > 1: a cluster of `split` blocks along K, summed in shared memory
-    if (bm != slabs * WGMMA_M or n_wg % WGMMA_ATOM or view.dtype != "float16"
-            or (split > 1 and (config.warp_specialized != 1 or split > MAX_CLUSTER))):
+    if (bm != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > MAX_WGMMA_N
+            or view.dtype != "float16" or (along_m and slabs * consumers != config.warp_row_tiles)
+            or (split > 1 and (config.warp_specialized != 1 or split > MAX_CLUSTER))
+            or (config.multicast_b and (config.warp_specialized != 1 or split > 1))):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     b_col_major = view.b.layout == COL_MAJOR
     in_flight = bool(config.wgmma_in_flight)
@@ -199,17 +219,26 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     row_boxes = isinstance(tile, RowTile)
     a_bytes, b_bytes = bm * ROW_BYTES, bn * ROW_BYTES
     atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
-    b_wg_offset = n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
+    # where consumer wg's share starts: in the stage's B tile, or (along M) in its A tile and C
+    b_wg_offset = 0 if along_m else n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
+    a_wg_offset = slabs * WGMMA_M * ROW_BYTES if along_m else 0
     # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes; B's
     # land as [n][k] rows or 64-column atoms, A's as its K-major rows, all 128-byte swizzled.
-    boxes = [("map_b", f"b_s + {j * atom_bytes}", box) for j, box in enumerate(b_boxes)]
+    # multicast_b: a cluster of 2 blocks along M (M tiles 2i, 2i + 1, one N tile) shares B: each
+    # block loads half of every B box into both blocks' stages, which count the whole B.
+    multicast = bool(config.multicast_b)
+    half = f" + cta_rank * {b_boxes[0].box[1] * ROW_BYTES}" if multicast else ""
+    boxes = [("map_b", f"b_s + {j * atom_bytes}{half}", box) for j, box in enumerate(b_boxes)]
     if a_box is not None and not row_boxes:
         boxes.insert(0, ("map_a", "a_s", a_box))
 
     def tma_load(tmap: str, dst: str, box: TmaBox) -> str:
+        if multicast and tmap == "map_b":
+            return f"tma_load_2d_multicast({dst}, {tmap}, &full[stage], {', '.join(box.coords)}, 0x3);"
         return f"tma_load_{len(box.box)}d({dst}, {tmap}, &full[stage], {', '.join(box.coords)});"
 
-    stage_tx = sum(box.bytes for _, _, box in boxes) + (tile.rows * a_box.bytes if row_boxes else 0)
+    stage_tx = (sum(box.bytes for _, _, box in boxes) + (tile.rows * a_box.bytes if row_boxes else 0)
+                + (sum(box.bytes for box in b_boxes) if multicast else 0))  # the peer's half of B
     loads = "\n        ".join(tma_load(*box) for box in boxes)
     tma_issue = f"""
       if (tid == 0) {{
@@ -261,13 +290,16 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
       #pragma unroll
       for (int s = 0; s < {slabs}; ++s)
         {call}(acc, s * {frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {atom_bytes});"""
+    # A stage is free once the consumers are done with it; with multicast, those of both blocks
+    # (the peer's producer fills it too): lane 0 of each warp arrives on both blocks' barriers.
+    release_call = "release_stage_pair" if multicast else "mbar_arrive"
     if in_flight:
-        issue += """
-      if (kt > 0) mbar_arrive(&empty[(kt - 1) % STAGES]);  // step kt - 1's groups are done"""
+        issue += f"""
+      if (kt > 0) {release_call}(&empty[(kt - 1) % STAGES]);  // step kt - 1's groups are done"""
         drain = f"  {drain_name}(acc);"
     else:
-        issue += """
-      mbar_arrive(&empty[stage]);"""
+        issue += f"""
+      {release_call}(&empty[stage]);"""
         drain = ""
     # two adjacent columns a store; with an odd N, element by element (pairs are misaligned)
     if n % 2 == 0:
@@ -277,10 +309,18 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
         store = f"""
           C[(long long)m * {n} + n] = ({out_t})v0;
           if (n + 1 < {n}) C[(long long)m * {n} + n + 1] = ({out_t})v1;"""
+    if along_m:
+        consumer_tiles = """const unsigned char* a_s = smem + stage * STAGE_BYTES + wg * %d;
+      const unsigned char* b_s = smem + stage * STAGE_BYTES + A_BYTES;""" % a_wg_offset
+    else:
+        consumer_tiles = """const unsigned char* a_s = smem + stage * STAGE_BYTES;
+      const unsigned char* b_s = a_s + A_BYTES + wg * %d;""" % b_wg_offset
     name = "tc_ws_gemm"
     kt = math.ceil(k / WGMMA_K)
     persistent = config.warp_specialized == 2
     grid_m, grid_n = (tile.grid_m if tile else math.ceil(m / bm)), math.ceil(n / bn)
+    if multicast:  # whole pairs: an odd last M tile gets a partner past M that loads and stores nothing
+        grid_m += grid_m % 2
     # Blocks in groups of RASTER_GROUP M tiles, N fastest within a group: a wave of blocks shares
     # a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
     linear, rows_m, cols_n = ("tile", grid_m, grid_n) if persistent else ("linear", "(int)gridDim.x", "gridDim.y")
@@ -290,7 +330,8 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
         k_steps = f"constexpr int STAGES = {config.stages}, KT = {kt};"
         first_k, linear_of_block = "kt", "blockIdx.y * gridDim.x + blockIdx.x"
         pair_value = f"const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
-        cluster_end = ""
+        cluster_end = ("\n  cluster_sync();  // the peer may still arrive on this block's barriers until both are done"
+                       if multicast else "")
     else:  # blockIdx.x: the M tile's cluster, then the block's K slice in it
         k_steps = (f"constexpr int STAGES = {config.stages}, SLICE = {-(-kt // split)};  // k-steps per K slice\n"
                    f"  const int split_rank = blockIdx.x % {split}, kt_begin = split_rank * SLICE, "
@@ -311,14 +352,14 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 #include <mma.h>
 {_wgmma_source(n_wg, view.b.layout, in_flight)}
 {drain_source if in_flight else ""}
-{_HELPERS}{_CLUSTER_HELPERS if split > 1 else ""}
+{_HELPERS}{_CLUSTER_HELPERS if split > 1 or multicast else ""}{_MULTICAST_HELPERS if multicast else ""}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
-// A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s) of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}.
+// A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s){" along M" if along_m else ""} of {slabs} slab(s) x {n_wg} columns,
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b) {{
-  {k_steps}
+  {k_steps}{f"{chr(10)}  const unsigned cta_rank = blockIdx.x % 2;  // in the multicast pair" if multicast else ""}
   constexpr int A_BYTES = {a_bytes}, STAGE_BYTES = {a_bytes + b_bytes};
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
@@ -328,11 +369,12 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   if (tid == 0) {{
     for (int s = 0; s < STAGES; ++s) {{
       mbar_init(&full[s], {full_count});
-      mbar_init(&empty[s], {consumers * 128});
+      mbar_init(&empty[s], {2 * consumers * 4 if multicast else consumers * 128});
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
-  __syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers"""
+  {"cluster_sync();  // both blocks' barriers are initialised before either multicasts into the other"
+   if multicast else "__syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers"}"""
     # Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
     # 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
     epilogue = f"""
@@ -342,8 +384,8 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     for (int f = 0; f < {frags}; ++f) {{
       #pragma unroll
       for (int p = 0; p < 8; p += 2) {{
-        const int m = m0 + s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
-        const int n = n0 + wg * {n_wg} + f * 16 + 8 * (p / 4) + 2 * (lane % 4);
+        const int m = m0 + {f"wg * {slabs * WGMMA_M} + " if along_m else ""}s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
+        const int n = n0 + {"" if along_m else f"wg * {n_wg} + "}f * 16 + 8 * (p / 4) + 2 * (lane % 4);
         if (m < m_end && n < {n}) {{
           {pair_value}{store}
         }}
@@ -377,8 +419,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     mbar_wait(&full[stage], (kt / STAGES) & 1);
     __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
     {{
-      const unsigned char* a_s = smem + stage * STAGE_BYTES;
-      const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};{issue}
+      {consumer_tiles}{issue}
     }}
   }}
 {drain}
@@ -417,8 +458,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       mbar_wait(&full[stage], (it / STAGES) & 1);
       __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
       {{
-        const unsigned char* a_s = smem + stage * STAGE_BYTES;
-        const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};{issue.replace("(kt - 1) % STAGES", "(it - 1) % STAGES").replace(chr(10) + "      ", chr(10) + "        ")}
+        {consumer_tiles.replace(chr(10) + "      ", chr(10) + "        ")}{issue.replace("(kt - 1) % STAGES", "(it - 1) % STAGES").replace(chr(10) + "      ", chr(10) + "        ")}
       }}
     }}
   {drain}{release}{epilogue.replace(chr(10) + "  ", chr(10) + "    ")}
@@ -427,7 +467,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
 """
     grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m * split, grid_n)
     return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config), a_box, b_boxes[0],
-                      split)
+                      2 if multicast else split)
 
 
 def _split_partials(split: int, n_frags: int, threads: int) -> str:
@@ -472,6 +512,19 @@ STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, warp_specialized=1),  # 64x64
     # 64x128 in 4 K slices: where the tiles alone leave most SMs idle (small M, few channels)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1, split_k=4),
+    # consumers along M (cuBLAS's cooperative 128x256: one m64n256 per consumer), persistent, with B
+    # multicast to a pair of blocks; and 128x128 as two m64n128 consumers (BENCHMARKS 22)
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
+         consumers_along_m=1),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
+         consumers_along_m=1),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
+         consumers_along_m=1, multicast_b=1),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
+         consumers_along_m=1),
+    # the same in 4 K slices: a whole 128-row M of a weight-streaming dense (M = 128) on 4x the blocks
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
+         consumers_along_m=1, split_k=4),
 )
 
 
@@ -504,6 +557,30 @@ __device__ __forceinline__ float peer_load(const float* p, unsigned rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_u32(p)), "r"(rank));
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
   return v;
+}
+#endif
+"""
+
+_MULTICAST_HELPERS = """
+#ifndef TC_WS_MULTICAST_HELPERS
+#define TC_WS_MULTICAST_HELPERS
+// One 2-D box into dst in both blocks of the cluster (ctaMask), each block's bar counting its bytes.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, unsigned long long map, unsigned long long* bar,
+                                                      int x, int y, unsigned short mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"(mask) : "memory");
+}
+// The warp is done with a stage: its lane 0 arrives on the stage's empty barrier in both blocks.
+__device__ __forceinline__ void release_stage_pair(unsigned long long* bar) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) {
+    for (unsigned rank = 0; rank < 2; ++rank) {
+      unsigned addr;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_u32(bar)), "r"(rank));
+      asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(addr) : "memory");
+    }
+  }
 }
 #endif
 """

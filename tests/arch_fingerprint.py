@@ -71,17 +71,20 @@ LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in generator.LATER_KNOBS}
 LATER_VARIANTS = {
     "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
     "warp-specialized": {**VARIANTS["wgmma"], "warp_specialized": (1,)},
+    "consumers-along-m": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "consumers_along_m": (1,)},
+    "multicast-b": {**VARIANTS["wgmma"], "warp_specialized": (1,), "multicast_b": (1,)},
 }
-# Later variants whose kernels cannot be generated yet (module ``warp_specialized`` to come):
-# masks only, no CUDA cases.
-MASK_ONLY_VARIANTS = ("warp-specialized",)
-LATER_FEATURES = ("wgmma_in_flight", "warp_specialized")  # each a later knob's feature
+# Later variants with masks only, no CUDA cases: the warp-specialized kernel's code is
+# fingerprinted by the generator's probes (WS_PROBES and those after it).
+MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b")
+LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
 # pinned to their default and left out), as each entry was first written.
 FEATURE_ENTRIES = {
     "features": (),
     "features+later": ("wgmma_in_flight",),
     "features+warp_specialized": ("wgmma_in_flight", "warp_specialized"),
+    "features+multicast_b": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)

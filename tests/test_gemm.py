@@ -99,8 +99,8 @@ def test_a_dense_view_gives_a_valid_space_whose_rules_and_default_config_work(mn
     assert space.why_invalid(default) is None
     # the rules read the view: a vector width that does not divide K misaligns A's rows
     m, n, k = mnk
-    valid = space.sample(200, seed=1)  # a tiny M leaves few valid tiles (M=7: ~1 config in 3000)
-    assert len(valid) >= 10
+    valid = space.sample(200, seed=1)  # a tiny M leaves few valid tiles (M=7: ~1 config in 12000)
+    assert len(valid) >= 5
     configs = space.sample(300, seed=1, valid_only=False) + valid
     reasons = [space.why_invalid(c) for c in configs]
     mask = cost_model.valid_mask(space, cost_model.positions_from_configs(space, configs))

@@ -67,3 +67,44 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("name,knobs", SPLIT_CASES, ids=[c[0][:40] for c in SPLIT_CASES])
 def test_warp_specialized_split_k_matches_the_reference(name, knobs):
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs))
+
+
+# Consumers along M: each of the 2 consumer warpgroups takes half the block's rows and one wgmma
+# of all its columns (m64n256 at 128 x 256, m64n128 at 128 x 128).
+ALONG_M_CASES = [
+    ("rfc-3x3-b1", dict()),  # spatial tiles, one partial: rows of the second consumer past m_end
+    ("dense:m=100,n=200,k=136,b=nk", dict(stages=3)),  # tails in M, N and K; the second consumer's rows 64-99
+    ("dense:m=130,n=192,k=520,b=kn,out_dtype=float16", dict(warp_col_tiles=4, stages=3)),  # (K, N) atoms
+    ("n=3,h=33,w=33,c=128,k=96,r=3,s=3,stride=2,pad=1", dict(warp_col_tiles=4, stages=3)),  # row boxes
+    ("n=2,h=9,w=11,c=16,k=72,r=3,s=3,stride=1,pad=2,dilation=2", dict(warp_col_tiles=4, stages=3)),  # gathered
+    ("resnet50-res5-3x3-512-512-b32", dict(warp_row_tiles=4, warp_col_tiles=4)),  # 2 slabs a consumer
+]
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["", "persistent"])
+@pytest.mark.parametrize("name,knobs", ALONG_M_CASES, ids=[c[0][:40] for c in ALONG_M_CASES])
+def test_consumers_along_m_match_the_reference(name, knobs, persistent):
+    config = replace(WS, **knobs, consumers_along_m=1, warp_specialized=2 if persistent else 1)
+    _check_in_flight_and_waiting(workloads.get(name), config)
+
+
+def test_consumers_along_m_with_split_k_match_the_reference():
+    wl = workloads.get("dense:m=100,n=200,k=520,b=kn,out_dtype=float16")
+    _check_in_flight_and_waiting(wl, replace(WS, stages=3, split_k=2, consumers_along_m=1))
+
+
+# B multicast: clusters of 2 blocks along M, each loading half of every B box into both.
+MULTICAST_CASES = [
+    ("dense:m=330,n=200,k=520,b=kn,out_dtype=float16", dict(stages=3)),  # 3 M tiles: a partner past M; (K, N) atoms
+    ("dense:m=100,n=200,k=136,b=nk", dict(block_col_warps=1, warp_row_tiles=1, stages=3)),  # tails, 64-row tiles
+    ("rfc-3x3-b32", dict(consumers_along_m=1)),  # spatial tiles, m64n256
+    ("n=3,h=33,w=33,c=128,k=96,r=3,s=3,stride=2,pad=1", dict(warp_col_tiles=4, stages=3)),  # row boxes
+    ("n=2,h=9,w=11,c=16,k=72,r=3,s=3,stride=1,pad=2,dilation=2", dict(block_col_warps=1, warp_row_tiles=1,
+                                                                       warp_col_tiles=4, stages=3)),  # gathered
+]
+
+
+@pytest.mark.parametrize("name,knobs", MULTICAST_CASES, ids=[c[0][:40] for c in MULTICAST_CASES])
+def test_b_multicast_matches_the_reference(name, knobs):
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, multicast_b=1))
+

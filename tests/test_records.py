@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -558,9 +559,9 @@ def test_a_wgmma_record_written_before_wgmma_in_flight_reads_back_as_the_kernel_
     entity = SPACE.to_entity(replace(config, wgmma_in_flight=0))
     old = {"index": entity["index"], "entity": [e for e in entity["entity"] if e[0] != "wgmma_in_flight"]}
     assert SPACE.from_entity(old) == replace(config, wgmma_in_flight=0)
-    # the new value: another index (one step of the knob: the space is 2 x 2 times its stride, with
-    # warp_specialized appended after it)
-    assert SPACE.index(config) == entity["index"] + len(SPACE) // (2 * len(KNOBS["warp_specialized"]))
+    # the new value: another index (one step of the knob, whose stride is the space over the
+    # candidates of it and of the knobs appended after it)
+    assert SPACE.index(config) == entity["index"] + _stride("wgmma_in_flight")
 
 
 def test_a_wgmma_record_written_before_warp_specialized_reads_back_as_the_kernel_it_timed():
@@ -577,7 +578,13 @@ def test_a_wgmma_record_written_before_warp_specialized_reads_back_as_the_kernel
     for dropped in (("warp_specialized",), ("warp_specialized", "wgmma_in_flight")):
         old = {"index": entity["index"], "entity": [e for e in entity["entity"] if e[0] not in dropped]}
         assert SPACE.from_entity(old) == replace(config, warp_specialized=0)
-    assert SPACE.index(config) == entity["index"] + len(SPACE) // 3  # the new value: another index
+    assert SPACE.index(config) == entity["index"] + _stride("warp_specialized")  # the new value: another index
+
+
+def _stride(knob: str) -> int:
+    """How far one step of ``knob`` moves a config's index: the first knob varies fastest."""
+    later = list(KNOBS)[list(KNOBS).index(knob):]
+    return len(SPACE) // math.prod(len(KNOBS[k]) for k in later)
 
 
 _KILLABLE_WRITER = textwrap.dedent("""

@@ -157,13 +157,34 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
     knobs left free), where uniform samples of the whole space rarely land."""
     from tc_autotune.space import KNOBS
 
-    knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,)}
+    knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
+             "consumers_along_m": (0,), "multicast_b": (0,)}  # both need the warp-specialized kernel: below
     space = ConfigSpace(workloads.get("tutorial"), gpu_for_arch(arch), knobs)
     indices = np.random.default_rng(2).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))
     expected = np.array([space.is_valid(space.get(int(i))) for i in indices])
     assert (mask == expected).all()
     assert expected.any() != (intrinsic == "wgmma" and arch == "sm_80")  # wgmma is Hopper-only
+    assert not expected.all()
+
+
+@pytest.mark.parametrize("name", ["tutorial", "dense:m=200,n=4096,k=4096,b=nk"])
+def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
+    """The warp-specialized kernel's own knobs (consumers along M, B multicast, split-K, stages,
+    tilings) free around its required values, where their rules interact."""
+    from tc_autotune.space import KNOBS
+
+    knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
+             "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
+             "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2)}
+    space = ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs)
+    indices = np.random.default_rng(3).integers(0, len(space), 3000)
+    mask = valid_mask(space, positions_from_indices(space, indices))
+    configs = [space.get(int(i)) for i in indices]
+    expected = np.array([space.is_valid(c) for c in configs])
+    assert (mask == expected).all()
+    valid = [c for c, ok in zip(configs, expected) if ok]
+    assert any(c.consumers_along_m for c in valid) and any(c.multicast_b for c in valid)
     assert not expected.all()
 
 

@@ -168,9 +168,11 @@ def test_split_k_rules_of_the_warp_specialized_kernel():
 
 
 def test_the_gpu_cases_are_valid_configs_of_their_spaces():
-    from test_gpu_warp_specialized import CASES, SPLIT_CASES
+    from test_gpu_warp_specialized import ALONG_M_CASES, CASES, MULTICAST_CASES, SPLIT_CASES
 
-    for name, knobs in CASES + SPLIT_CASES:
+    along_m = [(name, dict(knobs, consumers_along_m=1)) for name, knobs in ALONG_M_CASES]
+    multicast = [(name, dict(knobs, multicast_b=1)) for name, knobs in MULTICAST_CASES]
+    for name, knobs in CASES + SPLIT_CASES + along_m + multicast:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -194,7 +196,8 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
         assert (ws > plain) == boxed, name
 
 
-@pytest.mark.parametrize("which", ["WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT"])
+@pytest.mark.parametrize("which", ["WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
+                                   "WS_MULTICAST", "DENSE_WS_MULTICAST"])
 def test_warp_specialized_probes_have_their_fingerprint(which):
     """The code the kernel generator writes for the probes is the code the task's template
     version names: a change to it must bump the version (records measured before go stale)."""
@@ -208,3 +211,68 @@ def test_warp_specialized_probes_have_their_fingerprint(which):
     found = generator.fingerprint(probes)
     assert found == getattr(generator, f"{which}_FINGERPRINTS")[version], (
         f"the warp-specialized code changed: bump the task's template_version and add {found!r}")
+
+
+def test_consumers_along_m_split_the_rows_and_widen_the_wgmma():
+    """Along M, consumer wg takes rows wg * 64 .. of a 128-row block and one wgmma of all 256
+    columns (m64n256), reading A from its own slab and B from the tile's start."""
+    view = view_of(workloads.get("dense:m=256,n=512,k=512,b=nk"))
+    by_cols = plan(view, WS).source
+    by_rows = plan(view, replace(WS, consumers_along_m=1)).source
+    assert "tc_wgmma_m64n128k64" in by_cols and "tc_wgmma_m64n256k64" not in by_cols
+    assert "tc_wgmma_m64n256k64" in by_rows and "acc[16]" in by_rows and "acc[16]" in by_cols  # same registers
+    assert "a_s = smem + stage * STAGE_BYTES + wg * 8192;" in by_rows  # 64 rows x 128 bytes
+    assert "b_s = a_s + A_BYTES + wg * 16384;" in by_cols  # 128 [n][k] rows x 128 bytes
+    assert "const int m = m0 + wg * 64 + s * 64" in by_rows and "const int n = n0 + f * 16" in by_rows
+    assert plan(view, WS).grid == plan(view, replace(WS, consumers_along_m=1)).grid
+
+
+def test_b_multicast_pairs_blocks_along_m_that_each_load_half_of_b():
+    view = view_of(workloads.get("dense:m=330,n=200,k=520,b=kn,out_dtype=float16"))  # 3 M tiles, (K, N) atoms
+    config = replace(WS, multicast_b=1, stages=3)
+    kp = plan(view, config)
+    assert kp.cluster == 2 and kp.grid == (4, 1)  # a fourth block past M partners the third
+    _, halves = tma_boxes(view, config)
+    assert [box.box for box in halves] == [(64, 32)] * 4  # 32 of each atom's 64 k rows
+    assert all(box.coords[1] == "k0 + cta_rank * 32" for box in halves)
+    assert kp.source.count("tma_load_2d_multicast(b_s") == 4 and "b_s + 8192 + cta_rank * 4096" in kp.source
+    # the stage counts A (128 rows) and the whole B (4 atoms), half of which the peer sends
+    assert "mbar_arrive_expect_tx(&full[stage], 49152);" in kp.source
+    assert "mbar_init(&empty[s], 16);" in kp.source  # 8 consumer warps in each of 2 blocks
+    assert "release_stage_pair(&empty[" in kp.source and kp.source.count("cluster_sync();") == 2
+    col_major = tma_boxes(view_of(workloads.get("dense:m=330,n=200,k=520,b=nk")), config)[1]
+    assert [(box.box, box.coords[1]) for box in col_major] == [((64, 128), "n0 + cta_rank * 128")]
+
+
+def test_rules_of_consumers_along_m_and_b_multicast():
+    wl = workloads.get("dense:m=2048,n=4096,k=4096,b=nk")
+    space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+    along_m, multicast = replace(WS, consumers_along_m=1), replace(WS, multicast_b=1)
+    assert space.why_invalid(along_m) is None and space.why_invalid(replace(along_m, warp_specialized=2)) is None
+    assert space.why_invalid(replace(multicast, consumers_along_m=1)) is None
+    for config in (replace(along_m, block_col_warps=1), replace(along_m, warp_row_tiles=1),
+                   replace(along_m, warp_specialized=0, vec_c=4)):
+        assert "consumers_along_m=1 needs" in space.why_invalid(config)
+    for config in (replace(multicast, warp_specialized=2), replace(multicast, split_k=2)):
+        assert "multicast_b=1 needs" in space.why_invalid(config)
+    one_tile = workloads.get("dense:m=100,n=4096,k=4096,b=nk")  # a single 128-row M tile: nothing to pair
+    assert "1 M tile(s)" in tasks.of(one_tile).space(one_tile, gpu_for_arch("sm_90")).why_invalid(multicast)
+    mma = replace(WS, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0, block_row_warps=2, chunk=2,
+                  vec_c=4, multicast_b=1)
+    assert "it needs intrinsic=wgmma" in space.why_invalid(mma)
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("name,knobs", [("rfc-3x3-b256", dict(consumers_along_m=1)),
+                                        ("rfc-3x3-b256", dict(consumers_along_m=1, multicast_b=1)),
+                                        ("dense:m=330,n=200,k=520,b=kn", dict(multicast_b=1, wgmma_in_flight=0))])
+def test_along_m_and_multicast_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
+    from tc_autotune.kernel import build
+
+    from test_codegen import _ptxas_report
+
+    kernel = build(workloads.get(name), replace(WS, **knobs), target="sm_90")
+    assert ("multicast::cluster" in kernel.cuda_source) == bool(knobs.get("multicast_b"))
+    report = _ptxas_report(kernel.cuda_source)
+    assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
