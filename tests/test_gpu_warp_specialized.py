@@ -1,7 +1,8 @@
 """On a Hopper GPU: the warp-specialized kernel matches the fp32 reference on NaN-poisoned
 output element by element, with TMA (matrix, spatial and row boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
-dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups;
-and keeping wgmma groups in flight changes no bit of it."""
+dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups (split by
+columns or by rows), split-K clusters and B multicast to a pair of blocks; and keeping wgmma groups
+in flight changes no bit of it."""
 
 from dataclasses import replace
 
