@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from .knobs import KNOBS
+from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N
 from .rules import Rule, requires_rule
 
 
@@ -91,8 +91,6 @@ _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) t
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8
 _WS_ACCUMULATORS = 128
-_WGMMA_MAX_N = 256  # the widest wgmma instruction, m64n256k16
-_WS_CLUSTER = 8  # split_k: K slices as the blocks of one cluster (8: the portable cluster size)
 
 
 def _ws_rule(name: str, ok, why) -> Rule:
@@ -103,8 +101,8 @@ def _ws_rule(name: str, ok, why) -> Rule:
 
 
 _WARP_SPECIALIZED_RULES = (
-    _ws_rule("split_k", lambda v, c: (v["split_k"] == 1) | ((v["warp_specialized"] == 1) & (v["split_k"] <= _WS_CLUSTER)),
-             lambda cfg, v, c: f"takes split_k <= {_WS_CLUSTER} (a cluster of blocks, one per K slice), and only "
+    _ws_rule("split_k", lambda v, c: (v["split_k"] == 1) | ((v["warp_specialized"] == 1) & (v["split_k"] <= WS_MAX_CLUSTER)),
+             lambda cfg, v, c: f"takes split_k <= {WS_MAX_CLUSTER} (a cluster of blocks, one per K slice), and only "
                                f"unpersistent (warp_specialized=1), not split_k={cfg.split_k}"),
     _ws_rule("split_k_partials", lambda v, c: (v["split_k"] == 1) | (v["split_partial_bytes"] <= v["stage_bytes"]),
              lambda cfg, v, c: f"with split_k={cfg.split_k} keeps {v['split_partial_bytes']} bytes of partial sums "
@@ -135,10 +133,10 @@ _WARP_SPECIALIZED_RULES = (
     # one wgmma (at most m64n256); with 1 consumer the knob would only name the same kernel twice.
     Rule("consumers_along_m",
          lambda v, c: (v["consumers_along_m"] == 0) | ((v["warp_specialized"] > 0) & (v["block_col_warps"] == 2)
-                                                        & (v["warp_row_tiles"] % 2 == 0) & (v["bn"] <= _WGMMA_MAX_N)),
+                                                        & (v["warp_row_tiles"] % 2 == 0) & (v["bn"] <= WS_MAX_WGMMA_N)),
          lambda cfg, v, c: "consumers_along_m=1 needs the warp-specialized kernel (warp_specialized > 0) with 2 "
                            f"consumer warpgroups (block_col_warps=2), an even warp_row_tiles and block_n <= "
-                           f"{_WGMMA_MAX_N}, not warp_specialized={cfg.warp_specialized}, block_col_warps="
+                           f"{WS_MAX_WGMMA_N}, not warp_specialized={cfg.warp_specialized}, block_col_warps="
                            f"{cfg.block_col_warps}, warp_row_tiles={cfg.warp_row_tiles}, block_n={v['bn']}"),
     Rule("multicast_b",
          lambda v, c: (v["multicast_b"] == 0) | ((v["warp_specialized"] == 1) & (v["split_k"] == 1) & (v["gm"] >= 2)),

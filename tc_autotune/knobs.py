@@ -66,6 +66,8 @@ KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmm
 PRODUCER_THREADS = 128
 WS_ROW_BYTES = 128
 WS_BARRIER_BYTES = 16
+WS_MAX_WGMMA_N = 256  # columns of the widest wgmma instruction (m64n256k16): a consumer's share of block_n
+WS_MAX_CLUSTER = 8  # blocks per cluster that every Hopper GPU launches (split-K's K slices)
 WS_ALIGN_BYTES = 1024  # slack to align the stages to the 1024-byte swizzle pattern
 
 

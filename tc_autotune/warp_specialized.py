@@ -42,13 +42,12 @@ from dataclasses import dataclass
 
 from .gemm import COL_MAJOR, GemmView, RowMajor, RowTile, a_is_matrix, box_tile
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
-from .knobs import PRODUCER_THREADS, WS_ROW_BYTES, Conv2dConfig, warp_specialized_smem
+from .knobs import (PRODUCER_THREADS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, Conv2dConfig,
+                    warp_specialized_smem)
 
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
 PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
-MAX_WGMMA_N = 256  # columns of the widest wgmma instruction (m64n256k16)
-MAX_CLUSTER = 8  # blocks per cluster that every Hopper GPU launches (split-K slices)
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
 
@@ -199,9 +198,9 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     n_wg = bn if along_m else config.warp_col_tiles * 16
     frags = n_wg // 16
     split = config.split_k  # > 1: a cluster of `split` blocks along K, summed in shared memory
-    if (bm != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > MAX_WGMMA_N
+    if (bm != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > WS_MAX_WGMMA_N
             or view.dtype != "float16" or (along_m and slabs * consumers != config.warp_row_tiles)
-            or (split > 1 and (config.warp_specialized != 1 or split > MAX_CLUSTER))
+            or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     b_col_major = view.b.layout == COL_MAJOR
@@ -219,9 +218,6 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     row_boxes = isinstance(tile, RowTile)
     a_bytes, b_bytes = bm * ROW_BYTES, bn * ROW_BYTES
     atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
-    # where consumer wg's share starts: in the stage's B tile, or (along M) in its A tile and C
-    b_wg_offset = 0 if along_m else n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
-    a_wg_offset = slabs * WGMMA_M * ROW_BYTES if along_m else 0
     # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes; B's
     # land as [n][k] rows or 64-column atoms, A's as its K-major rows, all 128-byte swizzled.
     # multicast_b: a cluster of 2 blocks along M (M tiles 2i, 2i + 1, one N tile) shares B: each
@@ -309,12 +305,14 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
         store = f"""
           C[(long long)m * {n} + n] = ({out_t})v0;
           if (n + 1 < {n}) C[(long long)m * {n} + n + 1] = ({out_t})v1;"""
+    # Consumer wg's tiles in the stage: its slabs of A and all of B, or all of A and its columns of B.
     if along_m:
-        consumer_tiles = """const unsigned char* a_s = smem + stage * STAGE_BYTES + wg * %d;
-      const unsigned char* b_s = smem + stage * STAGE_BYTES + A_BYTES;""" % a_wg_offset
+        consumer_tiles = f"""const unsigned char* a_s = smem + stage * STAGE_BYTES + wg * {slabs * WGMMA_M * ROW_BYTES};
+      const unsigned char* b_s = smem + stage * STAGE_BYTES + A_BYTES;"""
     else:
-        consumer_tiles = """const unsigned char* a_s = smem + stage * STAGE_BYTES;
-      const unsigned char* b_s = a_s + A_BYTES + wg * %d;""" % b_wg_offset
+        b_wg_offset = n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
+        consumer_tiles = f"""const unsigned char* a_s = smem + stage * STAGE_BYTES;
+      const unsigned char* b_s = a_s + A_BYTES + wg * {b_wg_offset};"""
     name = "tc_ws_gemm"
     kt = math.ceil(k / WGMMA_K)
     persistent = config.warp_specialized == 2
