@@ -124,7 +124,7 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 
 # Knobs appended after the fingerprints above were first recorded: a config that leaves them
 # at their default generates the code it did before them, and hashes without them.
-LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b")
+LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong")
 
 # wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
 # warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its
@@ -245,6 +245,29 @@ DENSE_WS_MULTICAST_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# Ping-pong (ping_pong=1: two consumer warpgroups of a persistent block take whole tiles in turn):
+# both weight layouts, spatial and row boxes, a matrix box and a gathered A, 64- and 128-row tiles,
+# fp16 output, waiting.
+_PING_PONG = dict(_WS, warp_specialized=2, block_col_warps=1, ping_pong=1)
+WS_PING_PONG_FINGERPRINTS = {
+    1: "0201b28d2e7cdb1fbde3eb47e1abde67f3c8642cee3b2f525153f16700b95ae4",
+}
+WS_PING_PONG_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-3x3-b256", dict(_PING_PONG)),
+    ("rfc-1x1-b256", dict(_PING_PONG, wgmma_in_flight=0, stages=3)),
+    ("n=32,h=65,w=65,c=128,k=128,r=3,s=3,stride=2,pad=1,out_dtype=float16", dict(_PING_PONG, warp_col_tiles=4)),
+    ("n=32,h=28,w=28,c=72,k=128,r=3,s=3,pad=1", dict(_PING_PONG, warp_row_tiles=1)),
+)
+DENSE_WS_PING_PONG_FINGERPRINTS = {
+    2: "51917511769c9703b1f879ae4c6b2971c4baaaa8af0e563e3c37e994364e7408",
+}
+DENSE_WS_PING_PONG_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=2048,n=4096,k=4096,b=nk", dict(_PING_PONG)),
+    ("dense:m=1000,n=1032,k=520,b=kn,out_dtype=float16", dict(_PING_PONG, warp_row_tiles=1, warp_col_tiles=4,
+                                                               stages=3)),
+)
+
+
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
     return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
@@ -302,5 +325,7 @@ if __name__ == "__main__":
     for what, probes, version in (("consumers along M", WS_ALONG_M_PROBES, TEMPLATE_VERSION),
                                   ("dense consumers along M", DENSE_WS_ALONG_M_PROBES, DENSE_TEMPLATE_VERSION),
                                   ("B multicast", WS_MULTICAST_PROBES, TEMPLATE_VERSION),
-                                  ("dense B multicast", DENSE_WS_MULTICAST_PROBES, DENSE_TEMPLATE_VERSION)):
+                                  ("dense B multicast", DENSE_WS_MULTICAST_PROBES, DENSE_TEMPLATE_VERSION),
+                                  ("ping-pong", WS_PING_PONG_PROBES, TEMPLATE_VERSION),
+                                  ("dense ping-pong", DENSE_WS_PING_PONG_PROBES, DENSE_TEMPLATE_VERSION)):
         print(f"{what}, version {version}: fingerprint {fingerprint(probes)}")

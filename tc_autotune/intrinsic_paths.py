@@ -49,6 +49,7 @@ _WGMMA_KNOBS = {
     "warp_specialized": "feeds wgmma consumer warpgroups from a producer warpgroup",
     "consumers_along_m": "splits the block's rows between wgmma consumer warpgroups",
     "multicast_b": "multicasts B to a cluster of warp-specialized blocks",
+    "ping_pong": "alternates two wgmma consumer warpgroups over whole tiles",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -83,8 +84,8 @@ MMA = IntrinsicPath(
 # warp_specialized=1 (2: persistent), a kernel of the wgmma path (module ``warp_specialized``):
 # a producer warpgroup fills 2+ stages of fp16 A and B (TMA boxes, or 16-byte cp.async chunks of
 # a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps; each takes a slice of
-# the block's columns, or with consumers_along_m of its rows) issue the wgmma and
-# store C from their registers: no fused epilogue, at most 128 accumulator floats per consumer
+# the block's columns, or with consumers_along_m of its rows; with ping_pong two of them take
+# whole tiles in turn) issue the wgmma and store C from their registers: no fused epilogue, at most 128 accumulator floats per consumer
 # thread.  Split-K runs the K slices as the blocks of a cluster, which sum their accumulators
 # through distributed shared memory (parked in their stages) before storing.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
@@ -143,6 +144,18 @@ _WARP_SPECIALIZED_RULES = (
          lambda cfg, v, c: "multicast_b=1 needs the unpersistent warp-specialized kernel (warp_specialized=1) "
                            f"without split-K and 2+ M tiles to pair, not warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}, {v['gm']} M tile(s)"),
+    # Ping-pong: each of 2 consumer warpgroups computes whole tiles, one wgmma over all block_n
+    # columns (block_col_warps=2 only names the 256-column tile: 128 would repeat block_col_warps=1).
+    Rule("ping_pong",
+         lambda v, c: (v["ping_pong"] == 0) | ((v["warp_specialized"] == 2) & (v["consumers_along_m"] == 0)
+                                              & ((v["block_col_warps"] == 1) | (v["bn"] == WS_MAX_WGMMA_N))
+                                              & (v["frags"] * v["block_col_warps"] * 8 <= _WS_ACCUMULATORS)),
+         lambda cfg, v, c: "ping_pong=1 needs the persistent warp-specialized kernel (warp_specialized=2), "
+                           f"consumers_along_m=0, block_col_warps=1 or a {WS_MAX_WGMMA_N}-column block, and at "
+                           f"most {_WS_ACCUMULATORS} accumulator floats per thread for the whole tile, not "
+                           f"warp_specialized={cfg.warp_specialized}, consumers_along_m={cfg.consumers_along_m}, "
+                           f"block_col_warps={cfg.block_col_warps}, block_n={v['bn']}, "
+                           f"{v['frags'] * cfg.block_col_warps * 8} floats"),
 )
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte

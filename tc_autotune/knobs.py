@@ -53,12 +53,16 @@ KNOBS: dict[str, tuple] = {
     # weights' tile of a conv): each block loads half of it and TMA multicasts that half into both,
     # so B crosses from L2 once per pair (cuBLAS's and cuDNN's 2x1 clusters).
     "multicast_b": (0, 1),
+    # 1 (warp_specialized=2): ping-pong: two consumer warpgroups, each computing whole tiles (one
+    # wgmma spans block_n), take the block's tiles in turn, so one stores its tile while the other's
+    # wgmmas run (CUTLASS's ping-pong kernels); their main loops alternate, ordered by named barriers.
+    "ping_pong": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
-                 "multicast_b": 0}
+                 "multicast_b": 0, "ping_pong": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -116,6 +120,7 @@ class Conv2dConfig:
     warp_specialized: int = 0
     consumers_along_m: int = 0
     multicast_b: int = 0
+    ping_pong: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -135,8 +140,10 @@ class Conv2dConfig:
 
     @property
     def threads(self) -> int:
-        """The block's threads: its warps, and a warp-specialized kernel's producer warpgroup."""
-        return self.block_row_warps * self.block_col_warps * 32 + PRODUCER_THREADS * (self.warp_specialized > 0)
+        """The block's threads: its warps (ping-pong: two warpgroups, each computing whole tiles),
+        and a warp-specialized kernel's producer warpgroup."""
+        return (self.block_row_warps * (2 if self.ping_pong else self.block_col_warps) * 32
+                + PRODUCER_THREADS * (self.warp_specialized > 0))
 
     @property
     def smem_bytes(self) -> int:

@@ -74,7 +74,8 @@ def derive(v: dict, ctx: Context) -> dict:
     v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
     v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
     v["bk"] = v["chunk"] * v["wk"]
-    v["warps"] = v["block_row_warps"] * v["block_col_warps"]
+    # ping-pong: 2 warpgroups, whatever block_col_warps (ints or columns alike)
+    v["warps"] = v["block_row_warps"] * (v["block_col_warps"] + (2 - v["block_col_warps"]) * (v["ping_pong"] > 0))
     v["compute_threads"] = v["warps"] * 32
     specialized = v["warp_specialized"] > 0
     v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized

@@ -27,7 +27,10 @@ the roles are split and meet only on mbarriers:
   store), bounds-checked at the matrix edges;
 - with ``multicast_b`` blocks pair up in clusters of 2 along M: each loads half of B's boxes
   into both blocks' stages (TMA multicast) and a stage is refilled once both blocks' consumer
-  warps have released it (a remote mbarrier arrive).
+  warps have released it (a remote mbarrier arrive);
+- with ``ping_pong`` (persistent, one warpgroup's worth of tile) two consumer warpgroups take the
+  block's tiles in turn: one stores its tile while the other's wgmmas run, and a named barrier
+  hands the main loop over, which also keeps each one's mbarrier phases in step.
 
 A gathered A's addresses come from the task's ``GemmView`` index map evaluated on C
 expressions (``CExpr``), so conv2d's im2col and dense are one generator.
@@ -190,18 +193,21 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     """The kernel of one GEMM view and warp-specialized config."""
     m, n, k = view.shape
     bm, bn = config.block_m, config.block_n
-    consumers = config.block_col_warps
+    ping_pong = bool(config.ping_pong)  # two warpgroups, each computing whole tiles, take them in turn
+    consumers = 1 if ping_pong else config.block_col_warps  # the warpgroups that read a stage
+    warpgroups = 2 if ping_pong else consumers
     # Each consumer's share of the block: all its rows and a slice of its columns, or
     # (consumers_along_m) a slice of its rows and all its columns, so one wgmma spans block_n.
     along_m = bool(config.consumers_along_m)
     slabs = config.warp_row_tiles // consumers if along_m else config.warp_row_tiles
-    n_wg = bn if along_m else config.warp_col_tiles * 16
+    n_wg = bn if along_m or ping_pong else config.warp_col_tiles * 16
     frags = n_wg // 16
     split = config.split_k  # > 1: a cluster of `split` blocks along K, summed in shared memory
     if (bm != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > WS_MAX_WGMMA_N
             or view.dtype != "float16" or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
-            or (config.multicast_b and (config.warp_specialized != 1 or split > 1))):
+            or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
+            or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     b_col_major = view.b.layout == COL_MAJOR
     in_flight = bool(config.wgmma_in_flight)
@@ -309,6 +315,9 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     if along_m:
         consumer_tiles = f"""const unsigned char* a_s = smem + stage * STAGE_BYTES + wg * {slabs * WGMMA_M * ROW_BYTES};
       const unsigned char* b_s = smem + stage * STAGE_BYTES + A_BYTES;"""
+    elif ping_pong:  # each warpgroup reads the whole stage of its own tile
+        consumer_tiles = """const unsigned char* a_s = smem + stage * STAGE_BYTES;
+      const unsigned char* b_s = a_s + A_BYTES;"""
     else:
         b_wg_offset = n_wg * ROW_BYTES if b_col_major else n_wg // WGMMA_ATOM * atom_bytes
         consumer_tiles = f"""const unsigned char* a_s = smem + stage * STAGE_BYTES;
@@ -353,7 +362,7 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 {_HELPERS}{_CLUSTER_HELPERS if split > 1 or multicast else ""}{_MULTICAST_HELPERS if multicast else ""}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s){" along M" if along_m else ""} of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}.
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b) {{
@@ -383,7 +392,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       #pragma unroll
       for (int p = 0; p < 8; p += 2) {{
         const int m = m0 + {f"wg * {slabs * WGMMA_M} + " if along_m else ""}s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
-        const int n = n0 + {"" if along_m else f"wg * {n_wg} + "}f * 16 + 8 * (p / 4) + 2 * (lane % 4);
+        const int n = n0 + {"" if along_m or ping_pong else f"wg * {n_wg} + "}f * 16 + 8 * (p / 4) + 2 * (lane % 4);
         if (m < m_end && n < {n}) {{
           {pair_value}{store}
         }}
@@ -432,6 +441,18 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         # consumers store this one.
         tiles = grid_m * grid_n
         release = "\n    mbar_arrive(&empty[(it - 1) % STAGES]);  // the tile's last stage" if in_flight else ""
+        # Ping-pong: warpgroup wg takes the block's tiles wg, wg + 2, ... (ring steps from wg * KT on)
+        # and its main loop starts once the other's previous one has passed its last stage (named
+        # barriers 2 + wg), so the ring's phases stay in step and one's epilogue runs under the
+        # other's wgmmas.
+        first_tile, tile_step, first_it, turn, hand_over, skip = "blockIdx.x", "gridDim.x", "0", "", "", ""
+        if ping_pong:
+            first_tile, tile_step, first_it = "blockIdx.x + wg * gridDim.x", "2 * gridDim.x", "wg * KT"
+            turn = f"""
+    if (tile >= (int)gridDim.x) asm volatile("bar.sync %0, {2 * PRODUCER_THREADS};" :: "r"(2 + wg) : "memory");  // the other's turn ends"""
+            hand_over = f"""
+    if (tile + (int)gridDim.x < {tiles}) asm volatile("bar.arrive %0, {2 * PRODUCER_THREADS};" :: "r"(3 - wg) : "memory");  // its turn"""
+            skip = "\n    it += KT;  // the other warpgroup's tile"
         source = head + init + f"""
   if (tid < {PRODUCER_THREADS}) {{
     if (!({producers})) return;  // {producer_note}
@@ -448,9 +469,9 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   const int wg = tid / 128 - 1;
   const int warp = tid / 32 % 4, lane = tid % 32;
   {_ACC} acc[{slabs * frags}];
-  int it = 0;
-  for (int tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{
-    {coords("  ")}{fill.replace(chr(10) + "  ", chr(10) + "    ")}
+  int it = {first_it};
+  for (int tile = {first_tile}; tile < {tiles}; tile += {tile_step}) {{
+    {coords("  ")}{fill.replace(chr(10) + "  ", chr(10) + "    ")}{turn}
     for (int kt = 0; kt < KT; ++kt, ++it) {{
       const int stage = it % STAGES;
       mbar_wait(&full[stage], (it / STAGES) & 1);
@@ -458,13 +479,13 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       {{
         {consumer_tiles.replace(chr(10) + "      ", chr(10) + "        ")}{issue.replace("(kt - 1) % STAGES", "(it - 1) % STAGES").replace(chr(10) + "      ", chr(10) + "        ")}
       }}
-    }}
-  {drain}{release}{epilogue.replace(chr(10) + "  ", chr(10) + "    ")}
+    }}{hand_over}
+  {drain}{release}{epilogue.replace(chr(10) + "  ", chr(10) + "    ")}{skip}
   }}
 }}
 """
     grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m * split, grid_n)
-    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + consumers), smem_bytes(config), a_box, b_boxes[0],
+    return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + warpgroups), smem_bytes(config), a_box, b_boxes[0],
                       2 if multicast else split)
 
 
@@ -523,6 +544,12 @@ STARTING_TILINGS: tuple[dict, ...] = (
     # the same in 4 K slices: a whole 128-row M of a weight-streaming dense (M = 128) on 4x the blocks
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
          consumers_along_m=1, split_k=4),
+    # ping-pong at 128x128 and 64x256 (one m64n256 a warpgroup): the fastest kernels of those tiles
+    # (BENCHMARKS 23), best where 128x256 tiles are too few to fill the GPU
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
+         ping_pong=1),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=2,
+         ping_pong=1),
 )
 
 

@@ -73,11 +73,13 @@ LATER_VARIANTS = {
     "warp-specialized": {**VARIANTS["wgmma"], "warp_specialized": (1,)},
     "consumers-along-m": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "consumers_along_m": (1,)},
     "multicast-b": {**VARIANTS["wgmma"], "warp_specialized": (1,), "multicast_b": (1,)},
+    "ping-pong": {**VARIANTS["wgmma"], "warp_specialized": (2,), "ping_pong": (1,)},
 }
 # Later variants with masks only, no CUDA cases: the warp-specialized kernel's code is
 # fingerprinted by the generator's probes (WS_PROBES and those after it).
-MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b")
-LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b")  # later knobs' features
+MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong")
+LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b",
+                  "ping_pong")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
 # pinned to their default and left out), as each entry was first written.
 FEATURE_ENTRIES = {
@@ -85,6 +87,7 @@ FEATURE_ENTRIES = {
     "features+later": ("wgmma_in_flight",),
     "features+warp_specialized": ("wgmma_in_flight", "warp_specialized"),
     "features+multicast_b": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b"),
+    "features+ping_pong": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)

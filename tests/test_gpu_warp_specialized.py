@@ -1,8 +1,8 @@
 """On a Hopper GPU: the warp-specialized kernel matches the fp32 reference on NaN-poisoned
 output element by element, with TMA (matrix, spatial and row boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
 dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups (split by
-columns or by rows), split-K clusters and B multicast to a pair of blocks; and keeping wgmma groups
-in flight changes no bit of it."""
+columns or by rows, or two taking whole tiles in turn), split-K clusters and B multicast to a pair of
+blocks; and keeping wgmma groups in flight changes no bit of it."""
 
 from dataclasses import replace
 
@@ -109,3 +109,25 @@ MULTICAST_CASES = [
 def test_b_multicast_matches_the_reference(name, knobs):
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, multicast_b=1))
 
+
+
+# Ping-pong: two consumer warpgroups of a persistent block take its tiles in turn (tiles blockIdx.x,
+# + 132, ... alternately), so most cases have more than 2 x 132 tiles; one has fewer than 132.
+PING_PONG_CASES = [
+    ("rfc-1x1-b256", dict()),  # 784 tiles of 128 x 128: 5-6 a block, 2-3 a warpgroup; both by TMA
+    ("dense:m=1000,n=1032,k=520,b=kn,out_dtype=float16", dict(warp_row_tiles=1, warp_col_tiles=4, stages=3)),
+    ("dense:m=2000,n=1000,k=200,b=nk", dict(warp_row_tiles=1, warp_col_tiles=4)),  # tails in M, N and K; 4 k-steps
+    ("n=32,h=28,w=28,c=72,k=128,r=3,s=3,pad=1", dict(warp_row_tiles=1)),  # gathered A, 392 tiles
+    ("n=32,h=65,w=65,c=128,k=128,r=3,s=3,stride=2,pad=1", dict(stages=3)),  # row boxes across images
+    ("rfc-3x3-b1", dict()),  # 4 tiles: one per block, the second warpgroup idle
+    # 64 x 256 (one m64n256 a warpgroup): both weight layouts, spatial tiles of 4 rows
+    ("dense:m=2000,n=1000,k=520,b=kn,out_dtype=float16", dict(block_col_warps=2, warp_row_tiles=1, stages=3)),
+    ("dense:m=4100,n=2048,k=256,b=nk", dict(block_col_warps=2, warp_row_tiles=1)),
+    ("rfc-3x3-b32", dict(block_col_warps=2, warp_row_tiles=1)),
+]
+
+
+@pytest.mark.parametrize("name,knobs", PING_PONG_CASES, ids=[c[0][:40] for c in PING_PONG_CASES])
+def test_ping_pong_consumers_match_the_reference(name, knobs):
+    config = replace(WS, **{"block_col_warps": 1, **knobs}, warp_specialized=2, ping_pong=1)
+    _check_in_flight_and_waiting(workloads.get(name), config)

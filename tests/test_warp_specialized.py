@@ -168,11 +168,13 @@ def test_split_k_rules_of_the_warp_specialized_kernel():
 
 
 def test_the_gpu_cases_are_valid_configs_of_their_spaces():
-    from test_gpu_warp_specialized import ALONG_M_CASES, CASES, MULTICAST_CASES, SPLIT_CASES
+    from test_gpu_warp_specialized import ALONG_M_CASES, CASES, MULTICAST_CASES, PING_PONG_CASES, SPLIT_CASES
 
     along_m = [(name, dict(knobs, consumers_along_m=1)) for name, knobs in ALONG_M_CASES]
     multicast = [(name, dict(knobs, multicast_b=1)) for name, knobs in MULTICAST_CASES]
-    for name, knobs in CASES + SPLIT_CASES + along_m + multicast:
+    ping_pong = [(name, {"block_col_warps": 1, **knobs, "warp_specialized": 2, "ping_pong": 1})
+                 for name, knobs in PING_PONG_CASES]
+    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -197,7 +199,7 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
 
 
 @pytest.mark.parametrize("which", ["WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
-                                   "WS_MULTICAST", "DENSE_WS_MULTICAST"])
+                                   "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG"])
 def test_warp_specialized_probes_have_their_fingerprint(which):
     """The code the kernel generator writes for the probes is the code the task's template
     version names: a change to it must bump the version (records measured before go stale)."""
@@ -262,10 +264,52 @@ def test_rules_of_consumers_along_m_and_b_multicast():
     assert "it needs intrinsic=wgmma" in space.why_invalid(mma)
 
 
+def test_ping_pong_warpgroups_take_whole_tiles_in_turn():
+    """Warpgroup wg takes tiles blockIdx.x + wg * 132, then every 264th, from ring step wg * KT;
+    each reads the whole stage and stores the whole tile (one wgmma over all block_n columns); a stage has one reader warpgroup; the
+    main loop is handed over on named barriers 2 and 3 (only to a warpgroup that has a tile)."""
+    view = view_of(workloads.get("dense:m=2048,n=4096,k=4096,b=nk"))  # 16 x 32 tiles of 128 x 128
+    config = replace(WS, warp_specialized=2, block_col_warps=1, ping_pong=1)
+    kp = plan(view, config)
+    assert kp.threads == 384 and kp.grid == (132, 1) and kp.smem_bytes == plan(view, replace(config, ping_pong=0)).smem_bytes
+    src = kp.source
+    assert "int it = wg * KT;" in src and "tile = blockIdx.x + wg * gridDim.x; tile < 512; tile += 2 * gridDim.x" in src
+    assert "it += KT;" in src and "mbar_init(&empty[s], 128);" in src
+    assert "b_s = a_s + A_BYTES;" in src and "const int n = n0 + f * 16" in src and "acc[16]" in src
+    assert 'if (tile >= (int)gridDim.x) asm volatile("bar.sync %0, 256;" :: "r"(2 + wg)' in src
+    assert 'if (tile + (int)gridDim.x < 512) asm volatile("bar.arrive %0, 256;" :: "r"(3 - wg)' in src
+    # the producer walks every tile of the block in order, as without ping-pong
+    assert "for (int tile = blockIdx.x; tile < 512; tile += gridDim.x)" in src
+    wide = plan(view, replace(config, block_col_warps=2, warp_row_tiles=1)).source  # 64 x 256
+    assert "tc_wgmma_m64n256k64" in wide and "acc[16]" in wide and "mbar_init(&empty[s], 128);" in wide
+    assert "b_s = a_s + A_BYTES;" in wide and "const int n = n0 + f * 16" in wide
+
+
+def test_rules_of_ping_pong():
+    wl = workloads.get("rfc-3x3-b256")
+    space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+    ping_pong = replace(WS, warp_specialized=2, block_col_warps=1, ping_pong=1)
+    assert space.why_invalid(ping_pong) is None and ping_pong.threads == 384
+    wide = replace(ping_pong, block_col_warps=2, warp_row_tiles=1)  # 64 x 256: one m64n256 a warpgroup
+    assert space.why_invalid(wide) is None and wide.threads == 384
+    for config in (replace(ping_pong, warp_specialized=1), replace(wide, warp_row_tiles=2),  # 256 floats
+                   replace(wide, warp_col_tiles=4),  # 64 x 128 is block_col_warps=1's
+                   replace(wide, consumers_along_m=1, warp_row_tiles=2, warp_col_tiles=4)):
+        assert "ping_pong=1 needs the persistent" in space.why_invalid(config)
+    assert "exceed 16 (register spills)" in space.why_invalid(replace(ping_pong, warp_row_tiles=4))  # 256 x 128
+    mma = replace(WS, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0, block_row_warps=2, chunk=2,
+                  vec_c=4, ping_pong=1)
+    assert "ping_pong=1 alternates" in space.why_invalid(mma)
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("name,knobs", [("rfc-3x3-b256", dict(consumers_along_m=1)),
                                         ("rfc-3x3-b256", dict(consumers_along_m=1, multicast_b=1)),
-                                        ("dense:m=330,n=200,k=520,b=kn", dict(multicast_b=1, wgmma_in_flight=0))])
+                                        ("dense:m=330,n=200,k=520,b=kn", dict(multicast_b=1, wgmma_in_flight=0)),
+                                        ("rfc-3x3-b256", dict(warp_specialized=2, block_col_warps=1, ping_pong=1)),
+                                        ("dense:m=1000,n=1032,k=520,b=kn", dict(warp_specialized=2, block_col_warps=1,
+                                                                                ping_pong=1, wgmma_in_flight=0)),
+                                        ("rfc-3x3-b256", dict(warp_specialized=2, warp_row_tiles=1, ping_pong=1))])
 def test_along_m_and_multicast_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
     from tc_autotune.kernel import build
 
