@@ -85,9 +85,10 @@ MMA = IntrinsicPath(
 # a producer warpgroup fills 2+ stages of fp16 A and B (TMA boxes, or 16-byte cp.async chunks of
 # a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps; each takes a slice of
 # the block's columns, or with consumers_along_m of its rows; with ping_pong two of them take
-# whole tiles in turn) issue the wgmma and store C from their registers: no fused epilogue, at most 128 accumulator floats per consumer
-# thread.  Split-K runs the K slices as the blocks of a cluster, which sum their accumulators
-# through distributed shared memory (parked in their stages) before storing.
+# whole tiles in turn) issue the wgmma and store C from their registers: no fused epilogue, at
+# most 128 accumulator floats per consumer thread.  Split-K runs the K slices as the blocks of a
+# cluster, which sum their accumulators through distributed shared memory (parked in their
+# stages) before storing.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8

@@ -28,7 +28,7 @@ the roles are split and meet only on mbarriers:
 - with ``multicast_b`` blocks pair up in clusters of 2 along M: each loads half of B's boxes
   into both blocks' stages (TMA multicast) and a stage is refilled once both blocks' consumer
   warps have released it (a remote mbarrier arrive);
-- with ``ping_pong`` (persistent, one warpgroup's worth of tile) two consumer warpgroups take the
+- with ``ping_pong`` (persistent) two consumer warpgroups, each computing whole tiles, take the
   block's tiles in turn: one stores its tile while the other's wgmmas run, and a named barrier
   hands the main loop over, which also keeps each one's mbarrier phases in step.
 
