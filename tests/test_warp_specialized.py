@@ -2,6 +2,7 @@
 generates from the GEMM views compute the views' own addresses, the operands it loads with TMA,
 and kernels that TVM wraps and nvcc compiles for sm_90a without spills or serialized wgmmas."""
 
+import math
 import random
 import re
 from dataclasses import replace
@@ -283,6 +284,70 @@ def test_ping_pong_warpgroups_take_whole_tiles_in_turn():
     wide = plan(view, replace(config, block_col_warps=2, warp_row_tiles=1)).source  # 64 x 256
     assert "tc_wgmma_m64n256k64" in wide and "acc[16]" in wide and "mbar_init(&empty[s], 128);" in wide
     assert "b_s = a_s + A_BYTES;" in wide and "const int n = n0 + f * 16" in wide
+
+
+def _ping_pong_protocol(source: str, tiles: int, grid: int, block: int, rng: random.Random) -> list[int]:
+    """Run the generated ping-pong hand-over of one block under a random interleaving of its two
+    warpgroups: named barriers as the hardware counts them (256 threads: one warpgroup's
+    bar.sync meets the other's bar.arrive), each main loop an atomic step between them.  The
+    tiles in the order their main loops ran; fails on a deadlock, on a barrier that two
+    arrivals would complete without its waiter, or on an arrival left over at the end."""
+    loop = re.search(r"for \(int tile = (.+?); tile < (\d+); tile \+= (.+?)\) \{", source.split("const int wg =")[1])
+    wait = re.search(r"if \((.+?)\) asm volatile\(\"bar.sync %0, 256;\" :: \"r\"\((.+?)\)", source)
+    hand = re.search(r"if \((.+?)\) asm volatile\(\"bar.arrive %0, 256;\" :: \"r\"\((.+?)\)", source)
+    assert loop and wait and hand and int(loop.group(2)) == tiles
+
+    def value(expr, **env):
+        return _c_eval(expr.replace("(int)gridDim.x", "G").replace("gridDim.x", "G").replace("blockIdx.x", "B"),
+                       G=grid, B=block, **env)
+
+    def steps(wg):  # ("sync" | "arrive", barrier) and ("loop", tile) events in program order
+        tile = value(loop.group(1), wg=wg)
+        while tile < tiles:
+            if value(wait.group(1), tile=tile):
+                yield "sync", value(wait.group(2), wg=wg)
+            yield "loop", tile
+            if value(hand.group(1), tile=tile):
+                yield "arrive", value(hand.group(2), wg=wg)
+            tile += value(loop.group(3))
+
+    arrived, order, pending = {2: 0, 3: 0}, [], {0: None, 1: None}
+    events = {0: steps(0), 1: steps(1)}
+    while events:
+        runnable = [wg for wg in events if pending[wg] is None or arrived[pending[wg]] > 0]
+        assert runnable, f"deadlock: both warpgroups wait (tiles {tiles}, grid {grid}, block {block})"
+        wg = rng.choice(runnable)
+        if pending[wg] is not None:  # its bar.sync completes
+            arrived[pending[wg]] -= 1
+            pending[wg] = None
+        event = next(events[wg], None)
+        if event is None:
+            del events[wg]
+        elif event[0] == "sync":
+            pending[wg] = event[1]
+        elif event[0] == "arrive":
+            arrived[event[1]] += 1
+            assert arrived[event[1]] <= 1, "two arrivals on one named barrier before its bar.sync"
+        else:
+            order.append(event[1])
+    assert arrived == {2: 0, 3: 0} and pending == {0: None, 1: None}, "an arrival or a wait left over"
+    return order
+
+
+@pytest.mark.parametrize("mnk", [(2048, 4096, 4096), (1000, 1032, 520), (128, 256, 64), (4100, 2048, 256)])
+def test_ping_pong_hand_over_runs_the_blocks_tiles_in_order_without_deadlock(mnk):
+    """Whatever the interleaving, each block's main loops run in tile order (the order the
+    producer fills the stage ring, which keeps every parity wait within one phase) and every
+    bar.sync meets exactly one bar.arrive: 1-6 tiles a block, the last wave partial or not."""
+    m, n, k = mnk
+    view = view_of(workloads.get(f"dense:m={m},n={n},k={k},b=nk"))
+    kp = plan(view, replace(WS, warp_specialized=2, block_col_warps=1, ping_pong=1))
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    rng = random.Random(0)
+    for block in sorted({0, 1, kp.grid[0] // 2, kp.grid[0] - 1}):
+        for _ in range(20):
+            order = _ping_pong_protocol(kp.source, tiles, kp.grid[0], block, rng)
+            assert order == list(range(block, tiles, kp.grid[0])), (block, order)
 
 
 def test_rules_of_ping_pong():
