@@ -268,6 +268,18 @@ DENSE_WS_PING_PONG_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# The warp-specialized kernel's probe sets: "<name>_PROBES" and "<name>_FINGERPRINTS" above, keyed by
+# the conv2d task's version, or the dense task's for the DENSE_ ones.
+WARP_SPECIALIZED_PROBE_SETS = ("WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
+                               "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG")
+
+
+def probe_set(name: str) -> tuple[tuple, dict, int]:
+    """(probes, fingerprints, the task version they are keyed by) of a warp-specialized probe set."""
+    version = DENSE_TEMPLATE_VERSION if name.startswith("DENSE_") else TEMPLATE_VERSION
+    return globals()[f"{name}_PROBES"], globals()[f"{name}_FINGERPRINTS"], version
+
+
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
     return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
@@ -317,15 +329,6 @@ if __name__ == "__main__":
     print(f"wgmma in flight, version {TEMPLATE_VERSION}: fingerprint {fingerprint(IN_FLIGHT_PROBES)}")
     print(f"dense wgmma in flight, version {DENSE_TEMPLATE_VERSION}: fingerprint "
           f"{fingerprint(DENSE_IN_FLIGHT_PROBES)}")
-    print(f"warp-specialized, version {TEMPLATE_VERSION}: fingerprint {fingerprint(WS_PROBES)}")
-    print(f"dense warp-specialized, version {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_WS_PROBES)}")
-    print(f"warp-specialized split-K, version {TEMPLATE_VERSION}: fingerprint {fingerprint(WS_SPLIT_PROBES)}")
-    print(f"dense warp-specialized split-K, version {DENSE_TEMPLATE_VERSION}: fingerprint "
-          f"{fingerprint(DENSE_WS_SPLIT_PROBES)}")
-    for what, probes, version in (("consumers along M", WS_ALONG_M_PROBES, TEMPLATE_VERSION),
-                                  ("dense consumers along M", DENSE_WS_ALONG_M_PROBES, DENSE_TEMPLATE_VERSION),
-                                  ("B multicast", WS_MULTICAST_PROBES, TEMPLATE_VERSION),
-                                  ("dense B multicast", DENSE_WS_MULTICAST_PROBES, DENSE_TEMPLATE_VERSION),
-                                  ("ping-pong", WS_PING_PONG_PROBES, TEMPLATE_VERSION),
-                                  ("dense ping-pong", DENSE_WS_PING_PONG_PROBES, DENSE_TEMPLATE_VERSION)):
-        print(f"{what}, version {version}: fingerprint {fingerprint(probes)}")
+    for which in WARP_SPECIALIZED_PROBE_SETS:
+        probes, _, version = probe_set(which)
+        print(f"{which}_PROBES, version {version}: fingerprint {fingerprint(probes)}")

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import tasks, workloads
+from tc_autotune import generator, tasks, workloads
 from tc_autotune.cuda import find_nvcc
 from tc_autotune.gemm import box_tile, view_of
 from tc_autotune.gpu import gpu_for_arch
@@ -199,20 +199,16 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
         assert (ws > plain) == boxed, name
 
 
-@pytest.mark.parametrize("which", ["WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
-                                   "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG"])
+@pytest.mark.parametrize("which", generator.WARP_SPECIALIZED_PROBE_SETS)
 def test_warp_specialized_probes_have_their_fingerprint(which):
     """The code the kernel generator writes for the probes is the code the task's template
     version names: a change to it must bump the version (records measured before go stale)."""
-    from tc_autotune import generator
-
-    probes = getattr(generator, f"{which}_PROBES")
-    version = generator.TEMPLATE_VERSION if which.startswith("WS") else generator.DENSE_TEMPLATE_VERSION
+    probes, fingerprints, version = generator.probe_set(which)
     for workload, config in generator.probe_kernels(probes):
         assert config.warp_specialized in (1, 2)
         assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
     found = generator.fingerprint(probes)
-    assert found == getattr(generator, f"{which}_FINGERPRINTS")[version], (
+    assert found == fingerprints[version], (
         f"the warp-specialized code changed: bump the task's template_version and add {found!r}")
 
 
