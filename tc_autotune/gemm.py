@@ -321,6 +321,45 @@ def box_tile(view: GemmView, block_m: int) -> SpatialTile | RowTile | None:
     return spatial_tile(view, block_m) or row_tile(view, block_m)
 
 
+# TMA's im2col mode (a 4-D map): corners within a signed byte, 256 pixels a box at most, traversal
+# strides 1..8 (MAX_TMA_STRIDE), 16-bit filter offsets.
+MAX_IM2COL_CORNER = 127
+MAX_IM2COL_PIXELS = 256
+MAX_IM2COL_OFFSET = 2**15 - 1
+
+
+@dataclass(frozen=True)
+class Im2colWindow:
+    """Where TMA's im2col mode finds a conv's A (one box: ``pixels`` consecutive output pixels
+    x 64 channels of one filter tap, across output rows and images alike).  Per input dim
+    (width, height): the first filter tap's input coordinate of output pixel 0 (``lower``, i.e.
+    -padding) and of the last output pixel, counted from the input's last element (``upper``);
+    TMA walks the output pixels between them with the conv's stride (``traversal``), each tap
+    shifting both by its offset, and reads padding as out-of-bounds zeros."""
+
+    lower: tuple[int, int]  # (w, h)
+    upper: tuple[int, int]  # (w, h)
+    traversal: tuple[int, int]  # (w, h): the conv's stride
+    offset_step: tuple[int, int]  # (w, h): one filter tap further along: the dilation
+
+
+def im2col_window(view: GemmView) -> Im2colWindow | None:
+    """The im2col window of a conv whose k-steps stay within one filter tap (64 | channels) and
+    whose A is not a matrix (that one is a plain box), if TMA's limits take it; else None."""
+    a = view.a.map
+    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or a_is_matrix(view):
+        return None
+    (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad
+    kernel_h = view.k // (a.channels * a.kernel_w)
+    lower = (-pad_left, -pad_top)
+    upper = ((a.out_width - 1) * sw - pad_left - (a.in_width - 1),
+             (a.out_height - 1) * sh - pad_top - (a.in_height - 1))
+    if (max(sh, sw) > MAX_TMA_STRIDE or any(abs(x) > MAX_IM2COL_CORNER for x in (*lower, *upper))
+            or max((a.kernel_w - 1) * dw, (kernel_h - 1) * dh) > MAX_IM2COL_OFFSET):
+        return None
+    return Im2colWindow(lower, upper, (sw, sh), (dw, dh))
+
+
 def a_is_matrix(view: GemmView) -> bool:
     """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d."""
     a = view.a.map

@@ -124,7 +124,8 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 
 # Knobs appended after the fingerprints above were first recorded: a config that leaves them
 # at their default generates the code it did before them, and hashes without them.
-LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong")
+LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
+               "tma_im2col")
 
 # wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
 # warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its
@@ -268,10 +269,27 @@ DENSE_WS_PING_PONG_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# A by TMA im2col (tma_im2col=1, convs only): 3x3 along M persistent, an asymmetric strided 3x5
+# with asymmetric padding, dilation in 4 K slices, a 1x1 stride-2 (not a matrix), ping-pong,
+# B multicast, fp16 output, waiting.
+_IM2COL = dict(_WS, tma_im2col=1)
+WS_IM2COL_FINGERPRINTS = {
+    1: "0e1ef2de8637be9ccb63ccab1b8963f4156744b67f54ee4fa626680f2dd496c7",
+}
+WS_IM2COL_PROBES: tuple[tuple[str, dict], ...] = (
+    ("tutorial", dict(_IM2COL, block_col_warps=2, warp_specialized=2, consumers_along_m=1)),
+    ("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1,out_dtype=float16", dict(_IM2COL)),
+    ("n=5,h=20,w=13,c=128,k=64,r=3,s=3,pad=2,dilation=2", dict(_IM2COL, block_col_warps=1, warp_col_tiles=4,
+                                                               warp_row_tiles=1, split_k=4, wgmma_in_flight=0)),
+    ("resnet50-res3-1x1-256-512-s2-b1", dict(_IM2COL, block_col_warps=1, warp_specialized=2, ping_pong=1)),
+    ("rfc-3x3-b256", dict(_IM2COL, block_col_warps=2, warp_col_tiles=4, multicast_b=1, stages=3)),
+)
+
 # The warp-specialized kernel's probe sets: "<name>_PROBES" and "<name>_FINGERPRINTS" above, keyed by
 # the conv2d task's version, or the dense task's for the DENSE_ ones.
 WARP_SPECIALIZED_PROBE_SETS = ("WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
-                               "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG")
+                               "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG",
+                               "WS_IM2COL")
 
 
 def probe_set(name: str) -> tuple[tuple, dict, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from .gemm import MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, im2col_window
 from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N
 from .rules import Rule, requires_rule
 
@@ -50,6 +51,7 @@ _WGMMA_KNOBS = {
     "consumers_along_m": "splits the block's rows between wgmma consumer warpgroups",
     "multicast_b": "multicasts B to a cluster of warp-specialized blocks",
     "ping_pong": "alternates two wgmma consumer warpgroups over whole tiles",
+    "tma_im2col": "loads a warp-specialized kernel's A with TMA's im2col mode",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -157,6 +159,14 @@ _WARP_SPECIALIZED_RULES = (
                            f"warp_specialized={cfg.warp_specialized}, consumers_along_m={cfg.consumers_along_m}, "
                            f"block_col_warps={cfg.block_col_warps}, block_n={v['bn']}, "
                            f"{v['frags'] * cfg.block_col_warps * 8} floats"),
+    # TMA im2col: a conv's A as boxes of block_m consecutive output pixels (at most 256 a box).
+    Rule("tma_im2col",
+         lambda v, c: (v["tma_im2col"] == 0) | ((v["warp_specialized"] > 0) & (im2col_window(c.view) is not None)
+                                               & (v["bm"] <= MAX_IM2COL_PIXELS)),
+         lambda cfg, v, c: "tma_im2col=1 needs the warp-specialized kernel, a conv whose A is not a plain matrix "
+                           f"with 64 | channels and strides <= {MAX_TMA_STRIDE}, and block_m <= "
+                           f"{MAX_IM2COL_PIXELS}, not warp_specialized={cfg.warp_specialized}, block_m={v['bm']}"
+                           + ("" if im2col_window(c.view) else ", and this workload's A is none")),
 )
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte

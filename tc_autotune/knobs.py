@@ -57,12 +57,17 @@ KNOBS: dict[str, tuple] = {
     # wgmma spans block_n), take the block's tiles in turn, so one stores its tile while the other's
     # wgmmas run (CUTLASS's ping-pong kernels); their main loops alternate, ordered by named barriers.
     "ping_pong": (0, 1),
+    # 1 (warp_specialized, a conv whose A is not a matrix, 64 | channels): the producer loads A with
+    # TMA's im2col mode, one box of block_m output pixels x 64 channels per k-step, whatever the
+    # image size and stride (else spatial or row boxes where whole output rows fill the block, or
+    # cp.async gathers): no rows wasted at image edges, one instruction per k-step.
+    "tma_im2col": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
-                 "multicast_b": 0, "ping_pong": 0}
+                 "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -121,6 +126,7 @@ class Conv2dConfig:
     consumers_along_m: int = 0
     multicast_b: int = 0
     ping_pong: int = 0
+    tma_im2col: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:

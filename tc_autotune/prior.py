@@ -80,7 +80,9 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     # (predicted 1.05-1.1x; measured a wash at 3 stages and a loss at 2).
     in_flight = np.where(v["wgmma_in_flight"] == 1, _lookup(_IN_FLIGHT_WEIGHT, v["stages"]), 1.0)
     # warp_specialized: a producer warpgroup keeps the stages full, no block barrier per k-step
-    specialized = np.where(v["warp_specialized"] > 0, _a_boxed_weight(space.context.view, v["bm"]), 1.0)
+    # (tma_im2col: A is one TMA box a k-step, whatever the conv)
+    boxed = np.where(v["tma_im2col"] > 0, _WARP_SPECIALIZED_WEIGHT[True], _a_boxed_weight(space.context.view, v["bm"]))
+    specialized = np.where(v["warp_specialized"] > 0, boxed, 1.0)
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
     return (padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * in_flight * specialized

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from . import checker, cuda
+from . import checker, cuda, tensormap
 from .devices import LocalDevice
 from .dispatch import RunnerFault
 from .gpu import GpuInfo, gpu_from_device
@@ -140,6 +140,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
     """Serve (so_path, inputs key, [(shape, dtype)]) requests until the pipe closes; exit after
     any run error (the CUDA context may be broken)."""
     cuda.install_compile_callback()
+    tensormap.register()  # the host code of tma_im2col kernels calls it
     dev = tvm.cuda(0)
     conn.send(("ready", gpu_from_device(dev)))
     benches = {}

@@ -216,7 +216,7 @@ def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Con
     grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
             [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
     # Never the warp-specialized kernel: a default must be a kernel measured across many shapes.
-    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong"):
+    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col"):
         if knob in grid and 0 in space.knobs[knob]:
             grid[knob] = [space.knobs[knob].index(0)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]

@@ -74,12 +74,13 @@ LATER_VARIANTS = {
     "consumers-along-m": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "consumers_along_m": (1,)},
     "multicast-b": {**VARIANTS["wgmma"], "warp_specialized": (1,), "multicast_b": (1,)},
     "ping-pong": {**VARIANTS["wgmma"], "warp_specialized": (2,), "ping_pong": (1,)},
+    "tma-im2col": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "tma_im2col": (1,)},
 }
 # Later variants with masks only, no CUDA cases: the warp-specialized kernel's code is
 # fingerprinted by the generator's probes (WS_PROBES and those after it).
-MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong")
+MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong", "tma-im2col")
 LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b",
-                  "ping_pong")  # later knobs' features
+                  "ping_pong", "tma_im2col")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
 # pinned to their default and left out), as each entry was first written.
 FEATURE_ENTRIES = {
@@ -88,6 +89,8 @@ FEATURE_ENTRIES = {
     "features+warp_specialized": ("wgmma_in_flight", "warp_specialized"),
     "features+multicast_b": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b"),
     "features+ping_pong": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong"),
+    "features+tma_im2col": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
+                            "tma_im2col"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)

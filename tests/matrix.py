@@ -14,8 +14,8 @@ WORKLOADS = {
 
 # variant -> (intrinsic, fragment shape): WMMA at every shape, ldmatrix + mma.sync, and wgmma,
 # waiting for each k-step's groups or keeping them in flight (``IN_FLIGHT``; the rest pin 0);
-# warp_specialized, consumers_along_m, multicast_b and ping_pong pinned to 0 (those kernels have tests of
-# their own).
+# warp_specialized, consumers_along_m, multicast_b, ping_pong and tma_im2col pinned to 0 (those kernels
+# have tests of their own).
 VARIANTS = {**{shape: ("wmma", shape) for shape in WMMA_SHAPES}, "mma": ("mma", "m16n16k16"),
             "wgmma": ("wgmma", "m16n16k16"), "wgmma-in-flight": ("wgmma", "m16n16k16")}
 IN_FLIGHT = {"wgmma-in-flight": 1}
@@ -25,7 +25,8 @@ def variant_space(spec, variant, arch="sm_90") -> ConfigSpace:
     """The space of one workload with the intrinsic and fragment shape pinned to ``variant``."""
     intrinsic, shape = VARIANTS[variant]
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": (shape,), "wgmma_in_flight": (IN_FLIGHT.get(variant, 0),),
-             "warp_specialized": (0,), "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,)}
+             "warp_specialized": (0,), "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
+             "tma_im2col": (0,)}
     # swizzled tiles take no padding; wgmma also pins its warpgroup, chunk and fragment knobs
     knobs.update({knob: (value,) for knob, value in INTRINSIC_REQUIRES.get(intrinsic, {}).items()})
     return ConfigSpace(workloads.get(spec), gpu_for_arch(arch), knobs=knobs)

@@ -121,24 +121,28 @@ def test_first_batch_measures_todays_pick_the_stale_best_and_the_default(tmp_pat
 def test_first_batch_on_hopper_measures_the_warp_specialized_starting_tilings(tmp_path):
     """After today's pick and the default: 128x256 (and persistent), 128x128, 64x256, 64x64 and
     64x128 split-K warp-specialized tilings, then 128x256 with the consumers along M (plain,
-    persistent, with B multicast), 128x128 along M (also in 4 K slices) and ping-pong at 128x128 and 64x256, which a
-    short search rarely reaches; on an A100 none exist; split-K only where the tiles leave SMs idle."""
+    persistent, with B multicast), 128x128 along M (also in 4 K slices), ping-pong at 128x128 and 64x256, and
+    with A by TMA im2col 128x256 persistent along M and 128x128, which a short search rarely reaches; on an
+    A100 none exist; split-K only where the tiles leave SMs idle; im2col only for a conv that takes it."""
     from tc_autotune.warp_specialized import starting_configs
 
     space = conv2d_space(WL, GPU)
     starts = starting_configs(space)
     assert [(c.block_m, c.block_n, c.warp_specialized, c.split_k, c.consumers_along_m, c.multicast_b,
-             c.ping_pong) for c in starts] == [
-        (128, 256, 1, 1, 0, 0, 0), (128, 256, 2, 1, 0, 0, 0), (128, 128, 1, 1, 0, 0, 0), (64, 256, 1, 1, 0, 0, 0),
-        (64, 64, 1, 1, 0, 0, 0), (64, 128, 1, 4, 0, 0, 0),
-        (128, 256, 1, 1, 1, 0, 0), (128, 256, 2, 1, 1, 0, 0), (128, 256, 1, 1, 1, 1, 0), (128, 128, 1, 1, 1, 0, 0),
-        (128, 128, 1, 4, 1, 0, 0), (128, 128, 2, 1, 0, 0, 1), (64, 256, 2, 1, 0, 0, 1)]
+             c.ping_pong, c.tma_im2col) for c in starts] == [
+        (128, 256, 1, 1, 0, 0, 0, 0), (128, 256, 2, 1, 0, 0, 0, 0), (128, 128, 1, 1, 0, 0, 0, 0),
+        (64, 256, 1, 1, 0, 0, 0, 0), (64, 64, 1, 1, 0, 0, 0, 0), (64, 128, 1, 4, 0, 0, 0, 0),
+        (128, 256, 1, 1, 1, 0, 0, 0), (128, 256, 2, 1, 1, 0, 0, 0), (128, 256, 1, 1, 1, 1, 0, 0),
+        (128, 128, 1, 1, 1, 0, 0, 0), (128, 128, 1, 4, 1, 0, 0, 0), (128, 128, 2, 1, 0, 0, 1, 0),
+        (64, 256, 2, 1, 0, 0, 1, 0), (128, 256, 2, 1, 1, 0, 0, 1), (128, 128, 1, 1, 0, 0, 0, 1)]
     big = workloads.get("tutorial")  # 784 x 4 tiles of 64 x 128 fill the GPU: no split-K
     assert all(c.split_k == 1 for c in starting_configs(conv2d_space(big, GPU)))
     assert all(space.why_invalid(c) is None and c.wgmma_in_flight and c.stages == 4 for c in starts)
     tune(tmp_path / "tune.jsonl", 16, shipped_transfer=False)
     measured = [i for _, i in SyntheticMeasurer.calls]
-    assert measured[:14] == [space.index(c) for c in [space.default_config(), *starts]]
+    assert measured[:16] == [space.index(c) for c in [space.default_config(), *starts]]
+    matrix_a = workloads.get("rfc-1x1-b32")  # a 1x1 stride-1 conv's A is a plain box: no im2col
+    assert not any(c.tma_im2col for c in starting_configs(conv2d_space(matrix_a, GPU)))
     a100 = GpuInfo(name="Synthetic A100", arch="sm_80", sm_count=108)
     assert starting_configs(conv2d_space(WL, a100)) == []
     short_k = workloads.get("n=8,h=14,w=14,c=64,k=256,r=1,s=3,pad=1")  # 3 k-steps: 3 stages

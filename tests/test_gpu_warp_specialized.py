@@ -131,3 +131,25 @@ PING_PONG_CASES = [
 def test_ping_pong_consumers_match_the_reference(name, knobs):
     config = replace(WS, **{"block_col_warps": 1, **knobs}, warp_specialized=2, ping_pong=1)
     _check_in_flight_and_waiting(workloads.get(name), config)
+
+
+# A by TMA im2col: one box of block_m consecutive output pixels per tap, across output rows and
+# images (the last tile's pixels past the batch read zeros); padding, asymmetric padding and
+# filters, strides (2x1), dilation, a 1x1 stride-2 conv, fp16 output, every schedule of the kernel.
+IM2COL_CASES = [
+    ("tutorial", dict(warp_specialized=2, consumers_along_m=1)),  # 14x14: blocks straddle images
+    ("rfc-3x3-b1", dict(block_col_warps=1)),  # 196 pixels: the second block half past the batch
+    ("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1,out_dtype=float16", dict(block_col_warps=1, stages=3)),
+    ("n=5,h=20,w=13,c=128,k=64,r=3,s=3,pad=2,dilation=2", dict(block_col_warps=1, warp_col_tiles=4,
+                                                               warp_row_tiles=1, split_k=4)),
+    ("n=3,h=15,w=9,c=192,k=72,r=5,s=3,pad=2x1x1x0", dict(block_col_warps=1, warp_col_tiles=4, stages=3)),
+    ("resnet50-res3-1x1-256-512-s2-b1", dict(warp_specialized=2, block_col_warps=1, ping_pong=1)),
+    ("n=4,h=30,w=30,c=64,k=128,r=3,s=3,pad=1,stride=2", dict(block_col_warps=1, warp_row_tiles=4,
+                                                             warp_col_tiles=4, stages=3)),  # 256 pixels a box
+    ("rfc-3x3-b32", dict(warp_col_tiles=4, multicast_b=1, stages=3)),
+]
+
+
+@pytest.mark.parametrize("name,knobs", IM2COL_CASES, ids=[c[0][:40] for c in IM2COL_CASES])
+def test_tma_im2col_matches_the_reference(name, knobs):
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, tma_im2col=1))

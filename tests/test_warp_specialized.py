@@ -169,13 +169,15 @@ def test_split_k_rules_of_the_warp_specialized_kernel():
 
 
 def test_the_gpu_cases_are_valid_configs_of_their_spaces():
-    from test_gpu_warp_specialized import ALONG_M_CASES, CASES, MULTICAST_CASES, PING_PONG_CASES, SPLIT_CASES
+    from test_gpu_warp_specialized import (ALONG_M_CASES, CASES, IM2COL_CASES, MULTICAST_CASES, PING_PONG_CASES,
+                                           SPLIT_CASES)
 
     along_m = [(name, dict(knobs, consumers_along_m=1)) for name, knobs in ALONG_M_CASES]
     multicast = [(name, dict(knobs, multicast_b=1)) for name, knobs in MULTICAST_CASES]
     ping_pong = [(name, {"block_col_warps": 1, **knobs, "warp_specialized": 2, "ping_pong": 1})
                  for name, knobs in PING_PONG_CASES]
-    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong:
+    im2col = [(name, dict(knobs, tma_im2col=1)) for name, knobs in IM2COL_CASES]
+    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -378,6 +380,147 @@ def test_along_m_and_multicast_kernels_compile_without_spills_or_serialized_wgmm
 
     kernel = build(workloads.get(name), replace(WS, **knobs), target="sm_90")
     assert ("multicast::cluster" in kernel.cuda_source) == bool(knobs.get("multicast_b"))
+    report = _ptxas_report(kernel.cuda_source)
+    assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+# ---- A by TMA im2col (tma_im2col=1) ----------------------------------------------------------
+
+IM2COL_VIEWS = ["tutorial", "rfc-3x3-b1", "n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1",
+                "n=5,h=20,w=13,c=128,k=64,r=3,s=3,pad=2,dilation=2", "n=3,h=15,w=9,c=192,k=72,r=5,s=3,pad=2x1x1x0",
+                "resnet50-res3-1x1-256-512-s2-b1"]
+
+
+def _im2col_walk(box, dims, start, pixels):
+    """The (w, h, image) of each pixel TMA's im2col mode walks from ``start``: along W with the
+    traversal stride up to the window's end, then the next row from the window's start, then the
+    next image (the semantics of cuTensorMapEncodeIm2col's corners and element strides)."""
+    (lo_w, lo_h), (up_w, up_h), (tw, th) = box.window.lower, box.window.upper, box.window.traversal
+    _, width, height, _ = dims
+    w, h, n = start
+    walked = []
+    for _ in range(pixels):
+        walked.append((w, h, n))
+        w += tw
+        if w > width - 1 + up_w:
+            w, h = lo_w, h + th
+            if h > height - 1 + up_h:
+                h, n = lo_h, n + 1
+    return walked
+
+
+@pytest.mark.parametrize("name", IM2COL_VIEWS)
+def test_the_im2col_box_loads_the_blocks_rows_of_the_im2col_a(name):
+    """For sampled blocks and k-steps: the pixels TMA walks from the generated coordinates, shifted
+    by the generated tap offsets, read exactly the elements (or padding zeros) of A's rows m0.. and
+    columns k0..k0+63 that the view's own index map names."""
+    view = view_of(workloads.get(name))
+    config = replace(WS, block_col_warps=1, tma_im2col=1)
+    kp = plan(view, config)
+    box = kp.a_box
+    assert box.dims == tuple(reversed(view.a.shape)) and box.pixels == config.block_m == 128
+    row = re.search(r"const int a_img = ([^,]+), a_h = ([^,]+), a_w = ([^;]+);", kp.source)
+    assert row and "tma_load_im2col_4d(a_s, map_a" in kp.source and "copy16(a_s" not in kp.source
+    n, h, w, c = view.a.shape
+    rng = random.Random(name)
+    for m_tile in rng.sample(range(-(-view.m // config.block_m)), min(4, -(-view.m // config.block_m))):
+        m0 = m_tile * config.block_m
+        start = tuple(_c_eval(e, m0=m0) for e in (row.group(3), row.group(2), row.group(1)))
+        walked = _im2col_walk(box, box.dims, start, box.pixels)
+        for k0 in rng.sample(range(0, view.k, 64), min(3, view.k // 64)):
+            c0 = _c_eval(box.coords[0], k0=k0)
+            off_w, off_h = (_c_eval(e, k0=k0) for e in box.offsets)
+            for j in range(0, box.pixels, 7):
+                if m0 + j >= view.m:
+                    continue  # past the last image: read as zeros, never stored
+                pw, ph, pn = walked[j]
+                (img, hh, ww, ci), inside = view.a.map.element(m0 + j, k0 + 5)
+                assert (pn, ph + off_h, pw + off_w, c0 + 5) == (img, hh, ww, ci), (name, m0, j, k0)
+                in_data = 0 <= ph + off_h < h and 0 <= pw + off_w < w
+                assert in_data == all(bool(x) for x in inside)
+
+
+def test_im2col_windows_and_where_im2col_applies():
+    from tc_autotune.gemm import im2col_window
+
+    window = im2col_window(view_of(workloads.get("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1")))
+    # out 9 x 23: the last output pixel's first tap reads column 22 - 2 = 20 = (23 - 1) - 2, row 8 * 2 - 1 = 15 = 16 - 1
+    assert (window.lower, window.upper, window.traversal) == ((-2, -1), (-2, -1), (1, 2))
+    assert im2col_window(view_of(workloads.get("rfc-3x3-b1"))).upper == (-1, -1)
+    for name in ("rfc-1x1-b32",  # a 1x1 stride-1 conv's A is a plain matrix box
+                 "n=2,h=9,w=11,c=16,k=32,r=3,s=3,pad=1",  # 16 channels: a k-step spans taps
+                 "n=1,h=64,w=64,c=64,k=64,r=3,s=3,stride=9",  # TMA strides stop at 8
+                 "dense:m=100,n=200,k=136,b=nk"):
+        assert im2col_window(view_of(workloads.get(name))) is None, name
+
+
+def test_rules_of_tma_im2col():
+    gpu = gpu_for_arch("sm_90")
+    space = tasks.of(workloads.get("tutorial")).space(workloads.get("tutorial"), gpu)
+    im2col = replace(WS, tma_im2col=1)
+    assert space.why_invalid(im2col) is None and space.why_invalid(replace(im2col, warp_specialized=2)) is None
+    assert "tma_im2col=1 needs" in space.why_invalid(replace(im2col, warp_specialized=0))
+    for name in ("rfc-1x1-b32", "dense:m=2048,n=4096,k=4096,b=nk"):
+        wl = workloads.get(name)
+        assert "this workload's A is none" in tasks.of(wl).space(wl, gpu).why_invalid(im2col), name
+    mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
+    assert "tma_im2col=1 loads" in space.why_invalid(mma)
+
+
+def test_the_prior_counts_an_im2col_a_as_boxed():
+    from tc_autotune.prior import prior_score
+    from tc_autotune.space import positions_from_configs
+
+    wl = workloads.get("resnet50-res3-1x1-256-512-s2-b1")  # gathered without im2col (28-pixel rows: row boxes)
+    space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+    im2col, gathered, plain = prior_score(space, positions_from_configs(
+        space, [replace(WS, tma_im2col=1), WS, replace(WS, warp_specialized=0)]))
+    assert im2col > plain > gathered
+
+
+def test_encode_im2col_asks_the_driver_once_per_data_and_copies_the_map(monkeypatch):
+    """The host code's callback: the driver's arguments innermost first, the map copied into the
+    kernel's slot, and a cached map for data it has seen (no driver call per launch)."""
+    import ctypes
+
+    from tc_autotune import tensormap
+
+    calls = []
+
+    def fake_driver(slot, dtype, rank, data, dims, strides, lower, upper, channels, pixels, traversal, *modes):
+        calls.append((dtype, rank, data, list(dims), list(strides), list(lower), list(upper), channels, pixels,
+                      list(traversal), modes))
+        assert slot % tensormap.MAP_ALIGN == 0
+        ctypes.memmove(slot, bytes([len(calls)]) * tensormap.MAP_BYTES, tensormap.MAP_BYTES)
+        return 0
+
+    monkeypatch.setattr(tensormap, "_driver", lambda: fake_driver)
+    tensormap._im2col_map.cache_clear()
+    box = plan(view_of(workloads.get("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1")),
+               replace(WS, block_col_warps=1, tma_im2col=1)).a_box
+    slot = ctypes.create_string_buffer(tensormap.MAP_BYTES)
+    for data in (4096, 4096, 8192):
+        assert tensormap.encode_im2col(ctypes.c_void_p(ctypes.addressof(slot)), ctypes.c_void_p(data),
+                                       *box.encode_args()) == 0
+    assert len(calls) == 2 and slot.raw == bytes([2]) * tensormap.MAP_BYTES
+    assert calls[0] == (6, 4, 4096, [64, 23, 17, 3], [128, 23 * 128, 17 * 23 * 128], [-2, -1], [-2, -1], 64, 128,
+                        [1, 1, 2, 1], (0, 3, 0, 0))
+    tensormap._im2col_map.cache_clear()
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("name,knobs", [("tutorial", dict(warp_specialized=2, consumers_along_m=1)),
+                                        ("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1",
+                                         dict(block_col_warps=1, wgmma_in_flight=0)),
+                                        ("rfc-3x3-b32", dict(warp_specialized=2, block_col_warps=1, ping_pong=1))])
+def test_im2col_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
+    from tc_autotune.kernel import build
+
+    from test_codegen import _ptxas_report
+
+    kernel = build(workloads.get(name), replace(WS, **knobs, tma_im2col=1), target="sm_90")
+    assert "global.im2col.mbarrier::complete_tx::bytes" in kernel.cuda_source
     report = _ptxas_report(kernel.cuda_source)
     assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
