@@ -12,7 +12,9 @@ the roles are split and meet only on mbarriers:
   where its tile is a box of the data: dense, 1x1 unpadded stride-1 convs (a matrix box) and
   convs tiled by whole output rows (``gemm.box_tile``: one 4-D box per filter tap, or per
   tap and output row with the stride as TMA's traversal stride, the padding read as TMA's
-  out-of-bounds zeros).  Other convs' A is gathered by the whole
+  out-of-bounds zeros); with ``tma_im2col``, any conv whose k-steps stay within one tap: one
+  box of block_m consecutive output pixels in TMA's im2col mode (map encoded by
+  ``tensormap``).  Other convs' A is gathered by the whole
   producer warpgroup (threads 0-127) with 16-byte ``cp.async`` (zero-filled in the padding)
   and ``cp.async.mbarrier.arrive.noinc``.  A stage is refilled once its *empty* barrier says
   every consumer thread is done with it;
