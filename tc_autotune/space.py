@@ -135,12 +135,12 @@ class ConfigSpace:
 
     def sample(self, n: int, seed: int | None = None, valid_only: bool = True) -> list[Conv2dConfig]:
         """``n`` distinct configs drawn uniformly (valid ones only, by default): the first
-        ``n`` distinct (valid) ones of a seeded stream of at most ``2000 n + 10000`` draws (4M at
-        most), checked in batches sized by the valid fraction seen so far (0.1-0.2% of a conv's
+        ``n`` distinct (valid) ones of a seeded stream of at most ``4000 n + 20000`` draws (4M at
+        most), checked in batches sized by the valid fraction seen so far (0.05-0.1% of a conv's
         space is valid: most values of the warp-specialized kernel's knobs need the others)."""
         rng = random.Random(seed)
         chosen: dict[int, Conv2dConfig] = {}
-        budget, drawn, valid, batch = min(2000 * n + 10000, 4_000_000), 0, 0, max(2 * n, 64)
+        budget, drawn, valid, batch = min(4000 * n + 20000, 4_000_000), 0, 0, max(2 * n, 64)
         while len(chosen) < n and drawn < budget:
             draws = [rng.randrange(len(self)) for _ in range(min(batch, budget - drawn))]
             ok = valid_mask(self, positions_from_indices(self, draws)) if valid_only else [True] * len(draws)

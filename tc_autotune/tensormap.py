@@ -7,8 +7,9 @@ integers ``warp_specialized.Im2colBox.encode_args`` lists; it fills the slot thr
 driver's ``cuTensorMapEncodeIm2col`` (ctypes, no context needed: encoding is host-only).
 
 A process that runs such a kernel must have called ``register`` (building one does; the local
-runner does at start).  A bare ``tvm.exec.rpc_server`` has not: there those candidates fail
-with TVM's "function not found" error, and the tuner records them as failed.
+runner does at start).  A bare ``tvm.exec.rpc_server`` has not, so there those candidates
+cannot run (TVM's function-not-found error, the candidate's error); a server started from a
+Python that has called ``register`` can run them.
 """
 
 from __future__ import annotations

@@ -195,7 +195,8 @@ def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | Im2colBox 
         window = im2col_window(view)
         if window is None:
             raise ValueError(f"TMA's im2col mode cannot load this conv's A: {view.shape}, {a}")
-        offsets = (f"(k0 / {c}) % {a.kernel_w} * {dw}", f"(k0 / {c}) / {a.kernel_w} * {dh}")
+        step_w, step_h = window.offset_step
+        offsets = (f"(k0 / {c}) % {a.kernel_w} * {step_w}", f"(k0 / {c}) / {a.kernel_w} * {step_h}")
         return Im2colBox(dims, strides, config.block_m, window, (f"k0 % {c}", "a_w", "a_h", "a_img"), offsets), b
     tile = box_tile(view, config.block_m)
     if tile is None:
