@@ -17,7 +17,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .gemm import GemmView, view_of
+from .gemm import GemmView, im2col_window, view_of
 from .gpu import GpuInfo, default_gpu
 from .intrinsic_paths import PATHS
 from .intrinsic_paths import get as intrinsic_path
@@ -102,6 +102,13 @@ class ConfigSpace:
         self.knobs = {name: (knobs or KNOBS).get(name, (KNOB_DEFAULTS.get(name),)) for name in KNOBS}
         self._radices = [len(c) for c in self.knobs.values()]
         self.context = Context.of(self.view, self.gpu)
+        # Random draws take indices below this: the whole space, or where TMA's im2col mode cannot
+        # load A (dense, 1x1 stride-1 convs, channels not a multiple of 64) only the part with the
+        # last knob, tma_im2col, at 0 (its first value), so those draws are the ones from before it
+        # existed and no rarer in valid configs.
+        self.draw_bound = len(self)
+        if list(self.knobs)[-1] == "tma_im2col" and self.knobs["tma_im2col"][0] == 0 and im2col_window(self.view) is None:
+            self.draw_bound //= len(self.knobs["tma_im2col"])
 
     def __len__(self) -> int:
         return math.prod(self._radices)
@@ -142,7 +149,7 @@ class ConfigSpace:
         chosen: dict[int, Conv2dConfig] = {}
         budget, drawn, valid, batch = min(4000 * n + 20000, 4_000_000), 0, 0, max(2 * n, 64)
         while len(chosen) < n and drawn < budget:
-            draws = [rng.randrange(len(self)) for _ in range(min(batch, budget - drawn))]
+            draws = [rng.randrange(self.draw_bound) for _ in range(min(batch, budget - drawn))]
             ok = valid_mask(self, positions_from_indices(self, draws)) if valid_only else [True] * len(draws)
             drawn, valid = drawn + len(draws), valid + int(np.sum(ok))
             for i, good in zip(draws, ok):

@@ -463,7 +463,11 @@ def test_rules_of_tma_im2col():
     assert "tma_im2col=1 needs" in space.why_invalid(replace(im2col, warp_specialized=0))
     for name in ("rfc-1x1-b32", "dense:m=2048,n=4096,k=4096,b=nk"):
         wl = workloads.get(name)
-        assert "this workload's A is none" in tasks.of(wl).space(wl, gpu).why_invalid(im2col), name
+        other = tasks.of(wl).space(wl, gpu)
+        assert "this workload's A is none" in other.why_invalid(im2col), name
+        # random draws stay where the knob is 0: the draws from before it existed
+        assert 2 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
+    assert space.draw_bound == len(space)
     mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
     assert "tma_im2col=1 loads" in space.why_invalid(mma)
 
