@@ -528,3 +528,22 @@ def test_im2col_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
     report = _ptxas_report(kernel.cuda_source)
     assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+def test_an_im2col_kernels_host_code_encodes_its_map_through_the_packed_function():
+    """TVM's host encodes A's tiled map itself; an im2col A's map comes from tensormap's callback,
+    with the box's integers, and building the module registers it in this process."""
+    import tvm_ffi
+
+    from tc_autotune import tensormap
+    from tc_autotune.warp_specialized import kernel_module
+
+    wl = workloads.get("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1")
+    config = replace(WS, block_col_warps=1, tma_im2col=1)
+    script = kernel_module(view_of(wl), config).script()
+    assert f'"{tensormap.ENCODE_IM2COL}"' in script and script.count("tensormap_encode_tiled") == 1  # B's
+    args = plan(view_of(wl), config).a_box.encode_args()
+    assert ", ".join(map(str, args)) in script
+    assert tvm_ffi.get_global_func(tensormap.ENCODE_IM2COL, allow_missing=True) is not None
+    plain = kernel_module(view_of(wl), replace(config, tma_im2col=0)).script()
+    assert tensormap.ENCODE_IM2COL not in plain
