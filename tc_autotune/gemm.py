@@ -343,6 +343,11 @@ class Im2colWindow:
     offset_step: tuple[int, int]  # (w, h): one filter tap further along: the dilation
 
 
+def c_rows_aligned(view: GemmView) -> bool:
+    """C's rows are whole multiples of 16 bytes, as TMA's global strides must be (``tma_store``)."""
+    return view.n * {"float32": 4, "float16": 2}.get(view.out_dtype, 0) % 16 == 0
+
+
 def im2col_window(view: GemmView) -> Im2colWindow | None:
     """The im2col window of a conv whose k-steps stay within one filter tap (64 | channels) and
     whose A is not a matrix (that one is a plain box), if TMA's limits take it; else None."""

@@ -125,7 +125,7 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 # Knobs appended after the fingerprints above were first recorded: a config that leaves them
 # at their default generates the code it did before them, and hashes without them.
 LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
-               "tma_im2col")
+               "tma_im2col", "tma_store")
 
 # wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
 # warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its
@@ -285,11 +285,31 @@ WS_IM2COL_PROBES: tuple[tuple[str, dict], ...] = (
     ("rfc-3x3-b256", dict(_IM2COL, block_col_warps=2, warp_col_tiles=4, multicast_b=1, stages=3)),
 )
 
+# C by TMA stores (tma_store=1): 1x1 by columns persistent, im2col along M persistent, ping-pong,
+# gathered A, a dense with M and N tails and fp16 output, B multicast, waiting; each task's apart.
+_STORE = dict(_WS, tma_store=1)
+WS_TMA_STORE_FINGERPRINTS = {
+    1: "4c153bd473fb4c20d2ba6d5c24846d8372d812ebb1fa150a681334076493aebe",
+}
+WS_TMA_STORE_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-1x1-b256", dict(_STORE, block_col_warps=2, warp_specialized=2, wgmma_in_flight=0)),
+    ("tutorial", dict(_STORE, block_col_warps=2, warp_specialized=2, consumers_along_m=1, tma_im2col=1)),
+    ("rfc-3x3-b256", dict(_STORE, block_col_warps=1, warp_specialized=2, ping_pong=1, tma_im2col=1)),
+    ("n=2,h=9,w=11,c=16,k=32,r=3,s=3,pad=2,dilation=2", dict(_STORE, block_col_warps=1, warp_col_tiles=4, stages=3)),
+)
+DENSE_WS_TMA_STORE_FINGERPRINTS = {
+    2: "26712c1e99b4a6f01da4211deb39995f2655fe6e1b66aa855ebe016b9767adc3",
+}
+DENSE_WS_TMA_STORE_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=100,n=200,k=136,b=nk,out_dtype=float16", dict(_STORE, block_col_warps=2, stages=3)),
+    ("dense:m=330,n=200,k=520,b=kn", dict(_STORE, block_col_warps=2, stages=3, multicast_b=1)),
+)
+
 # The warp-specialized kernel's probe sets: "<name>_PROBES" and "<name>_FINGERPRINTS" above, keyed by
 # the conv2d task's version, or the dense task's for the DENSE_ ones.
 WARP_SPECIALIZED_PROBE_SETS = ("WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
                                "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG",
-                               "WS_IM2COL")
+                               "WS_IM2COL", "WS_TMA_STORE", "DENSE_WS_TMA_STORE")
 
 
 def probe_set(name: str) -> tuple[tuple, dict, int]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from .gemm import MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, im2col_window
+import numpy as np
+
+from .gemm import MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, a_is_matrix, box_tile, c_rows_aligned, im2col_window
 from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N
 from .rules import Rule, requires_rule
 
@@ -52,6 +54,7 @@ _WGMMA_KNOBS = {
     "multicast_b": "multicasts B to a cluster of warp-specialized blocks",
     "ping_pong": "alternates two wgmma consumer warpgroups over whole tiles",
     "tma_im2col": "loads a warp-specialized kernel's A with TMA's im2col mode",
+    "tma_store": "stores a warp-specialized kernel's C with TMA",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -87,8 +90,8 @@ MMA = IntrinsicPath(
 # a producer warpgroup fills 2+ stages of fp16 A and B (TMA boxes, or 16-byte cp.async chunks of
 # a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps; each takes a slice of
 # the block's columns, or with consumers_along_m of its rows; with ping_pong two of them take
-# whole tiles in turn) issue the wgmma and store C from their registers: no fused epilogue, at
-# most 128 accumulator floats per consumer thread.  Split-K runs the K slices as the blocks of a
+# whole tiles in turn) issue the wgmma and store C from their registers (tma_store: through shared
+# memory and TMA bulk stores): no fused epilogue, at most 128 accumulator floats per consumer thread.  Split-K runs the K slices as the blocks of a
 # cluster, which sum their accumulators through distributed shared memory (parked in their
 # stages) before storing.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
@@ -167,7 +170,26 @@ _WARP_SPECIALIZED_RULES = (
                            f"with 64 | channels and strides <= {MAX_TMA_STRIDE}, and block_m <= "
                            f"{MAX_IM2COL_PIXELS}, not warp_specialized={cfg.warp_specialized}, block_m={v['bm']}"
                            + ("" if im2col_window(c.view) else ", and this workload's A is none")),
+    # TMA stores of C: 64-row boxes from m0, so a block's rows must be consecutive rows of C.
+    Rule("tma_store",
+         lambda v, c: (v["tma_store"] == 0) | ((v["warp_specialized"] > 0) & (v["split_k"] == 1) & c_rows_aligned(c.view)
+                                              & _block_rows_consecutive(c.view, v["bm"], v["tma_im2col"])),
+         lambda cfg, v, c: "tma_store=1 needs the warp-specialized kernel without split-K, rows of C a multiple of "
+                           "16 bytes, and blocks of consecutive rows of C (A a matrix, im2col or gathered: not "
+                           f"whole output rows in TMA boxes), not warp_specialized={cfg.warp_specialized}, "
+                           f"split_k={cfg.split_k}, N={c.view.n} x {c.view.out_dtype}, tma_im2col={cfg.tma_im2col}"),
 )
+
+def _block_rows_consecutive(view, block_m: np.ndarray, tma_im2col: np.ndarray) -> np.ndarray:
+    """Per row: the warp-specialized block's block_m rows are consecutive rows of C (a matrix or
+    im2col A, or a gathered one); not where TMA boxes load whole output rows (``gemm.box_tile``),
+    whose blocks use only the rows that fill them, so a full-height store would cross into the next."""
+    if a_is_matrix(view):
+        return np.ones(np.shape(block_m), dtype=bool)
+    values, inverse = np.unique(block_m, return_inverse=True)
+    untiled = np.array([box_tile(view, int(bm)) is None for bm in values])
+    return (np.asarray(tma_im2col) > 0) | untiled[inverse].reshape(np.shape(block_m))
+
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte
 # swizzled row of 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to

@@ -62,12 +62,19 @@ KNOBS: dict[str, tuple] = {
     # image size and stride (else spatial or row boxes where whole output rows fill the block, or
     # cp.async gathers): no rows wasted at image edges, one instruction per k-step.
     "tma_im2col": (0, 1),
+    # 1 (warp_specialized, no split-K, a block's rows consecutive rows of C): the consumers store C
+    # through shared memory: each warpgroup writes 64-row x 128-byte chunks of its accumulators into
+    # two swizzled staging buffers, and one of its threads stores each chunk with a TMA bulk store,
+    # so the global writes run on while the warpgroup writes the next chunk or computes the next tile
+    # (CUTLASS's TMA epilogue), instead of 8-byte stores from registers.
+    "tma_store": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
-                 "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0}
+                 "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
+                 "tma_store": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -78,6 +85,9 @@ WS_BARRIER_BYTES = 16
 WS_MAX_WGMMA_N = 256  # columns of the widest wgmma instruction (m64n256k16): a consumer's share of block_n
 WS_MAX_CLUSTER = 8  # blocks per cluster that every Hopper GPU launches (split-K's K slices)
 WS_ALIGN_BYTES = 1024  # slack to align the stages to the 1024-byte swizzle pattern
+# tma_store: a storing warpgroup's staging buffers, two chunks of 64 rows x 128 bytes of C
+WS_STAGING_ROWS, WS_STAGING_BUFFERS = 64, 2
+WS_STAGING_BYTES = WS_STAGING_BUFFERS * WS_STAGING_ROWS * WS_ROW_BYTES
 
 
 def warp_specialized_tiles(stages, block_m, block_n):
@@ -86,10 +96,16 @@ def warp_specialized_tiles(stages, block_m, block_n):
     return stages * (block_m + block_n) * WS_ROW_BYTES
 
 
-def warp_specialized_smem(stages, block_m, block_n):
+def warp_specialized_smem(stages, block_m, block_n, staging_warpgroups=0):
     """Shared memory of a warp-specialized kernel (ints or numpy columns): its stages' tiles and
-    mbarriers and the alignment slack; no C staging tile (the consumers store from registers)."""
-    return warp_specialized_tiles(stages, block_m, block_n) + stages * WS_BARRIER_BYTES + WS_ALIGN_BYTES
+    mbarriers, the alignment slack and (tma_store) each storing warpgroup's staging buffers."""
+    return (warp_specialized_tiles(stages, block_m, block_n) + stages * WS_BARRIER_BYTES + WS_ALIGN_BYTES
+            + staging_warpgroups * WS_STAGING_BYTES)
+
+
+def storing_warpgroups(block_col_warps, ping_pong):
+    """The consumer warpgroups (ints or numpy columns): block_col_warps, or ping-pong's two."""
+    return block_col_warps + (2 - block_col_warps) * (ping_pong > 0)
 
 
 # Knobs whose values are names: vectorised code sees them as positions in KNOBS.
@@ -127,6 +143,7 @@ class Conv2dConfig:
     multicast_b: int = 0
     ping_pong: int = 0
     tma_im2col: int = 0
+    tma_store: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -156,7 +173,8 @@ class Conv2dConfig:
         """Dynamic shared memory: the A/B tiles and the C staging tile share one pool (a
         warp-specialized kernel: ``warp_specialized_smem``)."""
         if self.warp_specialized:
-            return warp_specialized_smem(self.stages, self.block_m, self.block_n)
+            staging = self.tma_store * storing_warpgroups(self.block_col_warps, self.ping_pong)
+            return warp_specialized_smem(self.stages, self.block_m, self.block_n, staging)
         a = self.block_m * (self.block_k + self.offset_a) * 2
         b = self.block_k * (self.block_n + self.offset_b) * 2
         c = self.block_m * (self.block_n + self.offset_c) * 4

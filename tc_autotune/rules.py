@@ -18,8 +18,8 @@ from typing import Callable
 import numpy as np
 
 from .gemm import COL_MAJOR, GemmView, view_of
-from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, warp_specialized_smem,
-                    warp_specialized_tiles)
+from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, storing_warpgroups,
+                    warp_specialized_smem, warp_specialized_tiles)
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -75,7 +75,7 @@ def derive(v: dict, ctx: Context) -> dict:
     v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
     v["bk"] = v["chunk"] * v["wk"]
     # ping-pong: 2 warpgroups, whatever block_col_warps (ints or columns alike)
-    v["warps"] = v["block_row_warps"] * (v["block_col_warps"] + (2 - v["block_col_warps"]) * (v["ping_pong"] > 0))
+    v["warps"] = v["block_row_warps"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])
     v["compute_threads"] = v["warps"] * 32
     specialized = v["warp_specialized"] > 0
     v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
@@ -88,7 +88,8 @@ def derive(v: dict, ctx: Context) -> dict:
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
     b = b_rows * (v["b_row"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
-    v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["stages"], v["bm"], v["bn"]),
+    staging = v["tma_store"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])  # tma_store's buffers
+    v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["stages"], v["bm"], v["bn"], staging),
                          np.maximum(v["stages"] * (a + b), c))
     # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
     v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])

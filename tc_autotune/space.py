@@ -102,16 +102,33 @@ class ConfigSpace:
         self.knobs = {name: (knobs or KNOBS).get(name, (KNOB_DEFAULTS.get(name),)) for name in KNOBS}
         self._radices = [len(c) for c in self.knobs.values()]
         self.context = Context.of(self.view, self.gpu)
-        # Random draws take indices below this: the whole space, or where TMA's im2col mode cannot
-        # load A (dense, 1x1 stride-1 convs, channels not a multiple of 64) only the part with the
-        # last knob, tma_im2col, at 0 (its first value), so those draws are the ones from before it
-        # existed and no rarer in valid configs.
-        self.draw_bound = len(self)
-        if list(self.knobs)[-1] == "tma_im2col" and self.knobs["tma_im2col"][0] == 0 and im2col_window(self.view) is None:
-            self.draw_bound //= len(self.knobs["tma_im2col"])
+        # Random draws (``drawn``) keep two TMA knobs at their first value, 0, so they are no rarer
+        # in valid configs than before the knobs: tma_im2col where TMA's im2col mode cannot load
+        # A (dense, 1x1 stride-1 convs, channels not a multiple of 64) or the table has no
+        # warp-specialized kernel; tma_store always (its 1 is valid only on that kernel, a sliver
+        # of a uniform draw: free, it halved a conv's valid draws again).  The tuner reaches
+        # tma_store=1 through the starting tilings and its annealing moves, which change any knob.
+        applies = {"tma_im2col": any(self.knobs["warp_specialized"]) and im2col_window(self.view) is not None,
+                   "tma_store": False}
+        self._draw_radices = [1 if not applies.get(name, True) and candidates[0] == 0 else radix
+                              for (name, candidates), radix in zip(self.knobs.items(), self._radices)]
+        self.draw_bound = math.prod(self._draw_radices)
 
     def __len__(self) -> int:
         return math.prod(self._radices)
+
+    def drawn(self, draws) -> np.ndarray:
+        """The space's indices of random draws below ``draw_bound`` (int64 array): the same knob
+        positions, with the knobs that draws keep at 0 put back in."""
+        draws = np.asarray(draws, dtype=np.int64)
+        if self.draw_bound == len(self):
+            return draws
+        index, place = np.zeros_like(draws), 1
+        for draw_radix, radix in zip(self._draw_radices, self._radices):
+            draws, position = np.divmod(draws, draw_radix)
+            index += position * place
+            place *= radix
+        return index
 
     def __iter__(self) -> Iterator[Conv2dConfig]:
         return (self.get(i) for i in range(len(self)))
@@ -149,7 +166,7 @@ class ConfigSpace:
         chosen: dict[int, Conv2dConfig] = {}
         budget, drawn, valid, batch = min(4000 * n + 20000, 4_000_000), 0, 0, max(2 * n, 64)
         while len(chosen) < n and drawn < budget:
-            draws = [rng.randrange(self.draw_bound) for _ in range(min(batch, budget - drawn))]
+            draws = self.drawn([rng.randrange(self.draw_bound) for _ in range(min(batch, budget - drawn))]).tolist()
             ok = valid_mask(self, positions_from_indices(self, draws)) if valid_only else [True] * len(draws)
             drawn, valid = drawn + len(draws), valid + int(np.sum(ok))
             for i, good in zip(draws, ok):
@@ -223,7 +240,7 @@ def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Con
     grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
             [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
     # Never the warp-specialized kernel: a default must be a kernel measured across many shapes.
-    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col"):
+    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store"):
         if knob in grid and 0 in space.knobs[knob]:
             grid[knob] = [space.knobs[knob].index(0)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]

@@ -294,7 +294,7 @@ class Tuner:
             need = n - len(picks)      # valid fraction is tiny (3 input channels: vec_a=1) need many
             if need <= 0:
                 return picks
-            draw = self.rng.integers(0, self.space.draw_bound, size=size)
+            draw = self.space.drawn(self.rng.integers(0, self.space.draw_bound, size=size))
             draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
             picks += self._take(draw, need, taken)
             size = min(2 * size, _CHUNK)
@@ -533,13 +533,13 @@ class XGBTuner(Tuner):
         for _ in range(8):
             if len(starts) >= chains:
                 return starts[:chains]
-            draw = self.rng.integers(0, self.space.draw_bound, size=4 * chains)
+            draw = self.space.drawn(self.rng.integers(0, self.space.draw_bound, size=4 * chains))
             draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
             starts = np.concatenate([starts, draw[: chains - len(starts)]])
         for _ in range(_DRAW_ROUNDS):  # few valid configs: larger draws, never a full-space scan
             if len(starts) >= chains:
                 return starts[:chains]
-            draw = self.rng.integers(0, self.space.draw_bound, size=_CHUNK)
+            draw = self.space.drawn(self.rng.integers(0, self.space.draw_bound, size=_CHUNK))
             draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
             starts = np.concatenate([starts, draw[: chains - len(starts)]])
         if len(starts) < chains and len(self.space) <= _SCAN_LIMIT:

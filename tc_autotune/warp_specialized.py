@@ -26,7 +26,9 @@ the roles are split and meet only on mbarriers:
   while the next step is waited for, and the stage of step kt - 1 is released after step kt
   is issued;
 - the consumers store their accumulators straight from registers (two adjacent columns a
-  store), bounds-checked at the matrix edges;
+  store), bounds-checked at the matrix edges; or with ``tma_store`` through shared memory:
+  64-row x 128-byte chunks in two swizzled staging buffers a warpgroup, each stored by one
+  thread with a TMA bulk store that runs on under the next chunk and the next tile;
 - with ``multicast_b`` blocks pair up in clusters of 2 along M: each loads half of B's boxes
   into both blocks' stages (TMA multicast) and a stage is refilled once both blocks' consumer
   warps have released it (a remote mbarrier arrive);
@@ -48,14 +50,15 @@ from dataclasses import dataclass
 from . import tensormap
 from .gemm import COL_MAJOR, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile, im2col_window
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
-from .knobs import (PRODUCER_THREADS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, Conv2dConfig,
-                    warp_specialized_smem)
+from .knobs import (PRODUCER_THREADS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, WS_STAGING_BUFFERS,
+                    WS_STAGING_BYTES, WS_STAGING_ROWS, Conv2dConfig)
 
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
 PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
+_OUT_BYTES = {"float32": 4, "float16": 2}
 
 
 class CExpr:
@@ -117,6 +120,7 @@ class KernelPlan:
     a_box: TmaBox | Im2colBox | None  # the tensor maps' boxes (``tma_boxes``): A's, or None (gathered)
     b_box: TmaBox  # B's (each of a (K, N) B's atoms is such a box)
     cluster: int = 1  # blocks of a cluster along x (split-K)
+    c_box: TmaBox | None = None  # tma_store: C's tensor map and box (``c_store_box``)
 
 
 @dataclass(frozen=True)
@@ -219,8 +223,9 @@ def _half_box(box: TmaBox) -> TmaBox:
 def smem_bytes(config: Conv2dConfig) -> int:
     """Dynamic shared memory of a warp-specialized kernel (``knobs.warp_specialized_smem``: the
     stages' A and B tiles, a full and an empty mbarrier per stage, 1024 bytes of alignment slack:
-    the swizzle pattern repeats every 8 rows, so the tiles start 1024-aligned)."""
-    return warp_specialized_smem(config.stages, config.block_m, config.block_n)
+    the swizzle pattern repeats every 8 rows, so the tiles start 1024-aligned; tma_store's staging
+    buffers after the stages)."""
+    return config.smem_bytes
 
 
 @functools.lru_cache(maxsize=256)
@@ -258,6 +263,9 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     im2col = isinstance(a_box, Im2colBox)
     tile = box_tile(view, bm) if isinstance(a_box, TmaBox) and len(a_box.box) == 4 else None
     row_boxes = isinstance(tile, RowTile)
+    c_box = c_store_box(view) if config.tma_store else None
+    if c_box is not None and (tile is not None or split > 1):
+        raise ValueError(f"tma_store=1 needs blocks of consecutive rows of C and no split-K: {config}")
     a_bytes, b_bytes = bm * ROW_BYTES, bn * ROW_BYTES
     atom_bytes = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
     # TMA: one thread posts the stage's bytes on its full barrier and issues the boxes; B's
@@ -403,17 +411,17 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 #include <mma.h>
 {_wgmma_source(n_wg, view.b.layout, in_flight)}
 {drain_source if in_flight else ""}
-{_HELPERS}{_CLUSTER_HELPERS if split > 1 or multicast else ""}{_MULTICAST_HELPERS if multicast else ""}{_IM2COL_HELPERS if im2col else ""}
+{_HELPERS}{_CLUSTER_HELPERS if split > 1 or multicast else ""}{_MULTICAST_HELPERS if multicast else ""}{_IM2COL_HELPERS if im2col else ""}{_STORE_HELPERS if c_box else ""}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else " (im2col)" if im2col else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s){" along M" if along_m else ""} of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}.
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}{", C by TMA stores" if c_box else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
-                                        unsigned long long map_a, unsigned long long map_b) {{
+                                        unsigned long long map_a, unsigned long long map_b{", unsigned long long map_c" if c_box else ""}) {{
   {k_steps}{f"{chr(10)}  const unsigned cta_rank = blockIdx.x % 2;  // in the multicast pair" if multicast else ""}
   constexpr int A_BYTES = {a_bytes}, STAGE_BYTES = {a_bytes + b_bytes};
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + STAGES * STAGE_BYTES{f" + {warpgroups * WS_STAGING_BYTES}" if c_box else ""});
   unsigned long long* empty = full + STAGES;
   const int tid = threadIdx.x;"""
     init = f"""
@@ -443,6 +451,11 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       }}
     }}
   }}"""
+    staged_decl = staged_end = ""
+    if c_box is not None:
+        rows_off = f"wg * {slabs * WGMMA_M} + " if along_m else ""
+        cols_off = "" if along_m or ping_pong else f"wg * {n_wg} + "
+        epilogue, staged_decl, staged_end = _staged_epilogue(slabs, frags, c_box, pair_t, pair, rows_off, cols_off)
     producer_step = f"""
       unsigned char* a_s = smem + stage * STAGE_BYTES;
       unsigned char* b_s = a_s + A_BYTES;
@@ -464,7 +477,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     return;
   }}
   const int wg = tid / 128 - 1;
-  {_ACC} acc[{slabs * frags}];{fill}
+  {_ACC} acc[{slabs * frags}];{fill}{staged_decl}
   for (int kt = 0; kt < KT; ++kt) {{
     const int stage = kt % STAGES;
     mbar_wait(&full[stage], (kt / STAGES) & 1);
@@ -476,7 +489,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
 {drain}
   // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
   // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
-  const int warp = tid / 32 % 4, lane = tid % 32;{_split_partials(split, slabs * frags, consumers * 128)}{epilogue}{cluster_end}
+  const int warp = tid / 32 % 4, lane = tid % 32;{_split_partials(split, slabs * frags, consumers * 128)}{epilogue}{staged_end}{cluster_end}
 }}
 """
     else:
@@ -513,7 +526,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   const int wg = tid / 128 - 1;
   const int warp = tid / 32 % 4, lane = tid % 32;
   {_ACC} acc[{slabs * frags}];
-  int it = {first_it};
+  int it = {first_it};{staged_decl}
   for (int tile = {first_tile}; tile < {tiles}; tile += {tile_step}) {{
     {coords("  ")}{fill.replace(chr(10) + "  ", chr(10) + "    ")}{turn}
     for (int kt = 0; kt < KT; ++kt, ++it) {{
@@ -525,12 +538,70 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       }}
     }}{hand_over}
   {drain}{release}{epilogue.replace(chr(10) + "  ", chr(10) + "    ")}{skip}
-  }}
+  }}{staged_end}
 }}
 """
     grid = (min(grid_m * grid_n, PERSISTENT_BLOCKS), 1) if persistent else (grid_m * split, grid_n)
     return KernelPlan(name, source, grid, PRODUCER_THREADS * (1 + warpgroups), smem_bytes(config), a_box, b_boxes[0],
-                      2 if multicast else split)
+                      2 if multicast else split, c_box)
+
+
+def c_store_box(view: GemmView) -> TmaBox:
+    """tma_store's map of C (row-major, N innermost) and its box: 64 rows x 128 bytes, a staging
+    chunk (32 fp32 or 64 fp16 columns), 128-byte swizzled like the stages; TMA clips the box at
+    C's edges, so partial tiles need no bounds checks."""
+    width = WS_ROW_BYTES // _OUT_BYTES[view.out_dtype]
+    return TmaBox((view.n, view.m), (view.n * _OUT_BYTES[view.out_dtype],), (width, WS_STAGING_ROWS), ())
+
+
+def _staged_epilogue(slabs: int, frags: int, c_box: TmaBox, pair_t: str, pair: str, rows_off: str,
+                     cols_off: str) -> tuple[str, str, str]:
+    """tma_store's epilogue of one consumer warpgroup: (its code, the counter it declares before
+    the tile loop, the wait for its last stores before the kernel ends).  Chunk after chunk of 64
+    rows x 128 bytes (``c_box``) alternates between the warpgroup's two staging buffers (after the
+    stages): wait until the store from that buffer two chunks ago has read it, write the chunk's
+    accumulators (swizzled: conflict-free), fence them for the async proxy, then one thread stores
+    the box and commits it as a bulk group; nothing waits for the global writes themselves."""
+    width = c_box.box[0]
+    chunk_frags = width // 16
+    chunks = frags // chunk_frags
+    buffer_bytes = WS_STAGING_ROWS * WS_ROW_BYTES
+    out_bytes = WS_ROW_BYTES // width
+    epilogue = f"""
+  {{  // C through this warpgroup's staging buffers, a TMA store a chunk of {WS_STAGING_ROWS} rows x {width} columns
+    unsigned char* staging = smem + STAGES * STAGE_BYTES + wg * {WS_STAGING_BUFFERS * buffer_bytes};
+    #pragma unroll
+    for (int s = 0; s < {slabs}; ++s) {{
+      #pragma unroll
+      for (int j = 0; j < {chunks}; ++j, ++chunk) {{
+        unsigned char* buf = staging + chunk % {WS_STAGING_BUFFERS} * {buffer_bytes};
+        if (chunk >= {WS_STAGING_BUFFERS}) {{  // the store from this buffer {WS_STAGING_BUFFERS} chunks ago has read it
+          if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read {WS_STAGING_BUFFERS - 1};" ::: "memory");
+          asm volatile("bar.sync %0, 128;" :: "r"(4 + wg) : "memory");
+        }}
+        #pragma unroll
+        for (int f = 0; f < {chunk_frags}; ++f) {{
+          #pragma unroll
+          for (int p = 0; p < 8; p += 2) {{
+            const int r = warp * 16 + 8 * (p % 4 / 2) + lane / 4;
+            const int byte = (f * 16 + 8 * (p / 4) + 2 * (lane % 4)) * {out_bytes};
+            const float v0 = acc[s * {frags} + j * {chunk_frags} + f].x[p], v1 = acc[s * {frags} + j * {chunk_frags} + f].x[p + 1];
+            *reinterpret_cast<{pair_t}*>(buf + r * {WS_ROW_BYTES} + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15)) = {pair};
+          }}
+        }}
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes, visible to TMA
+        asm volatile("bar.sync %0, 128;" :: "r"(4 + wg) : "memory");
+        if (tid % 128 == 0) {{
+          tma_store_2d(map_c, buf, n0 + {cols_off}j * {width}, m0 + {rows_off}s * {WS_STAGING_ROWS});
+          asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }}
+      }}
+    }}
+  }}"""
+    declare = "\n  int chunk = 0;  // C chunks this warpgroup has stored (tma_store)"
+    end = """
+  if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the stores have read the buffers"""
+    return epilogue, declare, end
 
 
 def _split_partials(split: int, n_frags: int, threads: int) -> str:
@@ -567,9 +638,11 @@ def _split_sum(split: int, frags: int, threads: int) -> str:
 _IN_FLIGHT_4_STAGES = dict(intrinsic="wgmma", wmma="m16n16k16", wgmma_in_flight=1, stages=4, vec_a=8, vec_b=8,
                            vec_c=1, offset_a=0, offset_b=0, offset_c=0, block_row_warps=4, chunk=4, split_k=1,
                            frag_buffers=1)
+# The persistent ones store C with TMA (tma_store) where it applies: 1.03-1.09x (BENCHMARKS 25a).
+_STORED = dict(tma_store=1)
 STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x256
-    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x128
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1),  # 64x256
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, warp_specialized=1),  # 64x64
@@ -580,7 +653,7 @@ STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
          consumers_along_m=1),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
-         consumers_along_m=1),
+         consumers_along_m=1, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
          consumers_along_m=1, multicast_b=1),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
@@ -591,13 +664,13 @@ STARTING_TILINGS: tuple[dict, ...] = (
     # ping-pong at 128x128 and 64x256 (one m64n256 a warpgroup): the fastest kernels of those tiles
     # (BENCHMARKS 23), best where 128x256 tiles are too few to fill the GPU
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
-         ping_pong=1),
+         ping_pong=1, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=2,
-         ping_pong=1),
+         ping_pong=1, **_STORED),
     # A by TMA im2col (convs only): no rows lost where whole output rows do not fill a block;
     # 1.15-1.2x the best earlier kernel on the 14x14 seeds at 128x256 (BENCHMARKS 24)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
-         consumers_along_m=1, tma_im2col=1),
+         consumers_along_m=1, tma_im2col=1, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
          tma_im2col=1),
 )
@@ -605,16 +678,22 @@ STARTING_TILINGS: tuple[dict, ...] = (
 
 def starting_configs(space) -> list[Conv2dConfig]:
     """``STARTING_TILINGS`` made of the space's default config, those valid in ``space`` (none
-    off Hopper), each with fewer stages where the K loop is shorter than 4 steps."""
+    off Hopper), each with fewer stages where the K loop is shorter than 4 steps, and with C
+    stored from registers where the workload cannot take TMA stores (spatial boxes of A)."""
     base = space.default_config().as_dict()
     found = []
     for changes in STARTING_TILINGS:
-        for stages in range(changes["stages"], 1, -1):
-            config = Conv2dConfig(**{**base, **changes, "stages": stages})
-            if space.why_invalid(config) is None:
+        for store in sorted({changes.get("tma_store", 0), 0}, reverse=True):
+            config = _first_valid(space, [Conv2dConfig(**{**base, **changes, "stages": stages, "tma_store": store})
+                                          for stages in range(changes["stages"], 1, -1)])
+            if config is not None:
                 found += [config] if config not in found else []
                 break
     return found
+
+
+def _first_valid(space, configs: list[Conv2dConfig]) -> Conv2dConfig | None:
+    return next((config for config in configs if space.why_invalid(config) is None), None)
 
 
 _CLUSTER_HELPERS = """
@@ -673,6 +752,18 @@ __device__ __forceinline__ void tma_load_im2col_4d(void* dst, unsigned long long
                " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
                :: "r"(smem_u32(dst)), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(smem_u32(bar)),
                   "h"(ow), "h"(oh) : "memory");
+}
+#endif
+"""
+
+_STORE_HELPERS = """
+#ifndef TC_WS_STORE_HELPERS
+#define TC_WS_STORE_HELPERS
+// One 2-D box of src (shared memory) to the tensor map's (x: column, y: row), in this thread's
+// current bulk group; rows and columns past the map's dims are not written.
+__device__ __forceinline__ void tma_store_2d(unsigned long long map, const void* src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               :: "l"(map), "r"(x), "r"(y), "r"(smem_u32(src)) : "memory");
 }
 #endif
 """
@@ -747,10 +838,11 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
         tensormap.register()
     (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes
     a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
-    operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)]
+    operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)] + [(view.c, kp.c_box)] * (kp.c_box is not None)
     maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
             for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
+    map_dtypes = ["float16", "float16", out_dtype]  # what the maps' elements are
 
     @T.prim_func(check_well_formed=False)  # the maps are bound below, in the host part
     def main(a: T.handle, b: T.handle, c: T.handle):
@@ -767,7 +859,7 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
         T.evaluate(cuda_func_call(kp.name, A.data, B.data, C.data, buf.data, *map_args, source_code=kp.source))
 
     host = []
-    for tmap, (_, box), param in zip(maps, operand_boxes, main.params[:2]):
+    for tmap, (_, box), param, dtype in zip(maps, operand_boxes, main.params, map_dtypes):
         if tmap is None:
             continue
         host.append(tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)))
@@ -776,7 +868,7 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
         else:
             encode = tvm.tirx.tensormap_encode_tiled(  # innermost dim first
                 tmap, param.data, *box.dims, *box.strides, *box.box, *box.element_strides,
-                descriptor_dtype="float16", rank=len(box.box), swizzle=3)  # CU_TENSOR_MAP_SWIZZLE_128B
+                descriptor_dtype=dtype, rank=len(box.box), swizzle=3)  # CU_TENSOR_MAP_SWIZZLE_128B
         host.append(tvm.tirx.Evaluate(encode))
     if host:
         main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))

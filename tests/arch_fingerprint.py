@@ -75,12 +75,13 @@ LATER_VARIANTS = {
     "multicast-b": {**VARIANTS["wgmma"], "warp_specialized": (1,), "multicast_b": (1,)},
     "ping-pong": {**VARIANTS["wgmma"], "warp_specialized": (2,), "ping_pong": (1,)},
     "tma-im2col": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "tma_im2col": (1,)},
+    "tma-store": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "tma_im2col": (0, 1), "tma_store": (1,)},
 }
 # Later variants with masks only, no CUDA cases: the warp-specialized kernel's code is
 # fingerprinted by the generator's probes (WS_PROBES and those after it).
-MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong", "tma-im2col")
+MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong", "tma-im2col", "tma-store")
 LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b",
-                  "ping_pong", "tma_im2col")  # later knobs' features
+                  "ping_pong", "tma_im2col", "tma_store")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
 # pinned to their default and left out), as each entry was first written.
 FEATURE_ENTRIES = {
@@ -91,6 +92,8 @@ FEATURE_ENTRIES = {
     "features+ping_pong": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong"),
     "features+tma_im2col": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
                             "tma_im2col"),
+    "features+tma_store": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
+                           "tma_im2col", "tma_store"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)

@@ -153,3 +153,27 @@ IM2COL_CASES = [
 @pytest.mark.parametrize("name,knobs", IM2COL_CASES, ids=[c[0][:40] for c in IM2COL_CASES])
 def test_tma_im2col_matches_the_reference(name, knobs):
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, tma_im2col=1))
+
+
+# C by TMA stores (tma_store): chunks of 64 rows x 128 bytes through two staging buffers a
+# warpgroup, clipped by TMA at C's edges; every schedule of the kernel that takes it.
+TMA_STORE_CASES = [
+    ("rfc-1x1-b32", dict(warp_specialized=2)),  # 128 x 256, 2 consumers by columns, 3 tiles a block
+    ("dense:m=100,n=200,k=136,b=nk", dict(stages=3)),  # tails in M and N (200 columns: a clipped chunk)
+    ("dense:m=130,n=192,k=520,b=kn,out_dtype=float16", dict(warp_col_tiles=4, stages=3, consumers_along_m=1,
+                                                            warp_specialized=2)),  # fp16: 64-column chunks
+    ("dense:m=1000,n=1032,k=520,b=kn,out_dtype=float16", dict(block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4,
+                                                              stages=3, warp_specialized=2, ping_pong=1)),
+    ("rfc-1x1-b256", dict(block_col_warps=1, warp_specialized=2, ping_pong=1)),  # 784 tiles: the chunk count runs on
+    ("tutorial", dict(warp_specialized=2, consumers_along_m=1, tma_im2col=1)),  # im2col: blocks straddle images
+    ("resnet50-res5-3x3-512-512-b32", dict(warp_row_tiles=4, warp_col_tiles=4, consumers_along_m=1,
+                                           tma_im2col=1)),  # 2 slabs a consumer
+    ("n=2,h=9,w=11,c=16,k=32,r=3,s=3,stride=1,pad=2,dilation=2", dict(block_col_warps=1, warp_col_tiles=4,
+                                                                     stages=3)),  # gathered A; N = 32 of 64
+    ("dense:m=330,n=200,k=520,b=kn,out_dtype=float16", dict(stages=3, multicast_b=1)),  # a partner past M
+]
+
+
+@pytest.mark.parametrize("name,knobs", TMA_STORE_CASES, ids=[c[0][:40] for c in TMA_STORE_CASES])
+def test_tma_store_matches_the_reference(name, knobs):
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, tma_store=1))

@@ -159,7 +159,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
-             "tma_im2col": (0,)}  # the warp-specialized kernel's: below
+             "tma_im2col": (0,), "tma_store": (0,)}  # the warp-specialized kernel's: below
     space = ConfigSpace(workloads.get("tutorial"), gpu_for_arch(arch), knobs)
     indices = np.random.default_rng(2).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))

@@ -170,14 +170,15 @@ def test_split_k_rules_of_the_warp_specialized_kernel():
 
 def test_the_gpu_cases_are_valid_configs_of_their_spaces():
     from test_gpu_warp_specialized import (ALONG_M_CASES, CASES, IM2COL_CASES, MULTICAST_CASES, PING_PONG_CASES,
-                                           SPLIT_CASES)
+                                           SPLIT_CASES, TMA_STORE_CASES)
 
     along_m = [(name, dict(knobs, consumers_along_m=1)) for name, knobs in ALONG_M_CASES]
     multicast = [(name, dict(knobs, multicast_b=1)) for name, knobs in MULTICAST_CASES]
     ping_pong = [(name, {"block_col_warps": 1, **knobs, "warp_specialized": 2, "ping_pong": 1})
                  for name, knobs in PING_PONG_CASES]
     im2col = [(name, dict(knobs, tma_im2col=1)) for name, knobs in IM2COL_CASES]
-    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col:
+    stored = [(name, dict(knobs, tma_store=1)) for name, knobs in TMA_STORE_CASES]
+    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col + stored:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -465,9 +466,9 @@ def test_rules_of_tma_im2col():
         wl = workloads.get(name)
         other = tasks.of(wl).space(wl, gpu)
         assert "this workload's A is none" in other.why_invalid(im2col), name
-        # random draws stay where the knob is 0: the draws from before it existed
-        assert 2 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
-    assert space.draw_bound == len(space)
+        # random draws stay where the knob is 0 (and tma_store too): the draws from before them
+        assert 4 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
+    assert 2 * space.draw_bound == len(space)
     mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
     assert "tma_im2col=1 loads" in space.why_invalid(mma)
 
@@ -547,3 +548,136 @@ def test_an_im2col_kernels_host_code_encodes_its_map_through_the_packed_function
     assert tvm_ffi.get_global_func(tensormap.ENCODE_IM2COL, allow_missing=True) is not None
     plain = kernel_module(view_of(wl), replace(config, tma_im2col=0)).script()
     assert tensormap.ENCODE_IM2COL not in plain
+
+
+# ---- C by TMA stores (tma_store) ----------------------------------------------------------
+STORE_VIEWS = [("rfc-1x1-b256", dict(warp_specialized=2)),  # fp32: 32-column chunks, 2 consumers by columns
+               ("dense:m=130,n=192,k=520,b=kn,out_dtype=float16", dict(warp_col_tiles=4, consumers_along_m=1)),
+               ("rfc-3x3-b256", dict(block_col_warps=1, warp_specialized=2, ping_pong=1, tma_im2col=1))]
+
+
+@pytest.mark.parametrize("name,knobs", STORE_VIEWS)
+def test_the_staged_epilogue_puts_each_accumulator_where_tmas_swizzled_box_reads_it(name, knobs):
+    """The generated staging writes (row, byte and address expressions, evaluated for every
+    warp, lane, fragment and slot pair) read back through TMA's 128-byte swizzle (16-byte chunk
+    c of row r at c ^ (r % 8)) give the element the accumulator holds (slot p of lane l: row
+    8 * (p % 4 / 2) + l / 4 of the warp's 16, column 8 * (p / 4) + 2 * (l % 4) of the
+    fragment's 16), and fill the chunk's 64 rows x 128 bytes exactly once."""
+    view = view_of(workloads.get(name))
+    config = replace(WS, **knobs, tma_store=1)
+    kp = plan(view, config)
+    width, rows = kp.c_box.box
+    out_bytes = {"float32": 4, "float16": 2}[view.out_dtype]
+    assert width * out_bytes == 128 and rows == 64 and kp.c_box.dims == (view.n, view.m)
+    assert kp.c_box.strides == (view.n * out_bytes,)
+    src = kp.source
+    row = re.search(r"const int r = (.+);", src).group(1)
+    byte = re.search(r"const int byte = (.+);", src).group(1)
+    address = re.search(r"reinterpret_cast<\w+\*>\(buf \+ (.+)\) = ", src).group(1)
+    chunk_frags = int(re.search(r"for \(int f = 0; f < (\d+); \+\+f\) \{\n\s+#pragma unroll\n\s+for \(int p", src).group(1))
+    assert chunk_frags * 16 == width
+    seen = np.zeros((rows, width), dtype=int)
+    for warp in range(4):
+        for lane in range(32):
+            for f in range(chunk_frags):
+                for p in range(0, 8, 2):
+                    r = _c_eval(row, warp=warp, p=p, lane=lane)
+                    b = _c_eval(byte, f=f, p=p, lane=lane)
+                    addr = _c_eval(address, r=r, byte=b)
+                    assert addr % (2 * out_bytes) == 0  # the pair's store is aligned
+                    box_row, within = divmod(addr, 128)
+                    col = ((within >> 4) ^ (box_row % 8)) * 16 // out_bytes + (within & 15) // out_bytes
+                    assert (box_row, col) == (warp * 16 + 8 * (p % 4 // 2) + lane // 4,
+                                              f * 16 + 8 * (p // 4) + 2 * (lane % 4))
+                    seen[box_row, col:col + 2] += 1
+    assert (seen == 1).all()
+
+
+def test_tma_store_stages_c_in_two_buffers_a_warpgroup_and_stores_every_chunk():
+    view = view_of(workloads.get("rfc-1x1-b256"))
+    plain = plan(view, replace(WS, warp_specialized=2))
+    stored = plan(view, replace(WS, warp_specialized=2, tma_store=1))
+    assert stored.smem_bytes == plain.smem_bytes + 2 * 2 * 64 * 128  # 2 consumer warpgroups x 2 chunk buffers
+    assert plain.c_box is None and "tma_store_2d" not in plain.source and "map_c" not in plain.source
+    src = stored.source
+    assert "smem + STAGES * STAGE_BYTES + 32768" in src  # the mbarriers after the staging buffers
+    assert src.count("cp.async.bulk.commit_group;") == 1 and "cp.async.bulk.wait_group.read 1;" in src
+    assert "cp.async.bulk.wait_group.read 0;" in src  # before the kernel ends: the buffers were read
+    # 128 x 256 fp32: per consumer 2 slabs x 4 chunks of 32 columns at n0 + wg * 128 + j * 32
+    assert "for (int j = 0; j < 4; ++j, ++chunk)" in src and "tma_store_2d(map_c, buf, n0 + wg * 128 + j * 32, m0 + s * 64)" in src
+    assert "if (m < m_end" not in src  # TMA clips at C's edges
+    ping_pong = plan(view, replace(WS, block_col_warps=1, warp_specialized=2, ping_pong=1, tma_store=1))
+    assert ping_pong.smem_bytes == plan(view, replace(WS, block_col_warps=1, warp_specialized=2,
+                                                      ping_pong=1)).smem_bytes + 2 * 16384  # both warpgroups store
+
+
+def test_rules_of_tma_store():
+    gpu = gpu_for_arch("sm_90")
+
+    def why(name, **knobs):
+        wl = workloads.get(name)
+        return tasks.of(wl).space(wl, gpu).why_invalid(replace(WS, **knobs, tma_store=1))
+
+    assert why("rfc-1x1-b32") is None and why("dense:m=100,n=200,k=136,b=nk", stages=3) is None  # matrix A
+    assert why("tutorial", tma_im2col=1) is None  # im2col: blocks of consecutive pixels
+    assert why("resnet50-res5-3x3-512-512-s2-b1", block_col_warps=1, stages=3) is None  # gathered A
+    assert "tma_store=1 needs" in why("tutorial")  # spatial boxes: blocks of whole output rows
+    assert "tma_store=1 needs" in why("resnet50-res3-1x1-256-512-s2-b1")  # row boxes
+    assert "tma_store=1 needs" in why("dense:m=64,n=75,k=128,b=nk", block_col_warps=1, warp_col_tiles=4, stages=2)
+    assert "tma_store=1 needs" in why("dense:m=16,n=4096,k=4096,b=nk", block_col_warps=1, warp_row_tiles=1,
+                                      split_k=4)
+    assert "tma_store=1 stores" in why("rfc-1x1-b32", intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
+    # 64 x 128 at 4 stages and a staging pair: 115776 bytes, fits; 128 x 256 at 4 stages with two: 230464
+    assert replace(WS, block_col_warps=1, warp_row_tiles=1, tma_store=1).smem_bytes == 115776
+    assert replace(WS, tma_store=1).smem_bytes == 230464 and why("rfc-1x1-b256", warp_specialized=2) is None
+
+
+def test_random_draws_keep_tma_store_and_an_im2col_that_cannot_apply_at_zero():
+    from tc_autotune.knobs import KNOBS
+
+    def space(name, **knobs):
+        from tc_autotune.space import ConfigSpace
+
+        return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
+
+    conv, one_by_one = space("tutorial"), space("rfc-1x1-b32")
+    assert 2 * conv.draw_bound == len(conv) and 4 * one_by_one.draw_bound == len(one_by_one)
+    assert 4 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
+    # tma_im2col is the knob before the last: a conv's draws reach both its values, never tma_store=1
+    drawn = [conv.get(int(i)) for i in conv.drawn(np.arange(0, conv.draw_bound, 9_999_991))]
+    assert {c.tma_im2col for c in drawn} == {0, 1} and not any(c.tma_store for c in drawn)
+    assert np.array_equal(conv.drawn(np.arange(100)), np.arange(100))
+    sampled = conv.sample(20, seed=1)  # as many valid configs as the draws found before tma_store
+    assert len(sampled) == 20 and not any(c.tma_store for c in sampled)
+
+
+def test_the_persistent_starting_tilings_store_c_with_tma_where_they_can():
+    from tc_autotune.warp_specialized import STARTING_TILINGS, starting_configs
+
+    gpu = gpu_for_arch("sm_90")
+    for name, stored in (("rfc-1x1-b32", True), ("tutorial", False)):
+        wl = workloads.get(name)
+        found = starting_configs(tasks.of(wl).space(wl, gpu))
+        persistent = [c for c in found if c.warp_specialized == 2 and not c.tma_im2col]
+        assert persistent and all(c.tma_store == stored for c in persistent), name
+        assert all(c.tma_store == 0 for c in found if c.warp_specialized == 1)
+    assert sum(t.get("tma_store", 0) for t in STARTING_TILINGS) == 5
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("name,knobs", STORE_VIEWS + [("dense:m=100,n=200,k=136,b=nk,out_dtype=float16", dict(stages=3))])
+def test_tma_store_kernels_compile_without_spills_and_encode_cs_map(name, knobs):
+    from tc_autotune.kernel import build
+
+    from test_codegen import _ptxas_report
+
+    wl = workloads.get(name)
+    kernel = build(wl, replace(WS, **knobs, tma_store=1), target="sm_90")
+    signature = next(line for line in kernel.cuda_source.splitlines() if "__global__" in line)
+    assert f"const __grid_constant__ CUtensorMap {view_of(wl).c.tensor}_tensormap" in signature
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in kernel.cuda_source
+    host = kernel.executable.mod.inspect_source()
+    assert host.count("runtime.cuTensorMapEncodeTiled") >= 2  # C's map beside B's
+    report = _ptxas_report(kernel.cuda_source)
+    assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
