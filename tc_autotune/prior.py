@@ -22,8 +22,9 @@ _IN_FLIGHT_WEIGHT = {2: 0.85}
 # warp_specialized=1, by how A is loaded (H100, against the shipped best configs, BENCHMARKS 20):
 # TMA boxes (dense, 1x1 convs, spatial tiles) 1.05-1.2x; A gathered with cp.async 0.9-0.97x.
 _WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
-# tma_store=1: C through shared memory and TMA stores, 1.03-1.09x on the H100 (BENCHMARKS 25a)
-_TMA_STORE_WEIGHT = 1.05
+# tma_store=1 by output dtype: C through shared memory and TMA stores, on the H100 1.03-1.09x with
+# fp32 output (BENCHMARKS 25a), 1.24-1.37x with fp16 (25f: from registers a pair is a 4-byte store)
+_TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3}
 
 
 def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
@@ -84,7 +85,8 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     # warp_specialized: a producer warpgroup keeps the stages full, no block barrier per k-step
     # (tma_im2col: A is one TMA box a k-step, whatever the conv)
     boxed = np.where(v["tma_im2col"] > 0, _WARP_SPECIALIZED_WEIGHT[True], _a_boxed_weight(space.context.view, v["bm"]))
-    specialized = np.where(v["warp_specialized"] > 0, boxed * np.where(v["tma_store"] > 0, _TMA_STORE_WEIGHT, 1.0), 1.0)
+    stored = np.where(v["tma_store"] > 0, _TMA_STORE_WEIGHT.get(space.view.out_dtype, 1.0), 1.0)
+    specialized = np.where(v["warp_specialized"] > 0, boxed * stored, 1.0)
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
     return (padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * in_flight * specialized

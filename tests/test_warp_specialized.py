@@ -681,3 +681,16 @@ def test_tma_store_kernels_compile_without_spills_and_encode_cs_map(name, knobs)
     report = _ptxas_report(kernel.cuda_source)
     assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+def test_the_prior_weighs_tma_stores_more_for_fp16_output():
+    from tc_autotune.prior import prior_score
+    from tc_autotune.space import positions_from_configs
+
+    gains = {}
+    for dtype in ("float32", "float16"):
+        wl = workloads.get(f"n=32,h=14,w=14,c=1024,k=256,r=1,s=1,out_dtype={dtype}")
+        space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+        stored, plain = prior_score(space, positions_from_configs(space, [replace(WS, tma_store=1), WS]))
+        gains[dtype] = stored / plain
+    assert 1.0 < gains["float32"] < gains["float16"]
