@@ -343,9 +343,12 @@ class Im2colWindow:
     offset_step: tuple[int, int]  # (w, h): one filter tap further along: the dilation
 
 
+OUT_BYTES = {"float32": 4, "float16": 2}  # an output element's bytes, by the output dtypes
+
+
 def c_rows_aligned(view: GemmView) -> bool:
     """C's rows are whole multiples of 16 bytes, as TMA's global strides must be (``tma_store``)."""
-    return view.n * {"float32": 4, "float16": 2}.get(view.out_dtype, 0) % 16 == 0
+    return view.n * OUT_BYTES.get(view.out_dtype, 0) % 16 == 0
 
 
 def im2col_window(view: GemmView) -> Im2colWindow | None:

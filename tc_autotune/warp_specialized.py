@@ -48,7 +48,8 @@ import math
 from dataclasses import dataclass
 
 from . import tensormap
-from .gemm import COL_MAJOR, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile, im2col_window
+from .gemm import (COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile,
+                   im2col_window)
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
 from .knobs import (PRODUCER_THREADS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, WS_STAGING_BUFFERS,
                     WS_STAGING_BYTES, WS_STAGING_ROWS, Conv2dConfig)
@@ -58,7 +59,6 @@ CHUNK = 8  # fp16 elements per 16-byte cp.async
 PERSISTENT_BLOCKS = 132  # warp_specialized=2: one block per SM of an H100 SXM / H200
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 WAIT_LIMIT_NS = 2_000_000_000  # an mbarrier wait that never completes traps instead of hanging
-_OUT_BYTES = {"float32": 4, "float16": 2}
 
 
 class CExpr:
@@ -550,8 +550,8 @@ def c_store_box(view: GemmView) -> TmaBox:
     """tma_store's map of C (row-major, N innermost) and its box: 64 rows x 128 bytes, a staging
     chunk (32 fp32 or 64 fp16 columns), 128-byte swizzled like the stages; TMA clips the box at
     C's edges, so partial tiles need no bounds checks."""
-    width = WS_ROW_BYTES // _OUT_BYTES[view.out_dtype]
-    return TmaBox((view.n, view.m), (view.n * _OUT_BYTES[view.out_dtype],), (width, WS_STAGING_ROWS), ())
+    width = WS_ROW_BYTES // OUT_BYTES[view.out_dtype]
+    return TmaBox((view.n, view.m), (view.n * OUT_BYTES[view.out_dtype],), (width, WS_STAGING_ROWS), ())
 
 
 def _staged_epilogue(slabs: int, frags: int, c_box: TmaBox, pair_t: str, pair: str, rows_off: str,
