@@ -22,7 +22,7 @@ _IN_FLIGHT_WEIGHT = {2: 0.85}
 # warp_specialized=1, by how A is loaded (H100, against the shipped best configs, BENCHMARKS 20):
 # TMA boxes (dense, 1x1 convs, spatial tiles) 1.05-1.2x; A gathered with cp.async 0.9-0.97x.
 _WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
-# tma_store=1 by output dtype: C through shared memory and TMA stores, on the H100 1.03-1.09x with
+# tma_store=1 by output dtype: C through shared memory and TMA stores, on the H100 1.02-1.09x with
 # fp32 output (BENCHMARKS 25a), 1.24-1.37x with fp16 (25f: from registers a pair is a 4-byte store)
 _TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3}
 

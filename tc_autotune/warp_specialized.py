@@ -638,7 +638,7 @@ def _split_sum(split: int, frags: int, threads: int) -> str:
 _IN_FLIGHT_4_STAGES = dict(intrinsic="wgmma", wmma="m16n16k16", wgmma_in_flight=1, stages=4, vec_a=8, vec_b=8,
                            vec_c=1, offset_a=0, offset_b=0, offset_c=0, block_row_warps=4, chunk=4, split_k=1,
                            frag_buffers=1)
-# The persistent ones store C with TMA (tma_store) where it applies: 1.03-1.09x (BENCHMARKS 25a).
+# The persistent ones store C with TMA (tma_store) where it applies: 1.02-1.09x (BENCHMARKS 25a).
 _STORED = dict(tma_store=1)
 STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x256
