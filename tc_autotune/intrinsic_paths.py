@@ -18,7 +18,7 @@ import numpy as np
 
 from .gemm import MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, a_is_matrix, box_tile, c_rows_aligned, im2col_window
 from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N
-from .rules import Rule, requires_rule
+from .rules import Rule, per_block_m, requires_rule
 
 
 @dataclass(frozen=True)
@@ -91,9 +91,9 @@ MMA = IntrinsicPath(
 # a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps; each takes a slice of
 # the block's columns, or with consumers_along_m of its rows; with ping_pong two of them take
 # whole tiles in turn) issue the wgmma and store C from their registers (tma_store: through shared
-# memory and TMA bulk stores): no fused epilogue, at most 128 accumulator floats per consumer thread.  Split-K runs the K slices as the blocks of a
-# cluster, which sum their accumulators through distributed shared memory (parked in their
-# stages) before storing.
+# memory and TMA bulk stores): no fused epilogue, at most 128 accumulator floats per consumer
+# thread.  Split-K runs the K slices as the blocks of a cluster, which sum their accumulators
+# through distributed shared memory (parked in their stages) before storing.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8
@@ -105,6 +105,15 @@ def _ws_rule(name: str, ok, why) -> Rule:
     ``why(cfg, v, c)`` completes the message "warp_specialized=1 ..." where not."""
     return Rule(f"warp_specialized_{name}", lambda v, c: (v["warp_specialized"] == 0) | ok(v, c),
                 lambda cfg, v, c: f"warp_specialized={cfg.warp_specialized} {why(cfg, v, c)}")
+
+
+def _block_rows_consecutive(view, block_m: np.ndarray, tma_im2col: np.ndarray) -> np.ndarray:
+    """Per row: the warp-specialized block's block_m rows are consecutive rows of C (a matrix or
+    im2col A, or a gathered one); not where TMA boxes load whole output rows (``gemm.box_tile``),
+    whose blocks use only the rows that fill them, so a full-height store would cross into the next."""
+    if a_is_matrix(view):
+        return np.ones(np.shape(block_m), dtype=bool)
+    return (np.asarray(tma_im2col) > 0) | per_block_m(block_m, lambda bm: box_tile(view, bm) is None, bool)
 
 
 _WARP_SPECIALIZED_RULES = (
@@ -179,17 +188,6 @@ _WARP_SPECIALIZED_RULES = (
                            f"whole output rows in TMA boxes), not warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}, N={c.view.n} x {c.view.out_dtype}, tma_im2col={cfg.tma_im2col}"),
 )
-
-def _block_rows_consecutive(view, block_m: np.ndarray, tma_im2col: np.ndarray) -> np.ndarray:
-    """Per row: the warp-specialized block's block_m rows are consecutive rows of C (a matrix or
-    im2col A, or a gathered one); not where TMA boxes load whole output rows (``gemm.box_tile``),
-    whose blocks use only the rows that fill them, so a full-height store would cross into the next."""
-    if a_is_matrix(view):
-        return np.ones(np.shape(block_m), dtype=bool)
-    values, inverse = np.unique(block_m, return_inverse=True)
-    untiled = np.array([box_tile(view, int(bm)) is None for bm in values])
-    return (np.asarray(tma_im2col) > 0) | untiled[inverse].reshape(np.shape(block_m))
-
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte
 # swizzled row of 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to

@@ -11,7 +11,7 @@ import numpy as np
 from .intrinsic_paths import PATHS
 from .gemm import a_is_matrix, spatial_tile
 from .knobs import code
-from .rules import derive_rows
+from .rules import derive_rows, per_block_m
 
 # Per intrinsic code: the factor of a swizzled path, 0 where padded-row offsets count instead.
 _SWIZZLE_WEIGHT = np.array([p.prior_weight if p.swizzled else 0.0 for p in PATHS.values()])
@@ -33,9 +33,7 @@ def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
     gathered A (BENCHMARKS 21a), not the 1.05-1.2x of a matrix or spatial box."""
     if a_is_matrix(view):
         return np.full(len(block_m), _WARP_SPECIALIZED_WEIGHT[True])
-    values, inverse = np.unique(block_m, return_inverse=True)
-    weights = np.array([_WARP_SPECIALIZED_WEIGHT[spatial_tile(view, int(bm)) is not None] for bm in values])
-    return weights[inverse.reshape(-1)]
+    return per_block_m(block_m, lambda bm: _WARP_SPECIALIZED_WEIGHT[spatial_tile(view, bm) is not None], float)
 
 
 def _lookup(table: dict, values: np.ndarray, default: float = 1.0) -> np.ndarray:

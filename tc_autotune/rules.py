@@ -98,6 +98,17 @@ def derive(v: dict, ctx: Context) -> dict:
     return v
 
 
+def per_block_m(block_m, value_of: Callable[[int], object], dtype) -> np.ndarray:
+    """``value_of(bm)`` for each row's block_m (an int or an int column), called once per distinct
+    value: what a rule or the prior asks of the block's rows alone (its TMA tiling of A).  Zero
+    rows give an empty array of ``dtype``."""
+    block_m = np.asarray(block_m, dtype=np.int64)
+    present = np.flatnonzero(np.bincount(block_m.ravel(), minlength=1))
+    table = np.zeros(present[-1] + 1 if present.size else 1, dtype=dtype)
+    table[present] = [value_of(int(bm)) for bm in present]
+    return table[block_m]
+
+
 def values_of_config(config) -> dict:
     """One config's knob values as ``derive`` takes them (plain ints)."""
     v = {name: code(name, getattr(config, name)) for name in KNOBS}

@@ -694,3 +694,15 @@ def test_the_prior_weighs_tma_stores_more_for_fp16_output():
         stored, plain = prior_score(space, positions_from_configs(space, [replace(WS, tma_store=1), WS]))
         gains[dtype] = stored / plain
     assert 1.0 < gains["float32"] < gains["float16"]
+
+
+def test_validity_and_the_prior_take_zero_rows():
+    """A conv whose A comes in TMA boxes asks per block_m; with no rows that is an empty answer
+    (the per-block_m lookup once raised on an empty column in the tma_store rule)."""
+    from tc_autotune.prior import prior_score
+    from tc_autotune.space import valid_mask
+
+    wl = workloads.get("rfc-3x3-b32")
+    space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+    none = np.zeros((0, len(space.knobs)), dtype=np.int64)
+    assert valid_mask(space, none).shape == (0,) and prior_score(space, none).shape == (0,)
