@@ -32,7 +32,7 @@ ACTIVATIONS = ("relu", "gelu")
 GRAMMAR = ("none, or scale, bias, residual, relu|gelu joined by '_' in that order, each optional, scale "
            "only with bias (e.g. bias_relu, scale_bias_residual_relu)")
 _ORDER = ("scale", "bias", "residual", "activation")  # the parts' order in a name
-_GELU_C = math.sqrt(2.0 / math.pi)
+GELU_C = math.sqrt(2.0 / math.pi)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Epilogue:
         if self.activation == "relu":
             x = ops.maximum(x, 0.0)
         elif self.activation == "gelu":
-            x = ops.let(x, lambda x: 0.5 * x * (1.0 + ops.tanh(_GELU_C * (x + 0.044715 * x * x * x))))
+            x = ops.let(x, lambda x: 0.5 * x * (1.0 + ops.tanh(GELU_C * (x + 0.044715 * x * x * x))))
         return x
 
 

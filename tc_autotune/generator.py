@@ -305,11 +305,33 @@ DENSE_WS_TMA_STORE_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=330,n=200,k=520,b=kn", dict(_STORE, block_col_warps=2, stages=3, multicast_b=1)),
 )
 
+# Fused epilogues in the warp-specialized kernel: every part, from registers and through the TMA
+# store's staging, an odd N (inputs read one by one), split-K, ping-pong; each task's apart.
+WS_FUSED_FINGERPRINTS = {
+    1: "df9040b95d134aac70116dce59efc70c6a932a644977d873e09558d4ce5f0f53",
+}
+WS_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
+    ("rfc-1x1-b32-scale_bias_residual_relu", dict(_STORE, block_col_warps=2, warp_specialized=2)),
+    ("resnet50-res4-3x3-256-256-b32-bias_relu", dict(_WS, consumers_along_m=1, tma_im2col=1)),
+)
+DENSE_WS_FUSED_FINGERPRINTS = {
+    2: "237cde43e7e6728024e4419697a4558ad82b367c71050a384f170a71ec587f59",
+}
+DENSE_WS_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=100,n=200,k=136,b=nk,out_dtype=float16,epilogue=bias_residual_gelu", dict(_STORE, stages=3)),
+    ("dense:m=200,n=75,k=520,b=nk,epilogue=scale_bias_residual_relu", dict(_WS, warp_col_tiles=4, stages=3)),
+    ("dense:m=130,n=192,k=520,b=kn,out_dtype=float16,epilogue=residual", dict(_WS, block_col_warps=2,
+                                                                              warp_col_tiles=4, stages=3, split_k=2)),
+    ("dense:m=1000,n=1032,k=520,b=kn,epilogue=bias_gelu", dict(_STORE, block_col_warps=1, warp_row_tiles=1,
+                                                               warp_col_tiles=4, stages=3, warp_specialized=2,
+                                                               ping_pong=1)),
+)
+
 # The warp-specialized kernel's probe sets: "<name>_PROBES" and "<name>_FINGERPRINTS" above, keyed by
 # the conv2d task's version, or the dense task's for the DENSE_ ones.
 WARP_SPECIALIZED_PROBE_SETS = ("WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
                                "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG",
-                               "WS_IM2COL", "WS_TMA_STORE", "DENSE_WS_TMA_STORE")
+                               "WS_IM2COL", "WS_TMA_STORE", "DENSE_WS_TMA_STORE", "WS_FUSED", "DENSE_WS_FUSED")
 
 
 def probe_set(name: str) -> tuple[tuple, dict, int]:

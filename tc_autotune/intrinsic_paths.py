@@ -91,7 +91,7 @@ MMA = IntrinsicPath(
 # a gathered A) on mbarriers, and 1-2 consumer warpgroups (block_col_warps; each takes a slice of
 # the block's columns, or with consumers_along_m of its rows; with ping_pong two of them take
 # whole tiles in turn) issue the wgmma and store C from their registers (tma_store: through shared
-# memory and TMA bulk stores): no fused epilogue, at most 128 accumulator floats per consumer
+# memory and TMA bulk stores), after the fused epilogue; at most 128 accumulator floats per consumer
 # thread.  Split-K runs the K slices as the blocks of a cluster, which sum their accumulators
 # through distributed shared memory (parked in their stages) before storing.
 _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) threads share the registers
@@ -135,9 +135,6 @@ _WARP_SPECIALIZED_RULES = (
     _ws_rule("dtype", lambda v, c: c.view.dtype == "float16",
              lambda cfg, v, c: f"needs float16 input, not {c.view.dtype}: the producer copies the input "
                                "tensors straight into the stages, with no fp16 copies"),
-    _ws_rule("epilogue", lambda v, c: not c.view.epilogue,
-             lambda cfg, v, c: f"fuses no epilogue, not epilogue={c.view.epilogue}: its consumers store "
-                               "the accumulators as they are"),
     _ws_rule("consumers", lambda v, c: v["block_col_warps"] <= _WS_CONSUMERS,
              lambda cfg, v, c: f"needs block_col_warps <= {_WS_CONSUMERS} (consumer warpgroups), not "
                                f"{cfg.block_col_warps}: {cfg.threads} threads leave too few registers for the "

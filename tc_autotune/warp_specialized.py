@@ -26,7 +26,8 @@ the roles are split and meet only on mbarriers:
   while the next step is waited for, and the stage of step kt - 1 is released after step kt
   is issued;
 - the consumers store their accumulators straight from registers (two adjacent columns a
-  store), bounds-checked at the matrix edges; or with ``tma_store`` through shared memory:
+  store), bounds-checked at the matrix edges, after the task's fused epilogue (``fused_pair``:
+  scale, bias, residual, activation, on the pair in registers); or with ``tma_store`` through shared memory:
   64-row x 128-byte chunks in two swizzled staging buffers a warpgroup, each stored by one
   thread with a TMA bulk store that runs on under the next chunk and the next tile;
 - with ``multicast_b`` blocks pair up in clusters of 2 along M: each loads half of B's boxes
@@ -48,6 +49,8 @@ import math
 from dataclasses import dataclass
 
 from . import tensormap
+from .epilogue import GELU_C, Epilogue
+from .epilogue import input_specs as epilogue_input_specs
 from .gemm import (COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile,
                    im2col_window)
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
@@ -385,10 +388,12 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
     linear, rows_m, cols_n = ("tile", grid_m, grid_n) if persistent else ("linear", "(int)gridDim.x", "gridDim.y")
     # The k-steps this block runs (split-K: its slice), its place in the block order, its
     # accumulator pair's value in the epilogue (split-K: summed over the cluster's blocks).
+    fused = view.epilogue
+    pair_float = "float" if fused else "const float"  # the fused epilogue updates the pair
     if split == 1:
         k_steps = f"constexpr int STAGES = {config.stages}, KT = {kt};"
         first_k, linear_of_block = "kt", "blockIdx.y * gridDim.x + blockIdx.x"
-        pair_value = f"const float v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
+        pair_value = f"{pair_float} v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
         cluster_end = ("\n  cluster_sync();  // the peer may still arrive on this block's barriers until both are done"
                        if multicast else "")
     else:  # blockIdx.x: the M tile's cluster, then the block's K slice in it
@@ -414,8 +419,8 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 {_HELPERS}{_CLUSTER_HELPERS if split > 1 or multicast else ""}{_MULTICAST_HELPERS if multicast else ""}{_IM2COL_HELPERS if im2col else ""}{_STORE_HELPERS if c_box else ""}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else " (im2col)" if im2col else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s){" along M" if along_m else ""} of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}{", C by TMA stores" if c_box else ""}.
-__device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}{", C by TMA stores" if c_box else ""}{f", epilogue {fused}" if fused else ""}.
+__device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,{_fused_params(fused, out_t)}
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b{", unsigned long long map_c" if c_box else ""}) {{
   {k_steps}{f"{chr(10)}  const unsigned cta_rank = blockIdx.x % 2;  // in the multicast pair" if multicast else ""}
@@ -446,7 +451,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
         const int m = m0 + {f"wg * {slabs * WGMMA_M} + " if along_m else ""}s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
         const int n = n0 + {"" if along_m or ping_pong else f"wg * {n_wg} + "}f * 16 + 8 * (p / 4) + 2 * (lane % 4);
         if (m < m_end && n < {n}) {{
-          {pair_value}{store}
+          {pair_value}{fused_pair(fused, n, out_t, "          ")}{store}
         }}
       }}
     }}
@@ -455,7 +460,8 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     if c_box is not None:
         rows_off = f"wg * {slabs * WGMMA_M} + " if along_m else ""
         cols_off = "" if along_m or ping_pong else f"wg * {n_wg} + "
-        epilogue, staged_decl, staged_end = _staged_epilogue(slabs, frags, c_box, pair_t, pair, rows_off, cols_off)
+        epilogue, staged_decl, staged_end = _staged_epilogue(slabs, frags, c_box, pair_t, pair, rows_off, cols_off,
+                                                             fused_pair(fused, n, out_t, " " * 16))
     producer_step = f"""
       unsigned char* a_s = smem + stage * STAGE_BYTES;
       unsigned char* b_s = a_s + A_BYTES;
@@ -546,6 +552,44 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
                       2 if multicast else split, c_box)
 
 
+def _fused_params(fused: Epilogue, out_t: str) -> str:
+    """The device function's parameters for the epilogue's inputs, in the task's argument order
+    (after A and B, before C): per-channel fp32 vectors, then the residual (C's shape and type)."""
+    params = [f"const float* __restrict__ {name}" for name in fused.channel_inputs]
+    params += [f"const {out_t}* __restrict__ residual"] * fused.residual
+    return "".join(f"\n                                        {param}," for param in params)
+
+
+def fused_pair(fused: Epilogue, n_cols: int, out_t: str, indent: str) -> str:
+    """C statements that take the fp32 pair v0, v1 (C's row m, columns n and n + 1) through the
+    fused epilogue (``Epilogue.apply``'s order: scale, bias, residual, activation), before the
+    output cast; empty without one.  With an even N the pair's inputs are read as pairs (8-byte
+    channel loads, a float2 / half2 residual); with an odd N one by one, column n + 1 only inside C."""
+    if not fused:
+        return ""
+    lines = []
+    paired = n_cols % 2 == 0
+    for name, op in (("scale", "*="), ("bias", "+=")):
+        if getattr(fused, name) and paired:
+            lines += [f"const float2 {name}_n = __ldg(reinterpret_cast<const float2*>({name} + n));",
+                      f"v0 {op} {name}_n.x; v1 {op} {name}_n.y;"]
+        elif getattr(fused, name):
+            lines += [f"v0 {op} __ldg({name} + n);", f"if (n + 1 < {n_cols}) v1 {op} __ldg({name} + n + 1);"]
+    at = f"residual + (long long)m * {n_cols} + n"
+    if fused.residual and paired:
+        pair = (f"__ldg(reinterpret_cast<const float2*>({at}))" if out_t == "float"
+                else f"__half22float2(*reinterpret_cast<const __half2*>({at}))")
+        lines += [f"const float2 residual_mn = {pair};", "v0 += residual_mn.x; v1 += residual_mn.y;"]
+    elif fused.residual:
+        lines += [f"v0 += (float)({at})[0];", f"if (n + 1 < {n_cols}) v1 += (float)({at})[1];"]
+    if fused.activation == "relu":
+        lines.append("v0 = fmaxf(v0, 0.0f); v1 = fmaxf(v1, 0.0f);")
+    elif fused.activation == "gelu":  # the tanh approximation, as Epilogue.apply
+        gelu = "0.5f * {x} * (1.0f + tanhf({c}f * ({x} + 0.044715f * {x} * {x} * {x})))"
+        lines += [f"v{i} = {gelu.format(x=f'v{i}', c=GELU_C)};" for i in (0, 1)]
+    return "".join(f"\n{indent}{line}" for line in [f"// epilogue {fused}", *lines])
+
+
 def c_store_box(view: GemmView) -> TmaBox:
     """tma_store's map of C (row-major, N innermost) and its box: 64 rows x 128 bytes, a staging
     chunk (32 fp32 or 64 fp16 columns), 128-byte swizzled like the stages; TMA clips the box at
@@ -555,13 +599,15 @@ def c_store_box(view: GemmView) -> TmaBox:
 
 
 def _staged_epilogue(slabs: int, frags: int, c_box: TmaBox, pair_t: str, pair: str, rows_off: str,
-                     cols_off: str) -> tuple[str, str, str]:
+                     cols_off: str, fused: str = "") -> tuple[str, str, str]:
     """tma_store's epilogue of one consumer warpgroup: (its code, the counter it declares before
     the tile loop, the wait for its last stores before the kernel ends).  Chunk after chunk of 64
     rows x 128 bytes (``c_box``) alternates between the warpgroup's two staging buffers (after the
     stages): wait until the store from that buffer two chunks ago has read it, write the chunk's
     accumulators (swizzled: conflict-free), fence them for the async proxy, then one thread stores
-    the box and commits it as a bulk group; nothing waits for the global writes themselves."""
+    the box and commits it as a bulk group; nothing waits for the global writes themselves.
+    ``fused``: the fused epilogue's code (``fused_pair``), applied to each pair in C's bounds (TMA
+    clips the rest)."""
     width = c_box.box[0]
     chunk_frags = width // 16
     chunks = frags // chunk_frags
@@ -585,7 +631,7 @@ def _staged_epilogue(slabs: int, frags: int, c_box: TmaBox, pair_t: str, pair: s
           for (int p = 0; p < 8; p += 2) {{
             const int r = warp * 16 + 8 * (p % 4 / 2) + lane / 4;
             const int byte = (f * 16 + 8 * (p / 4) + 2 * (lane % 4)) * {out_bytes};
-            const float v0 = acc[s * {frags} + j * {chunk_frags} + f].x[p], v1 = acc[s * {frags} + j * {chunk_frags} + f].x[p + 1];
+            {"float" if fused else "const float"} v0 = acc[s * {frags} + j * {chunk_frags} + f].x[p], v1 = acc[s * {frags} + j * {chunk_frags} + f].x[p + 1];{_in_bounds(fused, rows_off, cols_off, width, c_box.dims[0])}
             *reinterpret_cast<{pair_t}*>(buf + r * {WS_ROW_BYTES} + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15)) = {pair};
           }}
         }}
@@ -602,6 +648,19 @@ def _staged_epilogue(slabs: int, frags: int, c_box: TmaBox, pair_t: str, pair: s
     end = """
   if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the stores have read the buffers"""
     return epilogue, declare, end
+
+
+def _in_bounds(fused: str, rows_off: str, cols_off: str, width: int, n_cols: int) -> str:
+    """tma_store: the fused epilogue (``fused``) of a staged pair, where its element (row m,
+    column n) is inside C; TMA clips the rest, whose inputs are not read."""
+    if not fused:
+        return ""
+    return f"""
+            {{
+              const int m = m0 + {rows_off}s * {WS_STAGING_ROWS} + r, n = n0 + {cols_off}j * {width} + f * 16 + 8 * (p / 4) + 2 * (lane % 4);
+              if (m < m_end && n < {n_cols}) {{{fused}
+              }}
+            }}"""
 
 
 def _split_partials(split: int, n_frags: int, threads: int) -> str:
@@ -825,8 +884,8 @@ __device__ __forceinline__ void copy16(void* dst, const half* base, bool inside,
 
 
 def kernel_module(view: GemmView, config: Conv2dConfig):
-    """The IRModule TVM compiles: a PrimFunc of the task's (A, B, C) tensors whose kernel is
-    one call of the generated device function, with the launch and shared memory above.
+    """The IRModule TVM compiles: a PrimFunc of the task's (A, B, epilogue inputs, C) tensors
+    whose kernel is one call of the generated device function, with the launch and shared memory above.
     Each TMA operand's tensor map is encoded by the host code on every call (from the
     tensor's own pointer) and reaches the kernel as a ``__grid_constant__`` parameter."""
     import tvm
@@ -843,12 +902,19 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
             for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
     map_dtypes = ["float16", "float16", out_dtype]  # what the maps' elements are
+    # The epilogue's inputs (up to 3): the function takes 3 slots, the unused ones are dropped below.
+    extra = [(shape, dtype) for _, shape, dtype in epilogue_input_specs(view.epilogue, view.n, c_shape, out_dtype)]
+    used = len(extra)
+    extra += [((1,), "float32")] * (3 - used)
 
     @T.prim_func(check_well_formed=False)  # the maps are bound below, in the host part
-    def main(a: T.handle, b: T.handle, c: T.handle):
+    def main(a: T.handle, b: T.handle, e0: T.handle, e1: T.handle, e2: T.handle, c: T.handle):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         A = T.match_buffer(a, a_shape, "float16", align=64)
         B = T.match_buffer(b, b_shape, "float16", align=64)
+        E0 = T.match_buffer(e0, extra[0][0], extra[0][1], align=8)  # 8: the pairs' loads
+        E1 = T.match_buffer(e1, extra[1][0], extra[1][1], align=8)
+        E2 = T.match_buffer(e2, extra[2][0], extra[2][1], align=8)
         C = T.match_buffer(c, c_shape, out_dtype, align=64)
         if kp.cluster > 1:  # a cluster launch: `cluster` consecutive blocks along x
             T.launch_thread("clusterCtaIdx.x", kp.cluster)
@@ -856,10 +922,13 @@ def kernel_module(view: GemmView, config: Conv2dConfig):
         by = T.launch_thread("blockIdx.y", gy)
         tx = T.launch_thread("threadIdx.x", threads)
         buf = T.alloc_buffer((smem,), "uint8", scope="shared.dyn")
-        T.evaluate(cuda_func_call(kp.name, A.data, B.data, C.data, buf.data, *map_args, source_code=kp.source))
+        T.evaluate(cuda_func_call(kp.name, A.data, B.data, *[E0.data, E1.data, E2.data][:used], C.data, buf.data,
+                                  *map_args, source_code=kp.source))
 
+    main = tvm.tirx.PrimFunc([*main.params[:2 + used], main.params[-1]], main.body, attrs=main.attrs)
     host = []
-    for tmap, (_, box), param, dtype in zip(maps, operand_boxes, main.params, map_dtypes):
+    operand_params = [main.params[0], main.params[1], main.params[-1]]
+    for tmap, (_, box), param, dtype in zip(maps, operand_boxes, operand_params, map_dtypes):
         if tmap is None:
             continue
         host.append(tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)))

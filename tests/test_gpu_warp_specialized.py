@@ -2,7 +2,7 @@
 output element by element, with TMA (matrix, spatial and row boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
 dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups (split by
 columns or by rows, or two taking whole tiles in turn), split-K clusters and B multicast to a pair of
-blocks; and keeping wgmma groups in flight changes no bit of it."""
+blocks, C stored with TMA, fused epilogues; and keeping wgmma groups in flight changes no bit of it."""
 
 from dataclasses import replace
 
@@ -12,7 +12,7 @@ import pytest
 from tc_autotune import tasks, workloads
 
 from test_gpu_epilogue import check, run
-from test_warp_specialized import WS
+from test_warp_specialized import FUSED_VIEWS, WS
 
 pytestmark = pytest.mark.gpu
 
@@ -177,3 +177,10 @@ TMA_STORE_CASES = [
 @pytest.mark.parametrize("name,knobs", TMA_STORE_CASES, ids=[c[0][:40] for c in TMA_STORE_CASES])
 def test_tma_store_matches_the_reference(name, knobs):
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, tma_store=1))
+
+
+@pytest.mark.parametrize("name,knobs", FUSED_VIEWS, ids=[c[0][:48] for c in FUSED_VIEWS])
+def test_fused_epilogues_match_the_reference(name, knobs):
+    """Every epilogue part on the registers' store and the TMA store's staging, an odd N, split-K,
+    ping-pong; the reference applies the epilogue to the fp32 accumulators."""
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs))

@@ -706,3 +706,71 @@ def test_validity_and_the_prior_take_zero_rows():
     space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
     none = np.zeros((0, len(space.knobs)), dtype=np.int64)
     assert valid_mask(space, none).shape == (0,) and prior_score(space, none).shape == (0,)
+
+
+# ---- fused epilogues ---------------------------------------------------------------------------
+
+# Every part of the grammar, on both stores (registers, tma_store), fp32 and fp16 output, an odd N
+# (channel and residual inputs read one by one), a conv and both dense layouts.
+FUSED_VIEWS = [
+    ("rfc-1x1-b32-scale_bias_residual_relu", dict(warp_specialized=2, tma_store=1)),
+    ("resnet50-res4-3x3-256-256-b32-bias_relu", dict(consumers_along_m=1, tma_im2col=1)),
+    ("dense:m=100,n=200,k=136,b=nk,out_dtype=float16,epilogue=bias_residual_gelu", dict(stages=3, tma_store=1)),
+    ("dense:m=200,n=75,k=520,b=nk,epilogue=scale_bias_residual_relu", dict(block_col_warps=1, warp_col_tiles=4,
+                                                                           stages=3)),
+    ("dense:m=130,n=192,k=520,b=kn,out_dtype=float16,epilogue=residual", dict(warp_col_tiles=4, stages=3, split_k=2)),
+    ("dense:m=1000,n=1032,k=520,b=kn,epilogue=bias_gelu", dict(block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4,
+                                                               stages=3, warp_specialized=2, ping_pong=1,
+                                                               tma_store=1)),
+]
+
+
+def _fused_source(name, knobs):
+    wl = workloads.get(name)
+    return wl, plan(view_of(wl), replace(WS, **knobs)).source
+
+
+@pytest.mark.parametrize("name,knobs", FUSED_VIEWS)
+def test_the_warp_specialized_kernel_takes_every_epilogue_and_applies_it_in_order(name, knobs):
+    from tc_autotune.epilogue import parse
+
+    wl, source = _fused_source(name, knobs)
+    fused = parse(wl.epilogue)
+    assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None
+    out_t = {"float32": "float", "float16": "half"}[wl.out_dtype]
+    head = source[source.index("void tc_ws_gemm("):source.index("{", source.index("void tc_ws_gemm("))]
+    pointers = re.findall(r"(?:const )?(float|half)\* __restrict__ (\w+)", head)
+    assert pointers == [("half", "A"), ("half", "B"), *[("float", name) for name in fused.channel_inputs],
+                        *[(out_t, "residual")] * fused.residual, (out_t, "C")]  # the task's argument order
+    body = source[source.index(f"// epilogue {fused}"):]
+    steps = [("scale", "scale"), ("bias", "bias"), ("residual", "residual"), ("activation", "fmaxf" if
+             fused.activation == "relu" else "tanhf")]
+    positions = [body.index(token) for part, token in steps if getattr(fused, part)]
+    assert positions == sorted(positions)  # Epilogue.apply's order
+    store = "tma_store_2d(" if knobs.get("tma_store") else "*>(C + (long long)m" if wl.out_shape[-1] % 2 == 0 else "C[("
+    assert body.index(store) > positions[-1]  # the output after the epilogue
+    if wl.out_shape[-1] % 2:  # odd N: column n + 1's inputs only inside C
+        assert f"if (n + 1 < {wl.out_shape[-1]})" in body
+
+
+def test_a_plain_workload_generates_the_kernel_it_did_before_epilogues():
+    """The plain kernel's code is unchanged by the fused path (its probe fingerprints pin that)."""
+    _, plain = _fused_source("dense:m=100,n=200,k=136,b=nk", dict(stages=3))
+    assert "epilogue" not in plain and "const float v0 = acc" in plain
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("name,knobs", FUSED_VIEWS[:4])
+def test_fused_warp_specialized_kernels_compile_without_spills_and_take_the_inputs(name, knobs):
+    from tc_autotune.epilogue import parse
+    from tc_autotune.kernel import build
+
+    from test_codegen import _ptxas_report
+
+    wl = workloads.get(name)
+    kernel = build(wl, replace(WS, **knobs), target="sm_90")
+    signature = next(line for line in kernel.cuda_source.splitlines() if "__global__" in line)
+    assert signature.count("__restrict__") == 3 + len(parse(wl.epilogue).inputs), signature
+    report = _ptxas_report(kernel.cuda_source)
+    assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
