@@ -125,7 +125,7 @@ DENSE_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
 # Knobs appended after the fingerprints above were first recorded: a config that leaves them
 # at their default generates the code it did before them, and hashes without them.
 LATER_KNOBS = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
-               "tma_im2col", "tma_store")
+               "tma_im2col", "tma_store", "setmaxnreg")
 
 # wgmma groups in flight across k-steps (wgmma_in_flight=1): 2-4 stages, split-K, both
 # warpgroup widths, fp16 output, fp32 input, a fused epilogue; each task's apart, keyed by its
@@ -327,11 +327,29 @@ DENSE_WS_FUSED_PROBES: tuple[tuple[str, dict], ...] = (
                                                                ping_pong=1)),
 )
 
+# Registers moved from the producer to the two consumer warpgroups (setmaxnreg=1): persistent
+# im2col along M with TMA stores, ping-pong, unpersistent split by columns with split-K.
+_MAXNREG = dict(_WS, setmaxnreg=1)
+WS_SETMAXNREG_FINGERPRINTS = {
+    1: "8933602f38609d0abba63b2dd734794f49e4aafb49caaa3fa4a28e7478584440",
+}
+WS_SETMAXNREG_PROBES: tuple[tuple[str, dict], ...] = (
+    ("tutorial", dict(_MAXNREG, block_col_warps=2, warp_specialized=2, consumers_along_m=1, tma_im2col=1, tma_store=1)),
+    ("rfc-3x3-b256", dict(_MAXNREG, block_col_warps=1, warp_specialized=2, ping_pong=1, tma_im2col=1)),
+)
+DENSE_WS_SETMAXNREG_FINGERPRINTS = {
+    2: "10ca14480f2c51fe40673e511a2f9320874f881bde1e7ac806b5bb008e66d717",
+}
+DENSE_WS_SETMAXNREG_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=100,n=200,k=520,b=kn,out_dtype=float16", dict(_MAXNREG, block_col_warps=2, stages=3, split_k=2)),
+)
+
 # The warp-specialized kernel's probe sets: "<name>_PROBES" and "<name>_FINGERPRINTS" above, keyed by
 # the conv2d task's version, or the dense task's for the DENSE_ ones.
 WARP_SPECIALIZED_PROBE_SETS = ("WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
                                "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG",
-                               "WS_IM2COL", "WS_TMA_STORE", "DENSE_WS_TMA_STORE", "WS_FUSED", "DENSE_WS_FUSED")
+                               "WS_IM2COL", "WS_TMA_STORE", "DENSE_WS_TMA_STORE", "WS_FUSED", "DENSE_WS_FUSED",
+                               "WS_SETMAXNREG", "DENSE_WS_SETMAXNREG")
 
 
 def probe_set(name: str) -> tuple[tuple, dict, int]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .gemm import MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, a_is_matrix, box_tile, c_rows_aligned, im2col_window
-from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N
+from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, storing_warpgroups
 from .rules import Rule, per_block_m, requires_rule
 
 
@@ -55,6 +55,7 @@ _WGMMA_KNOBS = {
     "ping_pong": "alternates two wgmma consumer warpgroups over whole tiles",
     "tma_im2col": "loads a warp-specialized kernel's A with TMA's im2col mode",
     "tma_store": "stores a warp-specialized kernel's C with TMA",
+    "setmaxnreg": "moves registers from a warp-specialized kernel's producer to its consumers",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -184,6 +185,14 @@ _WARP_SPECIALIZED_RULES = (
                            "16 bytes, and blocks of consecutive rows of C (A a matrix, im2col or gathered: not "
                            f"whole output rows in TMA boxes), not warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}, N={c.view.n} x {c.view.out_dtype}, tma_im2col={cfg.tma_im2col}"),
+    # setmaxnreg: only a block of three warpgroups has registers to move (with one consumer, 256
+    # threads, every thread may already hold 255).
+    Rule("setmaxnreg",
+         lambda v, c: (v["setmaxnreg"] == 0) | ((v["warp_specialized"] > 0)
+                                                & (storing_warpgroups(v["block_col_warps"], v["ping_pong"]) == 2)),
+         lambda cfg, v, c: "setmaxnreg=1 needs the warp-specialized kernel with two consumer warpgroups "
+                           "(block_col_warps=2 or ping_pong=1), not warp_specialized="
+                           f"{cfg.warp_specialized}, block_col_warps={cfg.block_col_warps}, ping_pong={cfg.ping_pong}"),
 )
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte

@@ -68,13 +68,18 @@ KNOBS: dict[str, tuple] = {
     # so the global writes run on while the warpgroup writes the next chunk or computes the next tile
     # (CUTLASS's TMA epilogue), instead of 8-byte stores from registers.
     "tma_store": (0, 1),
+    # 1 (warp_specialized with two consumer warpgroups: 384 threads): the producer warpgroup hands
+    # registers back (setmaxnreg.dec to WS_PRODUCER_REGS) and the consumers take them
+    # (setmaxnreg.inc to WS_CONSUMER_REGS), as CUTLASS's warp-specialized kernels do: ptxas may give
+    # the consumers' code 232 registers instead of the 168 a 384-thread launch allows each thread.
+    "setmaxnreg": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
                  "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
-                 "tma_store": 0}
+                 "tma_store": 0, "setmaxnreg": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -88,6 +93,9 @@ WS_ALIGN_BYTES = 1024  # slack to align the stages to the 1024-byte swizzle patt
 # tma_store: a storing warpgroup's staging buffers, two chunks of 64 rows x 128 bytes of C
 WS_STAGING_ROWS, WS_STAGING_BUFFERS = 64, 2
 WS_STAGING_BYTES = WS_STAGING_BUFFERS * WS_STAGING_ROWS * WS_ROW_BYTES
+# setmaxnreg: registers per thread of the producer and of the two consumer warpgroups, which must fit
+# the 65536 of an SM: 128 x 40 + 256 x 232 = 64512, the 384 x 168 a launch of three warpgroups holds
+WS_PRODUCER_REGS, WS_CONSUMER_REGS = 40, 232
 
 
 def warp_specialized_tiles(stages, block_m, block_n):
@@ -144,6 +152,7 @@ class Conv2dConfig:
     ping_pong: int = 0
     tma_im2col: int = 0
     tma_store: int = 0
+    setmaxnreg: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:

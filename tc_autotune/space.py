@@ -102,14 +102,15 @@ class ConfigSpace:
         self.knobs = {name: (knobs or KNOBS).get(name, (KNOB_DEFAULTS.get(name),)) for name in KNOBS}
         self._radices = [len(c) for c in self.knobs.values()]
         self.context = Context.of(self.view, self.gpu)
-        # Random draws (``drawn``) keep two TMA knobs at their first value, 0, so they are no rarer
-        # in valid configs than before the knobs: tma_im2col where TMA's im2col mode cannot load
-        # A (dense, 1x1 stride-1 convs, channels not a multiple of 64) or the table has no
-        # warp-specialized kernel; tma_store always (its 1 is valid only on that kernel, a sliver
-        # of a uniform draw: free, it halved a conv's valid draws again).  The tuner reaches
-        # tma_store=1 through the starting tilings and its annealing moves, which change any knob.
+        # Random draws (``drawn``) keep three knobs of the warp-specialized kernel at their first
+        # value, 0, so they are no rarer in valid configs than before the knobs: tma_im2col where
+        # TMA's im2col mode cannot load A (dense, 1x1 stride-1 convs, channels not a multiple of 64)
+        # or the table has no warp-specialized kernel; tma_store and setmaxnreg always (their 1 is
+        # valid only on that kernel, a sliver of a uniform draw: free, tma_store halved a conv's
+        # valid draws again).  The tuner reaches their 1 through the starting tilings (tma_store)
+        # and its annealing moves, which change any knob.
         applies = {"tma_im2col": any(self.knobs["warp_specialized"]) and im2col_window(self.view) is not None,
-                   "tma_store": False}
+                   "tma_store": False, "setmaxnreg": False}
         self._draw_radices = [1 if not applies.get(name, True) and candidates[0] == 0 else radix
                               for (name, candidates), radix in zip(self.knobs.items(), self._radices)]
         self.draw_bound = math.prod(self._draw_radices)
@@ -240,7 +241,8 @@ def _default_config(workload: Conv2dWorkload, gpu: GpuInfo, knobs: tuple) -> Con
     grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
             [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
     # Never the warp-specialized kernel: a default must be a kernel measured across many shapes.
-    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store"):
+    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
+                 "setmaxnreg"):
         if knob in grid and 0 in space.knobs[knob]:
             grid[knob] = [space.knobs[knob].index(0)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]

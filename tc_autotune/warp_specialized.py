@@ -54,8 +54,8 @@ from .epilogue import input_specs as epilogue_input_specs
 from .gemm import (COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile,
                    im2col_window)
 from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
-from .knobs import (PRODUCER_THREADS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, WS_STAGING_BUFFERS,
-                    WS_STAGING_BYTES, WS_STAGING_ROWS, Conv2dConfig)
+from .knobs import (PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
+                    WS_ROW_BYTES, WS_STAGING_BUFFERS, WS_STAGING_BYTES, WS_STAGING_ROWS, Conv2dConfig)
 
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
 CHUNK = 8  # fp16 elements per 16-byte cp.async
@@ -250,7 +250,8 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
             or view.dtype != "float16" or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
-            or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))):
+            or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))
+            or (config.setmaxnreg and warpgroups != 2)):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     b_col_major = view.b.layout == COL_MAJOR
     in_flight = bool(config.wgmma_in_flight)
@@ -419,7 +420,7 @@ def plan(view: GemmView, config: Conv2dConfig) -> KernelPlan:
 {_HELPERS}{_CLUSTER_HELPERS if split > 1 or multicast else ""}{_MULTICAST_HELPERS if multicast else ""}{_IM2COL_HELPERS if im2col else ""}{_STORE_HELPERS if c_box else ""}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {"cp.async" if gather else "TMA"}{" (row boxes)" if row_boxes else " (spatial tile)" if tile else " (im2col)" if im2col else ""}, B by TMA; block {bm} x {bn}, {consumers} consumer warpgroup(s){" along M" if along_m else ""} of {slabs} slab(s) x {n_wg} columns,
-// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}{", C by TMA stores" if c_box else ""}{f", epilogue {fused}" if fused else ""}.
+// {config.stages} stages, B {"[n][k]" if b_col_major else "[k][n] in 64-column atoms"}{", groups in flight" if in_flight else ""}{", persistent" if persistent else ""}{", ping-pong (2 consumer warpgroups, whole tiles in turn)" if ping_pong else ""}{f", split-K over a cluster of {split}" if split > 1 else ""}{", B multicast to a pair along M" if multicast else ""}{", C by TMA stores" if c_box else ""}{", registers moved to the consumers (setmaxnreg)" if config.setmaxnreg else ""}{f", epilogue {fused}" if fused else ""}.
 __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* __restrict__ B,{_fused_params(fused, out_t)}
                                         {out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b{", unsigned long long map_c" if c_box else ""}) {{
@@ -466,6 +467,14 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
       unsigned char* a_s = smem + stage * STAGE_BYTES;
       unsigned char* b_s = a_s + A_BYTES;
       const int k0 = {first_k} * {WGMMA_K};{tma_issue}{a_copy}"""
+    # setmaxnreg: the whole producer warpgroup hands registers back before its idle threads exit; the
+    # consumers take them before their first instruction that could use them.
+    give_back = take = ""
+    if config.setmaxnreg:
+        give_back = f"""
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 {WS_PRODUCER_REGS};" ::: "memory");  // registers to the consumers"""
+        take = f"""  asm volatile("setmaxnreg.inc.sync.aligned.u32 {WS_CONSUMER_REGS};" ::: "memory");  // the producer's registers
+"""
     fill = f"""
   #pragma unroll
   for (int f = 0; f < {slabs * frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);"""
@@ -474,7 +483,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
   // Blocks in groups of {RASTER_GROUP} M tiles, N fastest within a group: a wave of blocks shares
   // a few A row panels and B column panels in L2 instead of sweeping all of A for each N tile.
   const int linear = {linear_of_block}, {coords("").replace("const int per_group", "per_group", 1)}""" + init + f"""
-  if (tid < {PRODUCER_THREADS}) {{
+  if (tid < {PRODUCER_THREADS}) {{{give_back}
     if (!({producers})) return;  // {producer_note}
     for (int kt = 0; kt < KT; ++kt) {{
       const int stage = kt % STAGES;
@@ -482,7 +491,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     }}{producer_end}
     return;
   }}
-  const int wg = tid / 128 - 1;
+{take}  const int wg = tid / 128 - 1;
   {_ACC} acc[{slabs * frags}];{fill}{staged_decl}
   for (int kt = 0; kt < KT; ++kt) {{
     const int stage = kt % STAGES;
@@ -517,7 +526,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     if (tile + (int)gridDim.x < {tiles}) asm volatile("bar.arrive %0, {2 * PRODUCER_THREADS};" :: "r"(3 - wg) : "memory");  // its turn"""
             skip = "\n    it += KT;  // the other warpgroup's tile"
         source = head + init + f"""
-  if (tid < {PRODUCER_THREADS}) {{
+  if (tid < {PRODUCER_THREADS}) {{{give_back}
     if (!({producers})) return;  // {producer_note}
     int it = 0;
     for (int tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{
@@ -529,7 +538,7 @@ __device__ __forceinline__ void {name}(const half* __restrict__ A, const half* _
     }}{producer_end}
     return;
   }}
-  const int wg = tid / 128 - 1;
+{take}  const int wg = tid / 128 - 1;
   const int warp = tid / 32 % 4, lane = tid % 32;
   {_ACC} acc[{slabs * frags}];
   int it = {first_it};{staged_decl}

@@ -76,12 +76,15 @@ LATER_VARIANTS = {
     "ping-pong": {**VARIANTS["wgmma"], "warp_specialized": (2,), "ping_pong": (1,)},
     "tma-im2col": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "tma_im2col": (1,)},
     "tma-store": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "tma_im2col": (0, 1), "tma_store": (1,)},
+    "setmaxnreg": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "ping_pong": (0, 1), "tma_store": (0, 1),
+                   "setmaxnreg": (1,)},
 }
 # Later variants with masks only, no CUDA cases: the warp-specialized kernel's code is
 # fingerprinted by the generator's probes (WS_PROBES and those after it).
-MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong", "tma-im2col", "tma-store")
+MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong", "tma-im2col", "tma-store",
+                      "setmaxnreg")
 LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b",
-                  "ping_pong", "tma_im2col", "tma_store")  # later knobs' features
+                  "ping_pong", "tma_im2col", "tma_store", "setmaxnreg")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
 # pinned to their default and left out), as each entry was first written.
 FEATURE_ENTRIES = {
@@ -94,6 +97,8 @@ FEATURE_ENTRIES = {
                             "tma_im2col"),
     "features+tma_store": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
                            "tma_im2col", "tma_store"),
+    "features+setmaxnreg": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
+                            "tma_im2col", "tma_store", "setmaxnreg"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
 CUDA_PER_CELL = 2  # configs per (workload, variant)

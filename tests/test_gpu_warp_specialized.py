@@ -2,7 +2,7 @@
 output element by element, with TMA (matrix, spatial and row boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
 dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups (split by
 columns or by rows, or two taking whole tiles in turn), split-K clusters and B multicast to a pair of
-blocks, C stored with TMA, fused epilogues; and keeping wgmma groups in flight changes no bit of it."""
+blocks, C stored with TMA, fused epilogues, registers moved by setmaxnreg; and keeping wgmma groups in flight changes no bit of it."""
 
 from dataclasses import replace
 
@@ -12,7 +12,7 @@ import pytest
 from tc_autotune import tasks, workloads
 
 from test_gpu_epilogue import check, run
-from test_warp_specialized import FUSED_VIEWS, WS
+from test_warp_specialized import FUSED_VIEWS, MAXNREG_VIEWS, WS
 
 pytestmark = pytest.mark.gpu
 
@@ -184,3 +184,10 @@ def test_fused_epilogues_match_the_reference(name, knobs):
     """Every epilogue part on the registers' store and the TMA store's staging, an odd N, split-K,
     ping-pong; the reference applies the epilogue to the fp32 accumulators."""
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs))
+
+
+@pytest.mark.parametrize("name,knobs", MAXNREG_VIEWS, ids=[c[0][:40] for c in MAXNREG_VIEWS])
+def test_setmaxnreg_kernels_match_the_reference(name, knobs):
+    """Registers moved from the producer to the consumers: persistent im2col with TMA stores,
+    ping-pong, split-K over a cluster."""
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, setmaxnreg=1))

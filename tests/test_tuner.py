@@ -159,7 +159,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
-             "tma_im2col": (0,), "tma_store": (0,)}  # the warp-specialized kernel's: below
+             "tma_im2col": (0,), "tma_store": (0,), "setmaxnreg": (0,)}  # the warp-specialized kernel's: below
     space = ConfigSpace(workloads.get("tutorial"), gpu_for_arch(arch), knobs)
     indices = np.random.default_rng(2).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))
@@ -172,7 +172,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 @pytest.mark.parametrize("name", ["tutorial", "dense:m=200,n=4096,k=4096,b=nk"])
 def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     """The warp-specialized kernel's own knobs (consumers along M, B multicast, ping-pong, TMA im2col,
-    split-K, stages, tilings) free around its required values, where their rules interact."""
+    setmaxnreg, split-K, stages, tilings) free around its required values, where their rules interact."""
     from tc_autotune.space import KNOBS
 
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
@@ -186,7 +186,7 @@ def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     assert (mask == expected).all()
     valid = [c for c, ok in zip(configs, expected) if ok]
     assert any(c.consumers_along_m for c in valid) and any(c.multicast_b for c in valid)
-    assert any(c.ping_pong for c in valid)
+    assert any(c.ping_pong for c in valid) and any(c.setmaxnreg for c in valid)
     assert any(c.tma_im2col for c in valid) == (name == "tutorial")  # a conv's A, not dense
     assert not expected.all()
 

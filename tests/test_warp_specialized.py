@@ -466,9 +466,9 @@ def test_rules_of_tma_im2col():
         wl = workloads.get(name)
         other = tasks.of(wl).space(wl, gpu)
         assert "this workload's A is none" in other.why_invalid(im2col), name
-        # random draws stay where the knob is 0 (and tma_store too): the draws from before them
-        assert 4 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
-    assert 2 * space.draw_bound == len(space)
+        # random draws stay where the knob is 0 (and tma_store and setmaxnreg too): the draws from before them
+        assert 8 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
+    assert 4 * space.draw_bound == len(space)
     mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
     assert "tma_im2col=1 loads" in space.why_invalid(mma)
 
@@ -632,7 +632,7 @@ def test_rules_of_tma_store():
     assert replace(WS, tma_store=1).smem_bytes == 230464 and why("rfc-1x1-b256", warp_specialized=2) is None
 
 
-def test_random_draws_keep_tma_store_and_an_im2col_that_cannot_apply_at_zero():
+def test_random_draws_keep_tma_store_setmaxnreg_and_an_im2col_that_cannot_apply_at_zero():
     from tc_autotune.knobs import KNOBS
 
     def space(name, **knobs):
@@ -641,14 +641,15 @@ def test_random_draws_keep_tma_store_and_an_im2col_that_cannot_apply_at_zero():
         return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
 
     conv, one_by_one = space("tutorial"), space("rfc-1x1-b32")
-    assert 2 * conv.draw_bound == len(conv) and 4 * one_by_one.draw_bound == len(one_by_one)
-    assert 4 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
-    # tma_im2col is the knob before the last: a conv's draws reach both its values, never tma_store=1
+    assert 4 * conv.draw_bound == len(conv) and 8 * one_by_one.draw_bound == len(one_by_one)
+    assert 8 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
+    # tma_im2col is the third knob from the end: a conv's draws reach both its values, never
+    # tma_store=1 or setmaxnreg=1
     drawn = [conv.get(int(i)) for i in conv.drawn(np.arange(0, conv.draw_bound, 9_999_991))]
-    assert {c.tma_im2col for c in drawn} == {0, 1} and not any(c.tma_store for c in drawn)
+    assert {c.tma_im2col for c in drawn} == {0, 1} and not any(c.tma_store or c.setmaxnreg for c in drawn)
     assert np.array_equal(conv.drawn(np.arange(100)), np.arange(100))
     sampled = conv.sample(20, seed=1)  # as many valid configs as the draws found before tma_store
-    assert len(sampled) == 20 and not any(c.tma_store for c in sampled)
+    assert len(sampled) == 20 and not any(c.tma_store or c.setmaxnreg for c in sampled)
 
 
 def test_the_persistent_starting_tilings_store_c_with_tma_where_they_can():
@@ -773,4 +774,60 @@ def test_fused_warp_specialized_kernels_compile_without_spills_and_take_the_inpu
     assert signature.count("__restrict__") == 3 + len(parse(wl.epilogue).inputs), signature
     report = _ptxas_report(kernel.cuda_source)
     assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+# ---- registers moved from the producer to the consumers (setmaxnreg=1) --------------------------
+
+MAXNREG_VIEWS = [("tutorial", dict(warp_specialized=2, consumers_along_m=1, tma_im2col=1, tma_store=1)),
+                 ("rfc-3x3-b256", dict(warp_specialized=2, block_col_warps=1, ping_pong=1, tma_im2col=1)),
+                 ("dense:m=100,n=200,k=520,b=kn,out_dtype=float16", dict(stages=3, split_k=2))]
+
+
+@pytest.mark.parametrize("name,knobs", MAXNREG_VIEWS)
+def test_setmaxnreg_moves_the_producers_registers_to_the_consumers(name, knobs):
+    """The whole producer warpgroup gives registers back before its idle threads exit, each
+    consumer thread takes them before its first instruction; 128 x 40 + 256 x 232 fits an SM."""
+    from tc_autotune.knobs import WS_CONSUMER_REGS, WS_PRODUCER_REGS
+
+    view = view_of(workloads.get(name))
+    plain, moved = (plan(view, replace(WS, **knobs, setmaxnreg=on)).source for on in (0, 1))
+    assert "setmaxnreg" not in plain
+    lines = moved.splitlines()
+    producer = lines.index("  if (tid < 128) {")
+    assert lines[producer + 1].strip().startswith(f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {WS_PRODUCER_REGS};"')
+    assert "return;" in lines[producer + 2]  # the idle producer threads exit after it
+    consumer = next(i for i, line in enumerate(lines) if line.strip() == "const int wg = tid / 128 - 1;")
+    assert f"setmaxnreg.inc.sync.aligned.u32 {WS_CONSUMER_REGS};" in lines[consumer - 1]
+    assert moved.count("setmaxnreg.") == 2
+    assert 128 * WS_PRODUCER_REGS + 256 * WS_CONSUMER_REGS <= 65536  # an SM's register file
+    assert WS_PRODUCER_REGS % 8 == WS_CONSUMER_REGS % 8 == 0  # setmaxnreg's granularity
+
+
+def test_rules_of_setmaxnreg():
+    space = tasks.of(workloads.get("tutorial")).space(workloads.get("tutorial"), gpu_for_arch("sm_90"))
+    assert space.why_invalid(replace(WS, setmaxnreg=1)) is None  # 2 consumers by columns
+    assert space.why_invalid(replace(WS, warp_specialized=2, block_col_warps=1, ping_pong=1, setmaxnreg=1)) is None
+    one = replace(WS, block_col_warps=1, setmaxnreg=1)
+    assert "setmaxnreg=1 needs the warp-specialized kernel with two consumer warpgroups" in space.why_invalid(one)
+    plain = replace(WS, warp_specialized=0, wgmma_in_flight=0, setmaxnreg=1, vec_c=4)
+    assert "setmaxnreg=1 needs" in space.why_invalid(plain)
+    with pytest.raises(ValueError, match="not a warp-specialized config"):
+        plan(view_of(workloads.get("tutorial")), one)
+    draws = space.drawn(np.arange(0, space.draw_bound, space.draw_bound // 997))
+    assert not any(space.get(int(i)).setmaxnreg for i in draws)  # draws keep it at 0
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("name,knobs", MAXNREG_VIEWS)
+def test_setmaxnreg_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
+    from tc_autotune.kernel import build
+
+    from test_codegen import _ptxas_report
+
+    kernel = build(workloads.get(name), replace(WS, **knobs, setmaxnreg=1), target="sm_90")
+    assert "setmaxnreg.inc.sync.aligned.u32" in kernel.cuda_source
+    report = _ptxas_report(kernel.cuda_source)
+    assert "serialized" not in report and "(C7514" not in report and "(C7517" not in report, report
+    assert "setmaxnreg" not in report.lower(), report  # ptxas warns where it ignores the instruction
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
