@@ -730,11 +730,12 @@ STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
          consumers_along_m=1, split_k=4),
     # ping-pong at 128x128 and 64x256 (one m64n256 a warpgroup): the fastest kernels of those tiles
-    # (BENCHMARKS 23), best where 128x256 tiles are too few to fill the GPU
+    # (BENCHMARKS 23), best where 128x256 tiles are too few to fill the GPU; with the producer's
+    # registers moved to the consumers (setmaxnreg: 1.02-1.05x on ping-pong, BENCHMARKS 26c)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
-         ping_pong=1, **_STORED),
+         ping_pong=1, setmaxnreg=1, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=2,
-         ping_pong=1, **_STORED),
+         ping_pong=1, setmaxnreg=1, **_STORED),
     # A by TMA im2col (convs only): no rows lost where whole output rows do not fill a block;
     # 1.15-1.2x the best earlier kernel on the 14x14 seeds at 128x256 (BENCHMARKS 24)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,

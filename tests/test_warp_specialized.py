@@ -663,6 +663,11 @@ def test_the_persistent_starting_tilings_store_c_with_tma_where_they_can():
         assert persistent and all(c.tma_store == stored for c in persistent), name
         assert all(c.tma_store == 0 for c in found if c.warp_specialized == 1)
     assert sum(t.get("tma_store", 0) for t in STARTING_TILINGS) == 5
+    # setmaxnreg on the two ping-pong tilings, which keep it wherever they are valid
+    assert [t.get("setmaxnreg", 0) for t in STARTING_TILINGS] == [t.get("ping_pong", 0) for t in STARTING_TILINGS]
+    wl = workloads.get("rfc-3x3-b32")
+    ping_pong = [c for c in starting_configs(tasks.of(wl).space(wl, gpu)) if c.ping_pong]
+    assert len(ping_pong) == 2 and all(c.setmaxnreg for c in ping_pong)
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
