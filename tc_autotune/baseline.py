@@ -12,6 +12,7 @@ PyTorch is optional: ``available()`` says whether it can run here.
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 
@@ -21,6 +22,8 @@ from . import epilogue
 from .results import TOLERANCE, check_then_time
 from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
+
+log = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -143,8 +146,9 @@ def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10,
     raised until a repeat lasts ``min_repeat_ms``, as TVM's time_evaluator does for ours).
 
     The launches are captured in a CUDA graph and replayed, so small convolutions are
-    timed on the GPU rather than on PyTorch's per-call host overhead (~15-20 us), which
-    is what our kernels' TVM time_evaluator measures too.  Falls back to eager launches
+    timed on the GPU rather than on PyTorch's per-call host overhead (~15-20 us).  The
+    benchmark times our kernels with it too (``benchmark.checked_kernel_time``), so both
+    sides of a ratio are launched alike.  Falls back to eager launches, with a warning,
     where capture fails.
     """
     import torch
@@ -171,7 +175,8 @@ def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10,
             for _ in range(number):
                 run()
         launch = graph.replay
-    except Exception:  # capture unsupported here: time eager launches
+    except Exception as err:  # capture unsupported here: time eager launches
+        log.warning("CUDA graph capture failed (%s): timing eager launches, host overhead included", err)
         def launch():
             for _ in range(number):
                 run()

@@ -60,8 +60,15 @@ def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int
     """(median seconds or None, relative error) on ``arrays`` (the task's inputs, then the
     reference): run once on NaN-poisoned output, check against the reference, and time only
     a kernel whose result is right.  Each repeat runs at least ``min_repeat_ms`` of
-    back-to-back launches (cuDNN is timed the same way), so 10 us kernels are timed in
-    steady state and not on a handful of launches."""
+    back-to-back launches, so 10 us kernels are timed in steady state.
+
+    Where PyTorch runs (where the baseline is timed at all), our launches are timed as the
+    baseline's are (``baseline.time_launches``: on torch's stream, replayed from a CUDA graph),
+    so both sides of a ratio pay the same per-launch cost; TVM's time_evaluator launches
+    eagerly and adds 1-2.6 us a launch on an H100 (BENCHMARKS 26e).  Elsewhere, time_evaluator."""
+    if baseline.available():
+        return _graph_kernel_time(kernel, workload, *arrays, number=number, repeat=repeat,
+                                  min_repeat_ms=min_repeat_ms)
     *inputs, reference = arrays
     dev = tvm.cuda(0)
     out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
@@ -70,6 +77,29 @@ def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int
         lambda: kernel(*args), out.numpy, reference,
         lambda: time_kernel(kernel, *args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
         TOLERANCE)
+    return _median_or_wrong(times, err, workload, kernel)
+
+
+def _graph_kernel_time(kernel, workload, *arrays, number: int, repeat: int,
+                       min_repeat_ms: float) -> tuple[float | None, float]:
+    """``checked_kernel_time`` on torch tensors: the kernel runs on torch's stream (in place,
+    DLPack), checked once, then timed by ``baseline.time_launches``."""
+    import torch
+
+    *inputs, reference = arrays
+    tensors = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+    out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
+
+    def run():
+        kernel(*tensors, out=out)
+
+    times, err = check_then_time(
+        run, lambda: out.cpu().numpy(), reference,
+        lambda: baseline.time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms), TOLERANCE)
+    return _median_or_wrong(times, err, workload, kernel)
+
+
+def _median_or_wrong(times, err: float, workload, kernel) -> tuple[float | None, float]:
     if times is None:
         log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
         return None, err

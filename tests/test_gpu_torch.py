@@ -71,3 +71,31 @@ def test_tensors_that_would_need_a_copy_are_refused(example, torch):
                                 (x, b1.half(), r"bias must be float32\[64\], got float16\[64\]")]:
         with pytest.raises(ValueError, match=message):
             tc.conv2d(data, w1, out_dtype="float16", bias=bias, activation="relu")
+
+
+@pytest.mark.parametrize("name", ["rfc-3x3-b1", "dense:m=16,n=4096,k=4096,b=nk", "n=2,h=14,c=64,k=64,r=3,pad=1,dtype=float32"])
+def test_the_benchmark_times_our_kernels_as_it_times_the_baseline(name, torch):
+    """checked_kernel_time replays our launches from a CUDA graph on torch's stream, as the
+    baseline's are timed: the same kernel, checked first, at most what TVM's time_evaluator
+    (eager launches) measures; a wrong result is never timed.  Split-K's second kernel and
+    fp32 input's cast kernel are in the graph too."""
+    import numpy as np
+    import tvm
+
+    from tc_autotune import workloads
+    from tc_autotune.benchmark import checked_kernel_time, task_arrays
+    from tc_autotune.kernel import build
+    from tc_autotune.measure import time_kernel
+
+    wl = workloads.get(name)
+    kernel = build(wl)
+    arrays = task_arrays(wl)
+    graph, err = checked_kernel_time(kernel, wl, *arrays, repeat=10)
+    assert graph is not None and err < 1e-2
+    dev = tvm.cuda(0)
+    args = [tvm.runtime.tensor(a, device=dev) for a in arrays[:-1]]
+    args.append(tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev))
+    eager = float(np.median(time_kernel(kernel, *args, number=20, repeat=10, min_repeat_ms=10)))
+    assert 0 < graph <= 1.05 * eager, (graph, eager)
+    wrong, wrong_err = checked_kernel_time(kernel, wl, *arrays[:-1], arrays[-1] + 1.0, repeat=3)
+    assert wrong is None and wrong_err > 1e-2
