@@ -19,13 +19,15 @@ _EXPORTS = {
     "dense_space": "space",
     "build_dense": "kernel",
     "apply_history_best": "apply",
-    "conv2d": "kernel",
-    "dense": "kernel",
+    "conv2d": "functional",
+    "dense": "functional",
     "load_best": "records",
     "pick_best": "records",
     "XGBTuner": "tuner",
     "RandomTuner": "tuner",
     "GridTuner": "tuner",
+    "optimize": "pytorch",  # these two import torch
+    "extract_workloads": "pytorch",
 }
 
 __all__ = list(_EXPORTS)

@@ -66,13 +66,19 @@ def apply_history_best(logs, include_stale: bool = False):
 
 def active_logs() -> tuple[tuple[str, bool], ...]:
     """The log sets consulted, in order, with whether each may give stale records: those of
-    enclosing apply_history_best blocks, then this GPU's shipped log, then all shipped logs."""
+    enclosing apply_history_best blocks, then this GPU's shipped log, then all shipped logs.
+    Cheap (every ``tc.conv2d`` call reads it): the shipped part is found once per location."""
+    return _active_logs.get() + _shipped_log_sets(os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS"))
+
+
+@functools.lru_cache(maxsize=8)
+def _shipped_log_sets(_location: str | None) -> tuple[tuple[str, bool], ...]:
     shipped = shipped_logs_dir()
     if shipped is None:
-        return _active_logs.get()
+        return ()
     gpu = local_gpu()  # this GPU's own shipped log first, then any of the same arch
     own = shipped / gpu_log_name(gpu.name) if gpu else None
-    return _active_logs.get() + (((str(own), False),) if own and own.exists() else ()) + ((str(shipped), False),)
+    return (((str(own), False),) if own and own.exists() else ()) + ((str(shipped), False),)
 
 
 @functools.lru_cache(maxsize=128)
@@ -99,10 +105,11 @@ def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.R
     return found
 
 
-def best_config(workload: Conv2dWorkload, gpu: GpuInfo) -> tuple[Conv2dConfig, float, str] | None:
-    """(config, seconds, log) of the best valid record for the workload, first log set first."""
+def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
+    """(config, seconds, log) of the best valid record for the workload, first log set first
+    (``logs``: (path, include stale) pairs, default ``active_logs()``)."""
     space = tasks.of(workload).space(workload, gpu)
-    for path, include_stale in active_logs():
+    for path, include_stale in active_logs() if logs is None else logs:
         found = records.load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
                                   include_stale=include_stale)
         if found and space.is_valid(found[0]):
@@ -121,11 +128,12 @@ class ConfigChoice:
     log: str | None = None  # the log set the record came from
 
 
-def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True) -> ConfigChoice:
-    """The best record of the active logs; without one, the config the shipped histories'
-    cost model predicts for this unseen shape (``zero_shot``); without training data for
-    this GPU's arch, the default config.  The last two warn (``NoTunedConfigWarning``)."""
-    found = best_config(workload, gpu)
+def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, logs=None) -> ConfigChoice:
+    """The best record of the active logs (or of ``logs``, as ``best_config`` takes them);
+    without one, the config the shipped histories' cost model predicts for this unseen shape
+    (``zero_shot``); without training data for this GPU's arch, the default config.  The last
+    two warn (``NoTunedConfigWarning``)."""
+    found = best_config(workload, gpu, logs)
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])

@@ -4,7 +4,6 @@ ready to run.  One kernel class serves every task: its tensors are the task's si
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -14,8 +13,7 @@ import tvm
 import tvm_ffi
 
 from . import cuda, tasks
-from .apply import active_logs, best_or_default_config, dense_workload_of, workload_of
-from .epilogue import of_inputs as epilogue_of
+from .apply import best_or_default_config
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
 from .intrinsic_paths import get as intrinsic_path
 from .dense_workloads import DenseWorkload
@@ -35,9 +33,17 @@ class Conv2dKernel:
     workload: Conv2dWorkload | DenseWorkload
     config: Conv2dConfig
     target: tvm.target.Target
-    executable: object  # tvm.runtime.Executable
+    executable: object  # tvm.runtime.Executable, or the runtime Module loaded from the build cache
     cubin: bytes
+    source_path: str | None = None  # the CUDA source of a loaded module (its library keeps none)
     _workspaces: tuple = field(default=(), repr=False, compare=False)
+    _main: object = field(default=None, repr=False, compare=False)
+    _torch_launches: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def module(self):
+        """The runtime module (host code importing the CUDA module)."""
+        return getattr(self.executable, "mod", self.executable)
 
     @property
     def workspace_shape(self) -> tuple[int, int, int] | None:
@@ -58,16 +64,33 @@ class Conv2dKernel:
 
     @property
     def cuda_source(self) -> str:
-        return self.executable.mod.imports[0].inspect_source()
+        if self.source_path is not None:
+            with open(self.source_path) as f:
+                return f.read()
+        return self.module.imports[0].inspect_source()
 
     @property
     def arch(self) -> str:
         return str(self.target.attrs["arch"])
 
     def _function(self):
-        cuda.install_compile_callback()  # loading compiles: serve our cached cubin
-        with self.target:  # ... for this kernel's arch (sm_90a for wgmma)
-            return self.executable.mod["main"]
+        """The kernel's host function, looked up once (loading compiles: our callback serves
+        the cached cubin for this kernel's arch, sm_90a for wgmma)."""
+        if self._main is None:
+            cuda.install_compile_callback()
+            with self.target:
+                self._main = self.module["main"]
+        return self._main
+
+    def torch_launch(self, device):
+        """The kernel bound to torch's CUDA ``device`` (``pytorch.launch.TorchLaunch``): the
+        fast path for torch tensors, made once per device."""
+        launch = self._torch_launches.get(device)
+        if launch is None:
+            from .pytorch.launch import TorchLaunch
+
+            launch = self._torch_launches[device] = TorchLaunch(self, device)
+        return launch
 
     def __call__(self, *args, out=None, device=None):
         """Run once on the task's inputs (``args``; the output may follow them) and return
@@ -82,6 +105,8 @@ class Conv2dKernel:
         *specs, (name, shape, dtype) = tasks.of(self.workload).signature(self.workload)
         if len(args) == len(specs) + 1 and out is None:
             *args, out = args
+        if device is None and args and getattr(args[0], "is_cuda", False) and _is_torch(args[0]):
+            return self.torch_launch(args[0].device)(*args, out=out)
         if len(args) != len(specs):
             raise TypeError(f"the kernel of {self.workload} takes {', '.join(s[0] for s in specs)} "
                             f"[, out], got {len(args)} arrays")
@@ -105,7 +130,7 @@ class Conv2dKernel:
         """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
         self._function()
         dev = device or tvm.cuda(0)
-        evaluator = self.executable.mod.time_evaluator("main", dev, **kwargs)
+        evaluator = self.module.time_evaluator("main", dev, **kwargs)
         extra = self._extra_args(dev)
         return lambda *args: evaluator(*args, *extra)  # args: the inputs, then out
 
@@ -239,35 +264,3 @@ def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
     cubin = cuda.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
                                nvcc_timeout)
     return Conv2dKernel(workload, config, target, executable, cubin)
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_kernel(workload, logs: tuple[tuple[str, bool], ...]):
-    return build(workload)
-
-
-def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *,
-           scale=None, bias=None, residual=None, activation=None, out=None):
-    """NHWC conv2d on Tensor Cores with the fused epilogue that the given ``scale``, ``bias``,
-    ``residual`` and ``activation`` ("relu", "gelu") spell: the workload comes from the arrays,
-    the kernel from the best record (built once per workload and log set).  Returns ``out``
-    (written in place) or a new torch tensor for torch inputs, else a TVM tensor."""
-    fused = epilogue_of(scale, bias, residual, activation)
-    workload = workload_of(data, weight, stride, padding, dilation, out_dtype, str(fused))
-    return _run(workload, out, data, weight, scale, bias, residual)
-
-
-def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bias=None, residual=None,
-          activation=None, out=None):
-    """``a @ weight.T`` for an (N, K) ``weight`` (``weight_layout="nk"``, nn.Linear's) or
-    ``a @ weight`` for a (K, N) one ("kn"), ``a`` (M, K) or (batch, M, K), with a fused
-    epilogue, as ``conv2d``."""
-    fused = epilogue_of(scale, bias, residual, activation)
-    workload = dense_workload_of(a, weight, weight_layout, out_dtype, str(fused))
-    return _run(workload, out, a, weight, scale, bias, residual)
-
-
-def _run(workload, out, *inputs):
-    """The cached kernel of ``workload`` on the operands and the epilogue's given inputs."""
-    kernel = _cached_kernel(workload, active_logs())
-    return kernel(*(x for x in inputs if x is not None), out=out)

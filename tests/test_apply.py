@@ -82,7 +82,7 @@ def test_conv2d_derives_the_workload_from_the_arrays():
 
 
 def test_conv2d_builds_once_per_workload_and_log_set(tmp_path):
-    from tc_autotune.kernel import _cached_kernel
+    from tc_autotune.functional import _cached_kernel
 
     _cached_kernel.cache_clear()
     with pytest.warns(NoTunedConfigWarning):

@@ -28,9 +28,18 @@ LIGHT = ("workloads", "dense_workloads", "epilogue", "gpu", "gemm", "journal", "
          "dispatch", "devices")
 
 
+# Subpackages that import an optional third-party module at their top: the rest of the package
+# may import them only inside a function, where that module is known to be there.
+OPTIONAL_SUBPACKAGES = {f"{PACKAGE}.pytorch": "imports torch (optional): only where a torch tensor is in hand"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _modules() -> dict[str, Path]:
-    found = {f"{PACKAGE}.{p.stem}" if p.stem != "__init__" else PACKAGE: p
-             for p in (ROOT / PACKAGE).glob("*.py")}
+    found = {_module_name(p): p for p in (ROOT / PACKAGE).rglob("*.py")}
     found.update({f"scripts.{p.stem}": p for p in (ROOT / "scripts").glob("*.py")})
     return found
 
@@ -38,7 +47,10 @@ def _modules() -> dict[str, Path]:
 def _imports(name: str, path: Path):
     """(imported module, line, inside a function, top-level third-party root) of one file."""
     modules = _modules()
-    package = PACKAGE if name.startswith("scripts.") else name.rpartition(".")[0] or PACKAGE
+    if name.startswith("scripts."):
+        package = PACKAGE
+    else:
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0] or PACKAGE
     out = []
 
     def resolve(base: str, names):
@@ -80,9 +92,11 @@ def _graph():
         edges[name] = set()
         for target, line, in_function in _imports(name, path):
             if target == PACKAGE or target.startswith(PACKAGE + "."):
-                target = target if target in modules else PACKAGE
+                while target not in modules:  # a name imported from a module: the module
+                    target = target.rpartition(".")[0]
                 edges[name].add(target)
-                if in_function and not name.startswith("scripts."):
+                optional = any(target == sub or target.startswith(sub + ".") for sub in OPTIONAL_SUBPACKAGES)
+                if in_function and not name.startswith("scripts.") and not optional:
                     lazy.append(f"{path.name}:{line} imports {target} inside a function")
             elif in_function and target.split(".")[0] not in LAZY and not name.startswith("scripts."):
                 lazy.append(f"{path.name}:{line} imports {target} inside a function (not in LAZY)")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tc_autotune as tc
-from tc_autotune import epilogue, kernel, tasks, workloads
+from tc_autotune import epilogue, functional, kernel, tasks, workloads
 from tc_autotune.apply import dense_workload_of, workload_of
 from tc_autotune.dense_workloads import DenseWorkload
 
@@ -115,7 +115,7 @@ def test_scale_without_bias_and_unknown_activations_are_errors():
 
 def test_conv2d_and_dense_pass_the_epilogue_inputs_in_kernel_order(monkeypatch):
     calls = []
-    monkeypatch.setattr(kernel, "_cached_kernel", lambda wl, logs: lambda *args, out: calls.append((wl, args, out)))
+    monkeypatch.setattr(functional, "_cached_kernel", lambda wl, logs: lambda *args, out: calls.append((wl, args, out)))
     data, weight, scale, bias, residual = fake((2, 4, 4, 16)), fake((1, 1, 16, 32)), "s", "b", "r"
     tc.conv2d(data, weight, out_dtype="float16", scale=scale, bias=bias, residual=residual, activation="relu")
     a, linear = fake((3, 5, 64)), fake((96, 64))
@@ -206,4 +206,4 @@ def test_numpy_inputs_still_give_a_tvm_tensor():
 
 
 def test_dense_is_exported_lazily():
-    assert tc.dense is kernel.dense and "dense" in tc.__all__
+    assert tc.dense is functional.dense and "dense" in tc.__all__

@@ -1,0 +1,82 @@
+"""A built kernel bound to one CUDA device for torch tensors: the launch path every call takes.
+
+Everything that does not change between calls is done once, here: the kernel's function is
+looked up, the argument plan (each tensor's shape and dtype) is made, and the workspaces
+(split-K partial sums, fp16 copies of fp32 operands) are allocated by torch on the device.  A
+call then checks each tensor cheaply (shape, dtype, device, contiguity, alignment) and calls the
+function with the torch tensors themselves: tvm-ffi reads them through DLPack's C exchange API
+and launches on torch's current stream of their device (so CUDA graphs and
+``torch.cuda.stream`` blocks capture and order it as they do torch's own kernels).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import tasks
+
+ALIGNMENT = 64  # bytes: what TVM's buffers assume of every pointer (torch's allocator gives 512)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class TorchLaunch:
+    """``launch(*inputs, out=None)``: run the kernel on torch tensors of its signature (the
+    task's inputs, then optionally ``out``) and return ``out`` (allocated when not given).  A
+    tensor the kernel cannot read in place is a ValueError naming it; nothing is ever copied."""
+
+    __slots__ = ("kernel", "device", "function", "names", "shapes", "dtypes", "out_shape", "out_dtype",
+                 "workspaces")
+
+    def __init__(self, kernel, device: torch.device):
+        *inputs, (_, out_shape, out_dtype) = tasks.of(kernel.workload).signature(kernel.workload)
+        self.kernel, self.device = kernel, torch.device(device)
+        self.names = tuple(name for name, _, _ in inputs)
+        self.shapes = tuple(torch.Size(shape) for _, shape, _ in inputs)
+        self.dtypes = tuple(getattr(torch, dtype) for _, _, dtype in inputs)
+        self.out_shape, self.out_dtype = torch.Size(out_shape), getattr(torch, out_dtype)
+        self.function = kernel._function()
+        self.workspaces = tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+                                for shape, dtype in kernel.workspaces)
+
+    def __call__(self, *inputs, out=None):
+        if len(inputs) != len(self.shapes):
+            raise TypeError(f"the kernel of {self.kernel.workload} takes {', '.join(self.names)} [, out], "
+                            f"got {len(inputs)} tensors")
+        device = self.device
+        for tensor, shape, dtype in zip(inputs, self.shapes, self.dtypes):
+            if (tensor.shape != shape or tensor.dtype != dtype or tensor.device != device
+                    or not tensor.is_contiguous() or tensor.data_ptr() % ALIGNMENT):
+                self._refuse(inputs, out)
+        if out is None:
+            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=device)
+        elif (out.shape != self.out_shape or out.dtype != self.out_dtype or out.device != device
+              or not out.is_contiguous() or out.data_ptr() % ALIGNMENT):
+            self._refuse(inputs, out)
+        self.function(*inputs, out, *self.workspaces)
+        return out
+
+    def _refuse(self, inputs, out):
+        """Raise the ValueError that names the first tensor the kernel cannot take in place."""
+        named = zip((*self.names, "out"), (*inputs, out), (*self.shapes, self.out_shape),
+                    (*self.dtypes, self.out_dtype))
+        for name, tensor, shape, dtype in named:
+            if tensor is None:
+                continue
+            if not isinstance(tensor, torch.Tensor):
+                raise ValueError(f"{name} must be a torch tensor, got {type(tensor).__name__}")
+            if tensor.shape != shape or tensor.dtype != dtype:
+                raise ValueError(f"{name} must be {_dtype_name(dtype)}{list(shape)}, "
+                                 f"got {_dtype_name(tensor.dtype)}{list(tensor.shape)}")
+            if tensor.device != self.device:
+                raise ValueError(f"{name} is on {tensor.device} but the kernel runs on {self.device}: move it "
+                                 "there (nothing is copied for you)")
+            if not tensor.is_contiguous():
+                raise ValueError(f"{name} is not contiguous (a permuted or sliced view): the kernel reads it "
+                                 "in place, call .contiguous() first")
+            if tensor.data_ptr() % ALIGNMENT:
+                raise ValueError(f"{name} cannot be read in place: its address is not {ALIGNMENT}-byte aligned "
+                                 "(a view at an offset)")
+        raise AssertionError("a tensor was refused but none is wrong")  # pragma: no cover

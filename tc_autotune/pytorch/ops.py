@@ -1,0 +1,253 @@
+"""PyTorch operators: ``tc_autotune::conv2d`` and ``tc_autotune::dense``, and their eager launch path.
+
+Both are ``torch.library`` custom ops with fake implementations, so ``torch.compile`` traces
+them without graph breaks (Inductor calls them as extern kernels) and ``mode="reduce-overhead"``
+captures their launches in its CUDA graphs.  Their layouts are the kernels' own:
+
+    conv2d(data NHWC, weight HWIO, scale?, bias?, residual? NHWC, stride[2], padding[4],
+           dilation[2], activation, out_dtype) -> NHWC
+    dense(a (..., K), weight (N, K), scale?, bias?, residual? (..., N), activation, out_dtype)
+        -> (..., N)
+
+``scale``/``bias`` are fp32 per output channel; ``activation`` is "none", "relu" or "gelu" (the
+tanh approximation); the epilogue is ``act(acc * scale + bias + residual)`` (``epilogue.py``).
+
+Eager code does not go through the dispatcher: ``conv2d_nhwc`` / ``dense_nk`` find the kernel's
+``TorchLaunch`` in a dict by a cheap key (shapes, dtypes, device, epilogue, the active logs) and
+launch it: a few microseconds of Python.  While dynamo traces they call the op instead.
+
+A call the kernels cannot serve (CPU tensors, a dtype or layout they cannot take in place, a
+shape the template refuses) runs the same math with PyTorch's ops instead: correct, counted in
+``fallbacks()`` and reported once per cause as a ``FallbackWarning``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import warnings
+from types import SimpleNamespace
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .. import build_cache, epilogue
+from ..apply import active_logs, dense_workload_of, workload_of
+from .launch import TorchLaunch
+
+log = logging.getLogger(__name__)
+
+ACTIVATIONS = ("none", "relu", "gelu")
+
+
+class FallbackWarning(UserWarning):
+    """A call ran PyTorch's ops instead of a tuned kernel (said once per cause)."""
+
+
+_FALLBACKS: collections.Counter = collections.Counter()
+
+
+def fallbacks() -> dict[tuple[str, str], int]:
+    """{(op, reason): calls} of the calls that ran PyTorch's ops instead of a kernel."""
+    return dict(_FALLBACKS)
+
+
+def reset_fallbacks() -> None:
+    _FALLBACKS.clear()
+
+
+def _fall_back(op: str, reason: str) -> None:
+    _FALLBACKS[(op, reason)] += 1
+    if _FALLBACKS[(op, reason)] == 1:
+        log.warning("tc_autotune::%s runs PyTorch's ops instead: %s", op, reason)
+        warnings.warn(f"tc_autotune::{op} runs PyTorch's ops instead: {reason} (counted in "
+                      "tc_autotune.pytorch.fallbacks(); said once)", FallbackWarning, stacklevel=3)
+
+
+# ---- the eager launch path ---------------------------------------------------------------------
+_LAUNCHES: dict[tuple, TorchLaunch | ValueError] = {}
+
+
+def clear_launches() -> None:
+    """Forget every bound kernel (the next call looks the kernels up again)."""
+    _LAUNCHES.clear()
+
+
+def _launch(key: tuple, workload_of_call, device: torch.device) -> TorchLaunch:
+    """The launch cached under ``key``; on a miss the kernel of ``workload_of_call()`` bound to
+    ``device`` (a ValueError, for a call the kernels cannot serve, is cached and raised too)."""
+    found = _LAUNCHES.get(key)
+    if found is None:
+        try:
+            if device.type != "cuda":
+                raise ValueError(f"the tensors are on {device}: the kernels run on CUDA GPUs")
+            found = TorchLaunch(build_cache.kernel(workload_of_call()), device)
+        except ValueError as err:
+            found = err
+        _LAUNCHES[key] = found
+    if isinstance(found, ValueError):
+        raise found
+    return found
+
+
+def _hashable(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def _name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, padding=0, dilation=1,
+                activation=None, out_dtype=torch.float16, out=None, fallback=True):
+    """The conv2d kernel of these tensors (see the module), launched on torch's current stream:
+    eager through the cached launch, under ``torch.compile`` as ``tc_autotune::conv2d``.  With
+    ``fallback``, a call no kernel can serve runs PyTorch's ops (counted); without, it raises
+    the ValueError that says why."""
+    activation = activation or "none"
+    if torch.compiler.is_compiling():
+        return torch.ops.tc_autotune.conv2d(data, weight, scale, bias, residual, _pair(stride),
+                                            _quad(padding), _pair(dilation), activation, _dtype(out_dtype))
+    key = ("conv2d", data.shape, data.dtype, data.device, weight.shape, weight.dtype, _hashable(stride),
+           _hashable(padding), _hashable(dilation), activation, out_dtype, scale is None, bias is None,
+           residual is None, active_logs())
+    inputs = tuple(x for x in (data, weight, scale, bias, residual) if x is not None)
+    try:
+        launch = _launch(key, lambda: workload_of(
+            data, weight, stride, padding, dilation, _name(out_dtype),
+            str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation))),
+            data.device)
+        return launch(*inputs, out=out)
+    except ValueError as err:
+        if not fallback:
+            raise
+        _fall_back("conv2d", str(err))
+    result = conv2d_reference(data, weight, scale, bias, residual, _pair(stride), _quad(padding), _pair(dilation),
+                              activation, _dtype(out_dtype))
+    return result if out is None else out.copy_(result)
+
+
+def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, out_dtype=torch.float16,
+             out=None, fallback=True):
+    """``act(a @ weight.T * scale + bias + residual)`` for an (N, K) weight (nn.Linear's) and an
+    ``a`` of any leading dims (folded into M): as ``conv2d_nhwc``."""
+    activation = activation or "none"
+    if torch.compiler.is_compiling():
+        return torch.ops.tc_autotune.dense(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
+    lead = a.shape[:-1]
+    key = ("dense", a.shape, a.dtype, a.device, weight.shape, weight.dtype, activation, out_dtype,
+           scale is None, bias is None, residual is None, active_logs())
+    try:
+        flat = a.view(-1, a.shape[-1]) if a.dim() != 2 else a
+        res = residual.view(-1, residual.shape[-1]) if residual is not None and residual.dim() != 2 else residual
+        launch = _launch(key, lambda: dense_workload_of(
+            flat, weight, "nk", _name(out_dtype),
+            str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation))),
+            a.device)
+        flat_out = out.view(-1, out.shape[-1]) if out is not None and out.dim() != 2 else out
+        result = launch(*(x for x in (flat, weight, scale, bias, res) if x is not None), out=flat_out)
+        return out if out is not None else result.view(*lead, result.shape[-1])
+    except (ValueError, RuntimeError) as err:  # RuntimeError: a view of a non-contiguous tensor
+        if not fallback:
+            raise ValueError(str(err)) from None
+        _fall_back("dense", str(err))
+    result = dense_reference(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
+    return result if out is None else out.copy_(result)
+
+
+def _pair(value) -> list[int]:
+    return [int(value)] * 2 if isinstance(value, int) else [int(v) for v in value]
+
+
+def _quad(value) -> list[int]:
+    """Padding as (top, left, bottom, right), as workloads spell it."""
+    values = [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    return values * 4 if len(values) == 1 else values * 2 if len(values) == 2 else values
+
+
+def _dtype(value) -> torch.dtype:
+    return value if isinstance(value, torch.dtype) else getattr(torch, value)
+
+
+# ---- PyTorch's ops: the fallback and the reference ----------------------------------------------
+TORCH_OPS = SimpleNamespace(maximum=torch.clamp_min, tanh=torch.tanh, let=lambda x, f: f(x))
+
+
+def _epilogue(acc, channel_dim: int, scale, bias, residual, activation):
+    """``epilogue.Epilogue.apply`` (the one formula) on an fp32 torch tensor."""
+    fused = epilogue.Epilogue(scale is not None, bias is not None, residual is not None,
+                              None if activation == "none" else activation)
+    shape = [1] * acc.dim()
+    shape[channel_dim] = -1
+    per_channel = {name: t.float().view(shape) for name, t in (("scale", scale), ("bias", bias)) if t is not None}
+    return fused.apply(acc, TORCH_OPS, residual=None if residual is None else residual.float(), **per_channel)
+
+
+def _compute_dtype(tensor) -> torch.dtype:
+    return torch.float32 if tensor.device.type == "cpu" else tensor.dtype  # CPUs lack fast fp16 convs
+
+
+def conv2d_reference(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
+    """The op's math with PyTorch's ops: NHWC in and out (channels last, so no copy either way
+    on the GPU), the epilogue in fp32 as the kernels do it."""
+    compute = _compute_dtype(data)
+    x = data.permute(0, 3, 1, 2).to(compute)
+    w = weight.permute(3, 2, 0, 1).to(compute)
+    top, left, bottom, right = padding
+    if (top, left) != (bottom, right):
+        x, pad = F.pad(x, (left, right, top, bottom)), (0, 0)
+    else:
+        pad = (top, left)
+    acc = F.conv2d(x, w, None, stride, pad, dilation).float()
+    res = None if residual is None else residual.permute(0, 3, 1, 2)
+    out = _epilogue(acc, 1, scale, bias, res, activation).to(out_dtype)
+    return out.permute(0, 2, 3, 1).contiguous()
+
+
+def dense_reference(a, weight, scale, bias, residual, activation, out_dtype):
+    compute = _compute_dtype(a)
+    acc = F.linear(a.to(compute), weight.to(compute)).float()
+    return _epilogue(acc, acc.dim() - 1, scale, bias, residual, activation).to(out_dtype)
+
+
+# ---- the registered operators -------------------------------------------------------------------
+@torch.library.custom_op("tc_autotune::conv2d", mutates_args=())
+def conv2d_op(data: torch.Tensor, weight: torch.Tensor, scale: Optional[torch.Tensor],
+              bias: Optional[torch.Tensor], residual: Optional[torch.Tensor], stride: Sequence[int],
+              padding: Sequence[int], dilation: Sequence[int], activation: str,
+              out_dtype: torch.dtype) -> torch.Tensor:
+    """NHWC conv2d with a fused epilogue on a tuned Tensor Core kernel (see the module)."""
+    _check_activation(activation)
+    return conv2d_nhwc(data, weight, scale, bias, residual, list(stride), list(padding), list(dilation),
+                       activation, out_dtype)
+
+
+@conv2d_op.register_fake
+def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
+    _check_activation(activation)
+    n, h, w, _ = data.shape
+    r, s, _, k = weight.shape
+    top, left, bottom, right = padding
+    oh = (h + top + bottom - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    ow = (w + left + right - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    return data.new_empty((n, oh, ow, k), dtype=out_dtype)
+
+
+@torch.library.custom_op("tc_autotune::dense", mutates_args=())
+def dense_op(a: torch.Tensor, weight: torch.Tensor, scale: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+             residual: Optional[torch.Tensor], activation: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """``act(a @ weight.T * scale + bias + residual)`` on a tuned Tensor Core kernel."""
+    _check_activation(activation)
+    return dense_nk(a, weight, scale, bias, residual, activation, out_dtype)
+
+
+@dense_op.register_fake
+def _dense_fake(a, weight, scale, bias, residual, activation, out_dtype):
+    _check_activation(activation)
+    return a.new_empty((*a.shape[:-1], weight.shape[0]), dtype=out_dtype)
+
+
+def _check_activation(activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")

@@ -1,0 +1,162 @@
+"""Whole models: which workloads a model runs (``extract_workloads``, a nightly job to tune them)
+and the model with its conv2d / linear layers on the tuned kernels (``optimize``).
+
+    model = torchvision.models.resnet50().half().eval().cuda()
+    x = torch.randn(32, 3, 224, 224, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last)
+    tc.extract_workloads(model, (x,), job="resnet50-b32.toml")   # then: tc-nightly resnet50-b32.toml
+    fast = tc.optimize(model, (x,))                               # best records, else zero-shot
+    y = fast(x)                                                   # or torch.compile(fast, ...)
+
+The model is traced with ``torch.fx`` (``fusion.find_layers`` says what each layer fuses);
+``optimize`` returns a new ``GraphModule`` (the model itself is not changed) whose fusable
+layers are ``FusedConv2d`` / ``FusedLinear``.  With example inputs, the kernels of their
+shapes are built before it returns, in parallel and from the disk cache (``build_cache``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import fx, nn
+
+from .. import build_cache
+from . import fusion
+from .modules import FusedConv2d, FusedLinear
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class OptimizeReport:
+    """What ``optimize`` did (``optimized.tc_autotune_report``)."""
+
+    layers: int = 0  # conv2d / linear layers replaced by fused ones
+    fused_ops: int = 0  # batch norms, adds and activations folded into them
+    left: dict = field(default_factory=dict)  # layer name -> why it stays PyTorch's
+    workloads: list = field(default_factory=list)  # the kernels built for the example inputs
+    untuned: list = field(default_factory=list)  # those without a tuning record (zero-shot)
+    build_seconds: float = 0.0
+
+    def summary(self) -> str:
+        text = f"{self.layers} layers on tc_autotune kernels ({self.fused_ops} ops fused into them)"
+        if self.left:
+            text += f", {len(self.left)} left to PyTorch"
+        if self.workloads:
+            text += (f"; {len(self.workloads)} kernels ready in {self.build_seconds:.1f} s, "
+                     f"{len(self.untuned)} of them untuned (zero-shot)")
+        return text
+
+
+def trace(model: nn.Module, example_inputs=None) -> fx.GraphModule:
+    """``model`` as a ``torch.fx`` graph, with each node's shape propagated from
+    ``example_inputs`` (on fake tensors: nothing runs) where given."""
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as err:  # noqa: BLE001 (dynamic control flow, untraceable ops)
+        raise ValueError(f"cannot trace {type(model).__name__} with torch.fx ({type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    if example_inputs is not None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.passes.shape_prop import ShapeProp
+
+        ShapeProp(gm, fake_mode=FakeTensorMode(allow_non_fake_inputs=True)).propagate(*_as_tuple(example_inputs))
+    return gm
+
+
+def _as_tuple(inputs) -> tuple:
+    return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+
+
+def _check_eval(model: nn.Module) -> None:
+    if model.training:
+        raise ValueError("the model is in training mode: call model.eval() first (batch norms are folded "
+                         "with their running statistics)")
+
+
+def extract_workloads(model: nn.Module, example_inputs, job: str | Path | None = None, trials: int = 64) -> list:
+    """The workloads (``Conv2dWorkload`` / ``DenseWorkload``, each with the epilogue its layer
+    fuses) that ``model`` runs on ``example_inputs``, in order, each once; with ``job``, also
+    written there as a nightly job file (``tc-nightly <job>`` tunes them, ``trials`` each)."""
+    _check_eval(model)
+    gm = trace(model, example_inputs)
+    workloads = list(dict.fromkeys(fusion.workload(layer, gm) for layer in fusion.find_layers(gm)
+                                   if layer.why_not is None))
+    if job is not None:
+        write_job(job, workloads, trials, f"{type(model).__name__} on inputs "
+                  f"{', '.join(str(list(x.shape)) for x in _as_tuple(example_inputs))}")
+    return workloads
+
+
+def write_job(path, workloads, trials: int = 64, what: str = "a model") -> Path:
+    """A nightly job file tuning ``workloads``: its log, reports and best log beside it."""
+    path = Path(path)
+    stem = path.stem
+    lines = [f"# The workloads of {what} (tc_autotune.extract_workloads).",
+             f"# Tune: tc-nightly {path.name}   (python scripts/nightly.py {path.name})",
+             f'log = "{stem}.jsonl"', f'report_dir = "{stem}-reports"', 'best_log_dir = "."',
+             f"trials = {int(trials)}", "", "workloads = ["]
+    lines += [f'  {{ name = "{w}" }},' for w in workloads] + ["]", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
+def optimize(model: nn.Module, example_inputs=None, build: bool = True) -> fx.GraphModule:
+    """``model`` with every conv2d / linear the kernels take (``fusion``) replaced by a fused
+    layer on the tuned kernels: the best records of the active logs, else zero-shot.  The model
+    itself is left as it was; its activations must be channels-last (NCHW shape, NHWC memory:
+    ``x.to(memory_format=torch.channels_last)``), else a layer runs PyTorch's conv, said once.
+    With ``example_inputs`` (their shapes fuse residual adds and say which kernels to build),
+    the kernels are built before it returns (``build=False``: on first use)."""
+    _check_eval(model)
+    gm = trace(model, example_inputs)
+    report = OptimizeReport()
+    replaced, new_nodes = [], {}
+    for layer in fusion.find_layers(gm):
+        if layer.why_not is not None:
+            report.left[layer.name] = layer.why_not
+            continue
+        if example_inputs is not None:
+            replaced.append(fusion.workload(layer, gm))
+        if layer.residual in new_nodes:  # the residual ended a chain replaced before
+            layer.residual = new_nodes[layer.residual]
+        new_nodes[layer.nodes[-1]] = _replace(gm, layer)
+        report.layers += 1
+        report.fused_ops += len(layer.nodes) - 1
+    gm.graph.lint()
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+    if build and replaced:
+        start = time.time()
+        report.workloads = list(build_cache.kernels(replaced))
+        report.untuned = build_cache.untuned(report.workloads)
+        report.build_seconds = time.time() - start
+    for name, why in report.left.items():
+        log.info("optimize: %s stays PyTorch's: %s", name, why)
+    log.info("optimize: %s", report.summary())
+    gm.tc_autotune_report = report
+    return gm
+
+
+def _replace(gm: fx.GraphModule, layer: fusion.Layer) -> fx.Node:
+    """Put the fused module where the layer's module was and one call to it where the chain's
+    last op was (the residual is computed by then), then drop the chain's nodes."""
+    first, last = layer.nodes[0], layer.nodes[-1]
+    module = gm.get_submodule(layer.name)
+    residual = layer.residual is not None
+    if layer.kind == "conv2d":
+        fused = FusedConv2d.of(module, layer.bn, layer.activation, residual)
+    else:
+        fused = FusedLinear.of(module, layer.activation, residual)
+    gm.set_submodule(layer.name, fused)
+    with gm.graph.inserting_before(last):
+        node = gm.graph.call_module(layer.name, (first.args[0],) + ((layer.residual,) if residual else ()))
+    node.meta = dict(last.meta)
+    last.replace_all_uses_with(node)
+    for old in reversed(layer.nodes):
+        gm.graph.erase_node(old)
+    return node
