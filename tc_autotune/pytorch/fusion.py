@@ -109,7 +109,7 @@ def find_layers(gm: fx.GraphModule) -> list[Layer]:
     """Every conv2d and linear of ``gm`` with the ops its kernel can fuse (see the module).
     Shapes come from ``node.meta["tensor_meta"]`` (``ShapeProp``): without them no residual
     add is fused."""
-    layers = []
+    layers, claimed = [], set()  # an add after two layers (a block's two branches) fuses into the first
     for node in list(gm.graph.nodes):
         module = _module(gm, node)
         if not isinstance(module, (nn.Conv2d, nn.Linear)):
@@ -117,7 +117,7 @@ def find_layers(gm: fx.GraphModule) -> list[Layer]:
         layer = Layer("conv2d" if isinstance(module, nn.Conv2d) else "dense", node.target, [node])
         layer.has_bias = module.bias is not None
         last = node
-        user = _only_user(last)
+        user = _free(_only_user(last), claimed)
         if layer.kind == "conv2d" and user is not None and isinstance(_module(gm, user), nn.BatchNorm2d):
             layer.bn = _module(gm, user)
             layer.has_bias = True
@@ -125,18 +125,23 @@ def find_layers(gm: fx.GraphModule) -> list[Layer]:
         if layer.why_not is None:
             if layer.bn is not None:
                 layer.nodes.append(user)
-                last, user = user, _only_user(user)
+                last, user = user, _free(_only_user(user), claimed)
             residual = _residual(user, last) if user is not None else None
             if residual is not None:
                 layer.residual = residual
                 layer.nodes.append(user)
-                last, user = user, _only_user(user)
+                last, user = user, _free(_only_user(user), claimed)
             activation = _activation(gm, user) if user is not None else None
             if activation is not None:
                 layer.activation = activation
                 layer.nodes.append(user)
+        claimed.update(layer.nodes)
         layers.append(layer)
     return layers
+
+
+def _free(node: fx.Node | None, claimed: set) -> fx.Node | None:
+    return None if node in claimed else node
 
 
 def workload(layer: Layer, gm: fx.GraphModule):
