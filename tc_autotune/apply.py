@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import os
@@ -71,6 +72,12 @@ def active_logs() -> tuple[tuple[str, bool], ...]:
     return _active_logs.get() + _shipped_log_sets(os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS"))
 
 
+def user_logs() -> tuple[tuple[str, bool], ...]:
+    """The log sets of the enclosing apply_history_best blocks: what ``active_logs`` adds to
+    the shipped ones, which are fixed for the process (a cheap key for cached kernels)."""
+    return _active_logs.get()
+
+
 @functools.lru_cache(maxsize=8)
 def _shipped_log_sets(_location: str | None) -> tuple[tuple[str, bool], ...]:
     shipped = shipped_logs_dir()
@@ -117,13 +124,44 @@ def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[Conv
     return None
 
 
+def same_gemm(a, b) -> bool:
+    """Whether two workloads differ at most in their epilogue and output dtype: one GEMM, so a
+    config tuned for either is valid for both where the space says so."""
+    return type(a) is type(b) and dataclasses.replace(a, epilogue=b.epilogue, out_dtype=b.out_dtype) == b
+
+
+def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
+    """(config, seconds, workload) of the fastest current record of the same GEMM with another
+    epilogue or output dtype (``same_gemm``) that is valid for ``workload``, first log set first:
+    a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
+    space = tasks.of(workload).space(workload, gpu)
+    for path, _ in active_logs() if logs is None else logs:
+        found = []
+        for file in records.log_files(path):
+            try:
+                stat = file.stat()
+            except OSError:
+                continue
+            index = _log_index(str(file), stat.st_mtime_ns, stat.st_size)
+            found += [r for (w, arch), recs in index.items() if arch == gpu.arch and w != workload
+                      and same_gemm(w, workload) for r in recs if not r.stale]
+        for record in sorted(found, key=lambda r: r.seconds):
+            try:
+                config = space.from_entity(record.config)
+            except ValueError:
+                continue
+            if space.is_valid(config):
+                return config, record.seconds, str(record.workload)
+    return None
+
+
 @dataclass(frozen=True)
 class ConfigChoice:
     """The config ``build_conv2d`` uses and where it comes from: a tuning record, a zero-shot
     prediction from the shipped histories, or the default config."""
 
     config: Conv2dConfig
-    source: str  # record, zero-shot, default
+    source: str  # record; sibling (a record of the same GEMM, another epilogue/output), zero-shot, default
     seconds: float | None = None  # the record's time
     log: str | None = None  # the log set the record came from
 
@@ -137,6 +175,13 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])
+    sibling = sibling_config(workload, gpu, logs)
+    if sibling is not None:
+        if warn:
+            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned for "
+                          f"{sibling[2]} (the same GEMM; tune it for the best kernel)", NoTunedConfigWarning,
+                          stacklevel=3)
+        return ConfigChoice(sibling[0], "sibling", None, sibling[2])
     predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         if warn:

@@ -12,7 +12,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 
-from . import cuda, tasks
+from . import cuda, tasks, tensormap
 from .apply import best_or_default_config
 from .gpu import GpuInfo, default_gpu, gpu_for_arch
 from .intrinsic_paths import get as intrinsic_path
@@ -78,6 +78,7 @@ class Conv2dKernel:
         the cached cubin for this kernel's arch, sm_90a for wgmma)."""
         if self._main is None:
             cuda.install_compile_callback()
+            tensormap.register()  # what TMA im2col kernels' host code calls (a loaded module too)
             with self.target:
                 self._main = self.module["main"]
         return self._main
@@ -102,11 +103,14 @@ class Conv2dKernel:
         runs on torch's current stream and returns a torch tensor (``out`` itself, else one
         torch allocates); numpy arrays do not mix with torch tensors (a hidden copy per call).
         """
+        if device is None and args and getattr(args[0], "is_cuda", False) and _is_torch(args[0]):
+            launch = self.torch_launch(args[0].device)  # the fast path: checks, then the call
+            if len(args) == len(launch.shapes) + 1 and out is None:
+                *args, out = args
+            return launch(*args, out=out)
         *specs, (name, shape, dtype) = tasks.of(self.workload).signature(self.workload)
         if len(args) == len(specs) + 1 and out is None:
             *args, out = args
-        if device is None and args and getattr(args[0], "is_cuda", False) and _is_torch(args[0]):
-            return self.torch_launch(args[0].device)(*args, out=out)
         if len(args) != len(specs):
             raise TypeError(f"the kernel of {self.workload} takes {', '.join(s[0] for s in specs)} "
                             f"[, out], got {len(args)} arrays")

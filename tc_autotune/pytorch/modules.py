@@ -25,6 +25,7 @@ class FusedConv2d(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.float().contiguous())
         self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
         self.activation, self.residual, self.out_dtype = activation, residual, out_dtype
+        self._key = ops.conv2d_key(self.stride, self.padding, self.dilation, activation, out_dtype)
 
     @classmethod
     def of(cls, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, activation: str = "none",
@@ -47,7 +48,7 @@ class FusedConv2d(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         res = residual.permute(0, 2, 3, 1) if residual is not None else None
         y = ops.conv2d_nhwc(x.permute(0, 2, 3, 1), self.weight, None, self.bias, res, self.stride, self.padding,
-                            self.dilation, self.activation, self.out_dtype)
+                            self.dilation, self.activation, self.out_dtype, static_key=self._key)
         return y.permute(0, 3, 1, 2)
 
     def extra_repr(self) -> str:

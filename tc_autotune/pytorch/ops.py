@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import build_cache, epilogue
-from ..apply import active_logs, dense_workload_of, workload_of
+from ..apply import dense_workload_of, user_logs, workload_of
 from .launch import TorchLaunch
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ def _fall_back(op: str, reason: str) -> None:
 
 # ---- the eager launch path ---------------------------------------------------------------------
 _LAUNCHES: dict[tuple, TorchLaunch | ValueError] = {}
+_is_compiling = torch.compiler.is_compiling
 
 
 def clear_launches() -> None:
@@ -74,51 +75,54 @@ def clear_launches() -> None:
     _LAUNCHES.clear()
 
 
-def _launch(key: tuple, workload_of_call, device: torch.device) -> TorchLaunch:
-    """The launch cached under ``key``; on a miss the kernel of ``workload_of_call()`` bound to
-    ``device`` (a ValueError, for a call the kernels cannot serve, is cached and raised too)."""
-    found = _LAUNCHES.get(key)
-    if found is None:
-        try:
-            if device.type != "cuda":
-                raise ValueError(f"the tensors are on {device}: the kernels run on CUDA GPUs")
-            found = TorchLaunch(build_cache.kernel(workload_of_call()), device)
-        except ValueError as err:
-            found = err
-        _LAUNCHES[key] = found
-    if isinstance(found, ValueError):
-        raise found
+def _bind(key: tuple, workload_of_call, device: torch.device) -> TorchLaunch | ValueError:
+    """The kernel of ``workload_of_call()`` bound to ``device``, or the ValueError that says why
+    no kernel serves these calls; cached under ``key`` either way."""
+    try:
+        if device.type != "cuda":
+            raise ValueError(f"the tensors are on {device}: the kernels run on CUDA GPUs")
+        found = TorchLaunch(build_cache.kernel(workload_of_call()), device)
+    except ValueError as err:
+        found = err
+    _LAUNCHES[key] = found
     return found
 
 
 def _hashable(value):
-    return tuple(value) if isinstance(value, (list, tuple)) else value
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def conv2d_key(stride, padding, dilation, activation, out_dtype) -> tuple:
+    """The part of a conv call's cache key that a layer fixes (``FusedConv2d`` makes it once)."""
+    return ("conv2d", _hashable(stride), _hashable(padding), _hashable(dilation), activation or "none", out_dtype)
+
+
 def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, padding=0, dilation=1,
-                activation=None, out_dtype=torch.float16, out=None, fallback=True):
+                activation=None, out_dtype=torch.float16, out=None, fallback=True, static_key=None):
     """The conv2d kernel of these tensors (see the module), launched on torch's current stream:
     eager through the cached launch, under ``torch.compile`` as ``tc_autotune::conv2d``.  With
     ``fallback``, a call no kernel can serve runs PyTorch's ops (counted); without, it raises
-    the ValueError that says why."""
+    the ValueError that says why.  ``static_key``: ``conv2d_key`` of the other arguments."""
     activation = activation or "none"
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return torch.ops.tc_autotune.conv2d(data, weight, scale, bias, residual, _pair(stride),
                                             _quad(padding), _pair(dilation), activation, _dtype(out_dtype))
-    key = ("conv2d", data.shape, data.dtype, data.device, weight.shape, weight.dtype, _hashable(stride),
-           _hashable(padding), _hashable(dilation), activation, out_dtype, scale is None, bias is None,
-           residual is None, active_logs())
-    inputs = tuple(x for x in (data, weight, scale, bias, residual) if x is not None)
-    try:
-        launch = _launch(key, lambda: workload_of(
+    key = (static_key or conv2d_key(stride, padding, dilation, activation, out_dtype), data.shape, data.dtype,
+           data.device, weight.shape, scale is None, bias is None, residual is None, user_logs())
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        launch = _bind(key, lambda: workload_of(
             data, weight, stride, padding, dilation, _name(out_dtype),
             str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation))),
             data.device)
-        return launch(*inputs, out=out)
+    try:
+        if launch.__class__ is not TorchLaunch:
+            raise launch
+        return launch(*_given(data, weight, scale, bias, residual), out=out)
     except ValueError as err:
         if not fallback:
             raise
@@ -128,32 +132,45 @@ def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, pa
     return result if out is None else out.copy_(result)
 
 
+def _given(*tensors) -> list:
+    return [t for t in tensors if t is not None]
+
+
 def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, out_dtype=torch.float16,
              out=None, fallback=True):
     """``act(a @ weight.T * scale + bias + residual)`` for an (N, K) weight (nn.Linear's) and an
     ``a`` of any leading dims (folded into M): as ``conv2d_nhwc``."""
     activation = activation or "none"
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return torch.ops.tc_autotune.dense(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
-    lead = a.shape[:-1]
-    key = ("dense", a.shape, a.dtype, a.device, weight.shape, weight.dtype, activation, out_dtype,
-           scale is None, bias is None, residual is None, active_logs())
-    try:
-        flat = a.view(-1, a.shape[-1]) if a.dim() != 2 else a
-        res = residual.view(-1, residual.shape[-1]) if residual is not None and residual.dim() != 2 else residual
-        launch = _launch(key, lambda: dense_workload_of(
+    key = ("dense", a.shape, a.dtype, a.device, weight.shape, activation, out_dtype, scale is None, bias is None,
+           residual is None, user_logs())
+    flat, res, flat_out = _rows(a), _rows(residual), _rows(out)
+    launch = _LAUNCHES.get(key)
+    if launch is None:
+        launch = _bind(key, lambda: dense_workload_of(
             flat, weight, "nk", _name(out_dtype),
             str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation))),
             a.device)
-        flat_out = out.view(-1, out.shape[-1]) if out is not None and out.dim() != 2 else out
-        result = launch(*(x for x in (flat, weight, scale, bias, res) if x is not None), out=flat_out)
-        return out if out is not None else result.view(*lead, result.shape[-1])
-    except (ValueError, RuntimeError) as err:  # RuntimeError: a view of a non-contiguous tensor
+    try:
+        if launch.__class__ is not TorchLaunch:
+            raise launch
+        result = launch(*_given(flat, weight, scale, bias, res), out=flat_out)
+        return out if out is not None else result if a.dim() == 2 else result.view(*a.shape[:-1], -1)
+    except ValueError as err:
         if not fallback:
-            raise ValueError(str(err)) from None
+            raise
         _fall_back("dense", str(err))
     result = dense_reference(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
     return result if out is None else out.copy_(result)
+
+
+def _rows(tensor):
+    """A contiguous tensor's (rows, last dim) view; anything else as it is (the launch then
+    refuses it, naming why)."""
+    if tensor is None or tensor.dim() == 2 or not tensor.is_contiguous():
+        return tensor
+    return tensor.view(-1, tensor.shape[-1])
 
 
 def _pair(value) -> list[int]:
