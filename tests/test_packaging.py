@@ -102,8 +102,8 @@ def test_the_wheel_carries_the_shipped_logs_and_not_the_studies(wheel):
 
 
 def test_the_wheel_holds_every_module(wheel):
-    """setup.cfg lists the packages (the data package is mapped, not found): a new subpackage
-    must be listed there too."""
+    """setup.py finds the code packages and adds the mapped data package: a subpackage added
+    later ships too."""
     names = _wheel_names(wheel)
     modules = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tc_autotune").rglob("*.py"))
     assert modules and not [m for m in modules if m not in names]
