@@ -1,100 +1,17 @@
 #!/usr/bin/env python
-"""Nightly tuning job: python scripts/nightly.py tuning_logs/nightly.toml [--report-only]
+"""``python scripts/nightly.py ...`` from a checkout: the tc-nightly command (tc_autotune.commands.nightly),
+which an installed package has on PATH.  ``--help`` gives its usage and exit codes."""
 
-The job file, the arguments and the job's paths (log, report and best-log folders) are checked
-before the lock is taken or the GPU is touched.
-With --devices 0,1 every batch is spread over those GPUs (default: GPU 0); the report names
-the devices that measured each workload's records.
-Exit codes: 0 fine, 2 bad job file or arguments, 3 no CUDA GPU, 5 another run holds the lock,
-6 a workload regressed beyond the noise threshold, re-timed slower than the default config,
-or produced no valid record, 8 every device died or hung (the log keeps every finished
-measurement).
-"""
-
-import logging
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
-from tc_autotune import cli  # noqa: E402  (no TVM import: fast argument errors)
-
-
-def parse_args(argv):
-    p = cli.script_parser("nightly.py", __doc__)
-    p.add_argument("job", type=cli.existing_path, help="job file (TOML or JSON)")
-    p.add_argument("--report-only", action="store_true", help="rebuild the report from the logs, no GPU")
-    p.add_argument("--budget-minutes", type=cli.positive_float, help="override the job's wall-clock budget")
-    p.add_argument("--no-transfer", action="store_true",
-                   help="the tuner does not learn from the shipped histories (tuning_logs/history/)")
-    p.add_argument("--devices", type=cli.gpu_indices,
-                   help="local GPUs to spread each batch over, as nvidia-smi numbers them, e.g. 0,1 (default: 0)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return p, p.parse_args(argv)
-
-
-def check_job_paths(job, report_only: bool) -> None:
-    """Raise cli.BadValue when a path the run will write cannot be written: found now, not
-    after hours of tuning (the lock sits beside the log, so its folder must be writable)."""
-    checks = [] if report_only else [("log", cli.appendable_log, job.log)]
-    checks += [("lock", cli.appendable_log, job.lock_path), ("report_dir", cli.writable_dir, job.report_dir)]
-    if not report_only:
-        checks.append(("best_log_dir", cli.writable_dir, job.best_log_dir))
-    for key, check, path in checks:
-        try:
-            check(path)
-        except cli.BadValue as err:
-            raise cli.BadValue(f"job file {job.path}: {key}: {err}") from None
+from tc_autotune.commands import nightly as command  # noqa: E402  (no TVM import: fast argument errors)
 
 
 def main(argv=None) -> int:
-    parser, args = parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    from tc_autotune import jobs  # the job file is checked before TVM is imported
-    from tc_autotune.dispatch import AllDevicesLost  # no TVM either
-
-    try:
-        job = jobs.load_job(args.job)
-        check_job_paths(job, args.report_only)
-    except (jobs.JobError, cli.BadValue) as err:
-        parser.error(str(err))  # one line, exit 2
-    if args.budget_minutes is not None:
-        job.budget_s = args.budget_minutes * 60
-    try:
-        with jobs.job_lock(job):
-            from tc_autotune import nightly
-            from tc_autotune.autotune import measurement_devices
-            from tc_autotune.measure import MeasureOptions
-
-            gpu, options = None, None
-            if not args.report_only:
-                from tc_autotune.gpu import local_gpu
-
-                gpu = local_gpu()
-                if gpu is None:
-                    print("nightly.py: no CUDA GPU found (use --report-only to rebuild the report)",
-                          file=sys.stderr)
-                    return cli.EXIT_NO_GPU
-                try:
-                    gpu, devices = measurement_devices(args.devices or (0,))
-                except ValueError as err:
-                    parser.error(f"bad --devices: {err}")
-                options = MeasureOptions(devices=devices)
-            report = nightly.run_nightly(job, gpu=gpu, report_only=args.report_only,
-                                         transfer=not args.no_transfer, options=options)
-    except jobs.LockedError as err:
-        print(f"nightly.py: {err}", file=sys.stderr)
-        return cli.EXIT_LOCKED
-    except AllDevicesLost as err:
-        print(f"nightly.py: {err}; the finished measurements are in {job.log}", file=sys.stderr)
-        return cli.EXIT_DEVICES_LOST
-    print(report.to_markdown())
-    if report.failed:
-        names = ", ".join(f"{r.name} ({r.status})" for r in report.failed)
-        print(f"nightly.py: {names}", file=sys.stderr)
-        return cli.EXIT_REGRESSION
-    return cli.EXIT_OK
+    return command.main(argv, prog="nightly.py")
 
 
 if __name__ == "__main__":

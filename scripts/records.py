@@ -1,38 +1,17 @@
 #!/usr/bin/env python
-"""What a tuning log holds: per workload and GPU, records, template versions, best and stale.
-
-    python scripts/records.py tuning_logs/nvidia-h100-80gb-hbm3.jsonl
-    python scripts/records.py tuning_logs/ tuning_logs/history/ --stale-only
-
-A record is stale when another version of the kernel generator (template_version) made the
-kernel it timed: apply-best skips it, the tuner learns from it and re-measures its config.
-Exit codes: 0 done, 2 bad arguments (a log that does not exist: one line).
-"""
+"""``python scripts/records.py ...`` from a checkout: the tc-records command (tc_autotune.commands.records),
+which an installed package has on PATH.  ``--help`` gives its usage and exit codes."""
 
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
-from tc_autotune import cli  # noqa: E402  (no TVM import)
-
-
-def parse_args(argv):
-    p = cli.script_parser("records.py", __doc__)
-    p.add_argument("logs", nargs="+", type=cli.existing_path, help="log files or folders of logs")
-    p.add_argument("--stale-only", action="store_true", help="only workloads that have stale records")
-    return p.parse_args(argv)
+from tc_autotune.commands import records as command  # noqa: E402  (no TVM import: fast argument errors)
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    from tc_autotune import records
-
-    rows = records.summarize(args.logs)
-    if args.stale_only:
-        rows = [r for r in rows if r.stale]
-    print(records.summary_table(rows))
-    return cli.EXIT_OK
+    return command.main(argv, prog="records.py")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """Applying the best record: which config ``build_conv2d`` (``build_dense``) uses when none is given.
 
-Logs given with ``apply_history_best`` come first, then the logs shipped in the
-repository's tuning_logs/ folder.  The first log set that has a successful,
-current-version record for the workload on this GPU's architecture wins (stale
-records, made by another template version, only where ``include_stale=True`` was
-asked for); without one, the space's default config is used and a warning names
-the workload.
+Logs given with ``apply_history_best`` come first, then the shipped logs (the checkout's
+tuning_logs/ folder, or its copy inside an installed package: ``records.shipped_logs_dir``).
+The first log set that has a successful, current-version record for the workload on this
+GPU's architecture wins (stale records, made by another template version, only where
+``include_stale=True`` was asked for); without one, the space's default config is used and
+a warning names the workload.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import records, tasks
 from .gpu import GpuInfo, gpu_log_name, local_gpu
-from .records import SHIPPED_LOGS, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from .records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
 from .space import Conv2dConfig
 from .dense_workloads import DenseWorkload
 from .epilogue import NONE as NO_EPILOGUE

@@ -325,13 +325,27 @@ def log_files(paths) -> list[Path]:
     return files
 
 
-# The repository's tuning_logs/ folder: best logs per GPU and tuning histories.
-SHIPPED_LOGS = Path(__file__).resolve().parent.parent / "tuning_logs"
+def packaged_logs_dir() -> Path:
+    """The tuning_logs/ folder that came with this copy of the package (best logs per GPU, tuning
+    histories, job files): ``tc_autotune/tuning_logs/`` when the package was installed from a
+    wheel (package data), else the checkout's ``tuning_logs/`` beside the package (a clone, or an
+    editable install of one).  The one place that decides where the shipped logs live; it does
+    not look at TC_AUTOTUNE_SHIPPED_LOGS (``shipped_logs_dir`` does) and the folder may be absent."""
+    package = Path(__file__).resolve().parent
+    installed = package / "tuning_logs"
+    return installed if installed.is_dir() else package.parent / "tuning_logs"
+
+
+# packaged_logs_dir() when this module was imported (apply re-exports it; new code calls the function).
+SHIPPED_LOGS = packaged_logs_dir()
 
 
 def shipped_logs_dir() -> Path | None:
-    """The shipped tuning_logs/ folder (TC_AUTOTUNE_SHIPPED_LOGS overrides; empty: none)."""
-    shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS))
+    """The shipped logs' folder: TC_AUTOTUNE_SHIPPED_LOGS where set (empty: none), else
+    ``packaged_logs_dir()``; None where that folder does not exist."""
+    shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS")
+    if shipped is None:
+        shipped = str(packaged_logs_dir())
     return Path(shipped) if shipped and Path(shipped).exists() else None
 
 

@@ -37,7 +37,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ from .cost_model import (FEATURE_NAMES, XGBCostModel, features_from_positions, i
                          normalise_per_group, positions_from_indices, prior_score, radices, valid_mask)
 from .gpu import GpuInfo, gpu_for_arch
 from .jobs import load_job
-from .records import SHIPPED_LOGS, TEMPLATE_VERSION, shipped_log_files
+from .records import TEMPLATE_VERSION, packaged_logs_dir, shipped_log_files, shipped_logs_dir
 from .space import ConfigSpace, Conv2dConfig, conv2d_space
 from .tuner import _entity_matches, _with_intrinsic_requirements, anneal_walk
 from .workloads import Conv2dWorkload, get as get_workload
@@ -59,8 +58,9 @@ log = logging.getLogger(__name__)
 
 # Bump when the meaning of a cached model changes in a way the settings below do not show.
 MODEL_FORMAT = 1
-# The held-out shapes' job file: the repository's, whatever TC_AUTOTUNE_SHIPPED_LOGS says.
-HELDOUT_JOB = Path(SHIPPED_LOGS) / "heldout.toml"
+# The held-out shapes' job file: the package's (a checkout's or an installed copy's), whatever
+# TC_AUTOTUNE_SHIPPED_LOGS says.
+HELDOUT_JOB = packaged_logs_dir() / "heldout.toml"
 # Kernels timed before this instant were compiled by NVRTC, later ones by nvcc (README "Shipped
 # logs"): records of one workload on one GPU from the two toolchains form separate query groups.
 NVCC_SINCE = datetime.datetime(2026, 11, 22, 8, 10, tzinfo=datetime.timezone.utc).timestamp()
@@ -541,7 +541,8 @@ def leave_one_out(workloads=SEED_WORKLOADS, history=None, gpu: GpuInfo | None = 
     numbers are the rank correlation and how far the model's favourite measured config is
     from the best.  ``gpu`` defaults to the history's GPU with its arch's nominal limits."""
     if history is None:
-        history = Path(os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS", str(SHIPPED_LOGS))) / H100_NVCC_HISTORY
+        shipped = shipped_logs_dir()
+        history = shipped / H100_NVCC_HISTORY if shipped is not None else []
     hist = [r for r in records.load(history) if r.ok]
     if gpu is None:
         if not hist:

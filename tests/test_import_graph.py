@@ -2,8 +2,9 @@
 modules the CLIs and log readers need never load TVM.
 
 Function-level imports are allowed only for the heavy or optional third-party modules of
-``LAZY`` (each with the reason it is imported late); scripts import the package after
-parsing their arguments, so a bad argument fails fast without TVM.
+``LAZY`` (each with the reason it is imported late); the commands (``tc_autotune.commands``,
+which ``scripts/`` call) import the package after parsing their arguments, so a bad argument
+fails fast without TVM, and import only light modules at their top.
 """
 
 import ast
@@ -11,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "tc_autotune"
+COMMANDS = f"{PACKAGE}.commands"  # the console commands: entry points, like scripts/
 
 # third-party module -> why it may be imported inside a function
 LAZY = {
@@ -42,6 +44,11 @@ def _modules() -> dict[str, Path]:
     found = {_module_name(p): p for p in (ROOT / PACKAGE).rglob("*.py")}
     found.update({f"scripts.{p.stem}": p for p in (ROOT / "scripts").glob("*.py")})
     return found
+
+
+def _entry_point(name: str) -> bool:
+    """Scripts and commands: they parse arguments before importing what does the work."""
+    return name.startswith("scripts.") or name.startswith(COMMANDS + ".")
 
 
 def _imports(name: str, path: Path):
@@ -96,9 +103,9 @@ def _graph():
                     target = target.rpartition(".")[0]
                 edges[name].add(target)
                 optional = any(target == sub or target.startswith(sub + ".") for sub in OPTIONAL_SUBPACKAGES)
-                if in_function and not name.startswith("scripts.") and not optional:
+                if in_function and not _entry_point(name) and not optional:
                     lazy.append(f"{path.name}:{line} imports {target} inside a function")
-            elif in_function and target.split(".")[0] not in LAZY and not name.startswith("scripts."):
+            elif in_function and target.split(".")[0] not in LAZY and not _entry_point(name):
                 lazy.append(f"{path.name}:{line} imports {target} inside a function (not in LAZY)")
     return edges, lazy
 
@@ -130,6 +137,9 @@ def test_the_import_graph_is_a_dag_from_workloads_and_gpu_up():
     assert edges[f"{PACKAGE}.dense_workloads"] <= {PACKAGE, f"{PACKAGE}.epilogue"}
     assert edges[f"{PACKAGE}.workloads"] <= {PACKAGE, f"{PACKAGE}.dense_workloads", f"{PACKAGE}.epilogue"}
     assert not any(name in targets for targets in edges.values() for name in edges if name.startswith("scripts."))
+    # only the scripts import the commands
+    assert not [(name, target) for name, targets in edges.items() if not name.startswith("scripts.")
+                for target in targets if target.startswith(COMMANDS + ".")]
 
 
 def test_light_modules_never_load_tvm():
@@ -148,3 +158,17 @@ def test_light_modules_never_load_tvm():
             tvm = [line for target, line, in_function in _imports(name, modules[name])
                    if target.split(".")[0] in ("tvm", "tvm_ffi") and not in_function]
             assert not tvm, f"{light} imports {name}, which imports tvm at module top (line {tvm[0]})"
+
+
+def test_commands_import_only_light_modules_at_their_top():
+    """A command's module top (what runs before its arguments are parsed) loads no TVM: its
+    package imports there are light modules, the rest come inside ``main``."""
+    modules = _modules()
+    light = {f"{PACKAGE}.{name}" for name in LIGHT} | {PACKAGE, COMMANDS}
+    commands = sorted(name for name in modules if name.startswith(COMMANDS + "."))
+    assert {c.rpartition(".")[2] for c in commands} >= {"tune", "nightly", "benchmark", "records", "study"}
+    for name in commands:
+        top = [(target, line) for target, line, in_function in _imports(name, modules[name]) if not in_function]
+        heavy = [f"line {line}: {target}" for target, line in top
+                 if target.split(".")[0] == PACKAGE and target not in light or target.split(".")[0] in LAZY]
+        assert not heavy, f"{name} imports at its top: {heavy}"

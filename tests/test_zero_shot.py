@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tc_autotune import records, zero_shot
-from tc_autotune.apply import SHIPPED_LOGS
+from tc_autotune.apply import packaged_logs_dir
 from tc_autotune.gpu import GpuInfo
 from tc_autotune.nightly import load_job
 from tc_autotune.space import conv2d_space
@@ -26,7 +26,7 @@ from tc_autotune.workloads import Conv2dWorkload, get
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "sm_90", 132)
 H200_NAME = "NVIDIA H200"
-SHIPPED = Path(SHIPPED_LOGS)
+SHIPPED = packaged_logs_dir()
 NVCC_H100 = SHIPPED / "history" / "nvidia-h100-20261122-nvcc.jsonl"
 
 
