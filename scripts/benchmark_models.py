@@ -25,12 +25,15 @@ MODES = ("eager", "graph", "kernels", "default", "reduce-overhead", "max-autotun
 
 def parse_args(argv):
     p = cli.script_parser("benchmark_models.py", __doc__)
-    p.add_argument("--model", choices=("resnet50", "mlp"), default="resnet50")
+    p.add_argument("--model", choices=("resnet50", "resnet50-layer3", "mlp"), default="resnet50",
+                   help="resnet50-layer3: ResNet-50's largest stage alone (6 bottlenecks at 14x14)")
     p.add_argument("--batch", action="append", type=cli.positive_int, help="batch (mlp: tokens M), repeatable")
     p.add_argument("--mode", action="append", choices=MODES, help="repeatable (default: eager, graph, kernels, "
                    "reduce-overhead)")
     p.add_argument("--calls", action="store_true", help="time one conv call each way instead")
     p.add_argument("--first-forward", action="store_true", help="time optimize + the first forward instead")
+    p.add_argument("--log", action="append", default=[], type=cli.existing_path,
+                   help="tuning logs whose best records come first (apply_history_best), repeatable")
     p.add_argument("--json", type=cli.writable_file, help="also write the rows as JSON here")
     return p, p.parse_args(argv)
 
@@ -45,8 +48,16 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("benchmark_models.py: no CUDA GPU", file=sys.stderr)
         return 3
+    import contextlib
+
+    from tc_autotune import apply
     from tc_autotune.pytorch import bench
 
+    with apply.apply_history_best(args.log) if args.log else contextlib.nullcontext():
+        return _run(bench, args)
+
+
+def _run(bench, args) -> int:
     if args.calls:
         result = bench.call_overhead()
         for name, value in result.items():

@@ -101,6 +101,11 @@ def build_model(name: str, batch: int):
         x = torch.randn(batch, 3, 224, 224, device="cuda")
         model = models.resnet50().cuda().half().to(memory_format=torch.channels_last)
         return model, x.half().to(memory_format=torch.channels_last), reference, x
+    if name == "resnet50-layer3":  # the largest stage alone, on its input (channels-last)
+        reference = models.resnet50().layer3.cuda()
+        x = torch.randn(batch, 512, 28, 28, device="cuda")
+        model = models.resnet50().layer3.cuda().half().to(memory_format=torch.channels_last)
+        return model, x.half().to(memory_format=torch.channels_last), reference, x
     if name.startswith("mlp"):
         reference = models.mlp_block().cuda()
         x = torch.randn(batch, 4096, device="cuda")
@@ -108,8 +113,9 @@ def build_model(name: str, batch: int):
     raise ValueError(f"unknown model {name!r} (resnet50, mlp)")
 
 
-def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduce-overhead")) -> list[ModelRow]:
-    """Every mode's row for one model and batch (see the module), outputs checked first."""
+def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduce-overhead")):
+    """Every mode's row for one model and batch (see the module), outputs checked first; rows
+    are yielded as they are measured, and a compile mode that fails is a row saying why."""
     model, x, reference, x32 = build_model(name, batch)
     with torch.no_grad():
         expected = reference(x32)
@@ -118,26 +124,28 @@ def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduc
         build_s = time.perf_counter() - start
         err_ours, err_torch = rel_err(ours(x), expected), rel_err(model(x), expected)
     note = f"err vs fp32: ours {err_ours:.1e}, PyTorch {err_torch:.1e}"
-    rows = [ModelRow(name, batch, "check", None, None, note + f"; optimize {build_s:.1f} s; "
-                     f"{ours.tc_autotune_report.summary()}")]
+    yield ModelRow(name, batch, "check", None, None, note + f"; optimize {build_s:.1f} s; "
+                   f"{ours.tc_autotune_report.summary()}")
     if err_ours > max(5e-2, 5 * err_torch):
-        rows.append(ModelRow(name, batch, "WRONG", None, None, "not timed: our output is wrong"))
-        return rows
+        yield ModelRow(name, batch, "WRONG", None, None, "not timed: our output is wrong")
+        return
     iters = 50 if batch <= 8 else 20
     with torch.no_grad():
         for mode in modes:
             if mode == "eager":
-                rows.append(ModelRow(name, batch, mode, _sync_ms(lambda: ours(x), iters, 15),
-                                     _sync_ms(lambda: model(x), iters, 15)))
+                yield ModelRow(name, batch, mode, _sync_ms(lambda: ours(x), iters, 15),
+                               _sync_ms(lambda: model(x), iters, 15))
             elif mode == "graph":
                 ours_replay, torch_replay = graph_of(ours, x), graph_of(model, x)
-                rows.append(ModelRow(name, batch, mode, _sync_ms(ours_replay, iters, 15),
-                                     _sync_ms(torch_replay, iters, 15)))
+                yield ModelRow(name, batch, mode, _sync_ms(ours_replay, iters, 15), _sync_ms(torch_replay, iters, 15))
             elif mode == "kernels":
-                rows.append(ModelRow(name, batch, mode, kernel_ms(lambda: ours(x)), kernel_ms(lambda: model(x))))
+                yield ModelRow(name, batch, mode, kernel_ms(lambda: ours(x)), kernel_ms(lambda: model(x)))
             else:
-                rows.append(_compiled_row(name, batch, mode, ours, model, x, expected))
-    return rows
+                try:
+                    yield _compiled_row(name, batch, mode, ours, model, x, expected)
+                except Exception as err:  # noqa: BLE001 (a compiler error is a result to report)
+                    yield ModelRow(name, batch, mode, None, None,
+                                   f"failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}")
 
 
 def _compiled_row(name, batch, mode, ours, model, x, expected) -> ModelRow:
