@@ -223,13 +223,14 @@ def _build_in_worker(spec: str, gpu: GpuInfo, logs: tuple) -> None:
     kernel(spec, gpu, logs, warn=False)
 
 
-def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None) -> dict:
+def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, logs: tuple | None = None) -> dict:
     """``{workload: kernel}`` for every workload (duplicates built once): cache hits are loaded
     here; the misses are built by ``workers`` spawned processes (default: one per core) in
     parallel, then loaded.  A workload that cannot be built is left out of the result, with a
-    warning naming it and why.  No ``NoTunedConfigWarning``s: ``untuned`` tells the caller."""
+    warning naming it and why.  No ``NoTunedConfigWarning``s: ``untuned`` tells the caller.
+    ``logs``: the active log sets (default: now's)."""
     gpu = gpu or default_gpu()
-    logs = apply.active_logs()
+    logs = apply.active_logs() if logs is None else logs
     wanted = list(dict.fromkeys(get_workload(w) for w in workloads))
     found = {w: k for w in wanted if (k := cached_kernel(w, gpu, logs)) is not None}
     missing = [w for w in wanted if w not in found]

@@ -1,0 +1,256 @@
+"""``tc_autotune.pytorch`` without a GPU (issue #29): the custom ops' registration and fake
+implementations, fusion and workload extraction from small models, ``optimize``'s rewrite and
+its outputs (PyTorch's ops run on the CPU, counted as fallbacks), the cached launch path, and
+the disk build cache."""
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+import tc_autotune as tc  # noqa: E402
+from tc_autotune import apply, build_cache, jobs, tasks, workloads  # noqa: E402
+from tc_autotune.dense_workloads import DenseWorkload  # noqa: E402
+from tc_autotune.pytorch import FusedConv2d, FusedLinear, fallbacks, ops, reset_fallbacks  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from pytorch_models import SmallNet  # noqa: E402
+
+
+def small():
+    torch.manual_seed(0)
+    model = SmallNet().eval()
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        expected = model(x)
+    return model.half().to(memory_format=torch.channels_last), x.half().to(memory_format=torch.channels_last), expected
+
+
+def rel_err(out, ref):
+    return float((out.float() - ref.float()).abs().max() / ref.float().abs().max())
+
+
+# ---- the operators -----------------------------------------------------------------------------
+def test_the_ops_are_registered_with_fake_implementations():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        data, weight = torch.empty(2, 9, 11, 32, dtype=torch.float16), torch.empty(3, 5, 32, 48, dtype=torch.float16)
+        out = torch.ops.tc_autotune.conv2d(data, weight, None, None, None, [2, 1], [1, 2, 0, 1], [1, 1], "relu",
+                                           torch.float32)
+        # (9 + 1 + 0 - 3) // 2 + 1 = 4 rows, (11 + 2 + 1 - 5) // 1 + 1 = 10 columns
+        assert out.shape == (2, 4, 10, 48) and out.dtype == torch.float32
+        a, w = torch.empty(3, 7, 64, dtype=torch.float16), torch.empty(96, 64, dtype=torch.float16)
+        dense = torch.ops.tc_autotune.dense(a, w, None, torch.empty(96), None, "gelu", torch.float16)
+        assert dense.shape == (3, 7, 96) and dense.dtype == torch.float16
+    schema = str(torch.ops.tc_autotune.conv2d.default._schema)
+    assert "Tensor? residual" in schema and "ScalarType out_dtype" in schema
+    with pytest.raises(ValueError, match="activation must be one of none, relu, gelu, got 'tanh'"):
+        torch.ops.tc_autotune.dense(torch.ones(2, 4), torch.ones(3, 4), None, None, None, "tanh", torch.float32)
+
+
+def test_the_ops_pass_opcheck_on_the_cpu():
+    """On CPU tensors the ops run PyTorch's ops (a fallback, counted): schema, fake and eager
+    implementations must still agree."""
+    torch.manual_seed(0)
+    data, weight = torch.randn(2, 8, 8, 16).half(), (torch.randn(3, 3, 16, 24) * 0.1).half()
+    bias, residual = torch.randn(24), torch.randn(2, 8, 8, 24).half()
+    torch.library.opcheck(torch.ops.tc_autotune.conv2d.default,
+                          (data, weight, None, bias, residual, [1, 1], [1, 1, 1, 1], [1, 1], "relu", torch.float16))
+    a, w = torch.randn(5, 32).half(), (torch.randn(40, 32) * 0.1).half()
+    torch.library.opcheck(torch.ops.tc_autotune.dense.default, (a, w, torch.rand(40), torch.randn(40), None,
+                                                                  "gelu", torch.float32))
+
+
+def test_the_fallback_is_the_ops_math_and_is_said_once():
+    torch.manual_seed(1)
+    data, weight = torch.randn(1, 5, 6, 8).half(), torch.randn(3, 3, 8, 4).half()
+    bias, residual = torch.randn(4), torch.randn(1, 5, 6, 4).half()
+    reset_fallbacks()
+    with pytest.warns(ops.FallbackWarning, match="the tensors are on cpu"):
+        out = torch.ops.tc_autotune.conv2d(data, weight, None, bias, residual, [1, 1], [1, 1, 1, 1], [1, 1],
+                                           "relu", torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: a second call is counted, not warned
+        torch.ops.tc_autotune.conv2d(data, weight, None, bias, residual, [1, 1], [1, 1, 1, 1], [1, 1], "relu",
+                                     torch.float32)
+    ref = torch.nn.functional.conv2d(data.permute(0, 3, 1, 2).float(), weight.permute(3, 2, 0, 1).float(), padding=1)
+    ref = torch.relu(ref + bias.view(1, -1, 1, 1) + residual.permute(0, 3, 1, 2).float()).permute(0, 2, 3, 1)
+    assert rel_err(out, ref) < 1e-5
+    assert list(fallbacks().values()) == [2]
+
+
+# ---- fusion, extraction, optimize --------------------------------------------------------------
+def test_extraction_lists_each_layer_with_the_epilogue_it_fuses(tmp_path):
+    model, x, _ = small()
+    found = tc.extract_workloads(model, (x,), job=tmp_path / "small.toml", trials=8)
+    conv = "n=4,h=32,w=32,dtype=float16,out_dtype=float16,"
+    assert [str(w) for w in found] == [
+        str(workloads.get(spec)) for spec in (
+            conv + "c=3,k=32,r=3,pad=1,epilogue=bias_relu",  # own bias, F.relu
+            conv + "c=32,k=16,r=1,epilogue=bias_relu",  # batch norm folded, ReLU module
+            conv + "c=16,k=16,r=3,pad=1,epilogue=bias_relu",
+            conv + "c=16,k=64,r=1,epilogue=bias_residual_relu",  # the block's add and ReLU
+            conv + "c=32,k=64,r=1,epilogue=bias",  # the shortcut: the add went to conv3
+            conv + "c=64,k=64,r=3,stride=2,pad=1,epilogue=bias_relu",  # torch.relu
+            "dense:m=4,n=128,k=64,b=nk,dtype=float16,out_dtype=float16,epilogue=bias_gelu",
+            "dense:m=4,n=10,k=128,b=nk,dtype=float16,out_dtype=float16,epilogue=bias")]
+    job = jobs.load_job(tmp_path / "small.toml")
+    assert [e.workload for e in job.entries] == found and {e.trials for e in job.entries} == {8}
+    assert job.log == tmp_path / "small.jsonl"
+
+
+def test_optimize_replaces_the_layers_and_agrees_with_the_model():
+    model, x, expected = small()
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    reset_fallbacks()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.FallbackWarning)
+        fast = tc.optimize(model, (x,), build=False)
+        out = fast(x)
+    kinds = [type(m) for m in fast.modules()]
+    assert kinds.count(FusedConv2d) == 6 and kinds.count(FusedLinear) == 2
+    assert not any(isinstance(m, (nn.BatchNorm2d, nn.ReLU, nn.GELU)) for m in fast.modules())
+    report = fast.tc_autotune_report
+    assert (report.layers, report.fused_ops, report.left) == (8, 12, {})
+    assert rel_err(out, expected) < 1e-2 and rel_err(out, model(x)) < 1e-2
+    assert out.dtype == torch.float16 and out.shape == (4, 10)
+    assert sum(fallbacks().values()) == 8  # every layer, on the CPU
+    assert all(torch.equal(p, before[name]) for name, p in model.state_dict().items())  # model untouched
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+
+
+def test_what_the_kernels_cannot_take_stays_pytorchs():
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2).half()
+            self.fp32 = nn.Linear(8, 8)
+            self.exact = nn.Linear(8, 8).half()
+            self.gelu = nn.GELU()  # exact GELU: not the kernels' tanh approximation
+            self.shared = nn.Conv2d(8, 8, 1).half()
+
+        def forward(self, x):
+            y = self.grouped(x)
+            s = self.shared(y)
+            y = torch.relu(s) + s  # s has two users: nothing fuses into its conv
+            z = self.gelu(self.exact(y.mean((2, 3))))
+            return self.fp32(z.float()) + y.float().mean()
+
+    model = Odd().eval()
+    x = torch.randn(2, 8, 6, 6).half()
+    fast = tc.optimize(model, (x,), build=False)
+    report = fast.tc_autotune_report
+    assert set(report.left) == {"grouped", "fp32"}
+    assert "groups=2" in report.left["grouped"] and "float32" in report.left["fp32"]
+    assert isinstance(fast.exact, FusedLinear) and fast.exact.activation == "none"
+    assert isinstance(fast.shared, FusedConv2d) and fast.shared.activation == "none" and not fast.shared.residual
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.FallbackWarning)
+        assert rel_err(fast(x), model(x)) < 1e-2
+
+
+def test_a_model_in_training_mode_is_refused():
+    model = SmallNet()
+    with pytest.raises(ValueError, match=r"training mode: call model.eval\(\) first"):
+        tc.optimize(model)
+
+
+# ---- the cached launch path --------------------------------------------------------------------
+def test_a_call_finds_its_launch_by_a_cheap_key(monkeypatch):
+    """The kernel is looked up once per (shapes, dtypes, device, epilogue, logs); later calls
+    make no workload and consult no log."""
+    made = []
+
+    def fake_bind(key, workload_of_call, device):
+        made.append(workload_of_call())
+        ops._LAUNCHES[key] = ValueError("no GPU here")
+        return ops._LAUNCHES[key]
+
+    monkeypatch.setattr(ops, "_bind", fake_bind)
+    ops.clear_launches()
+    data, weight, bias = torch.randn(1, 4, 4, 8).half(), torch.randn(1, 1, 8, 16).half(), torch.randn(16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.FallbackWarning)
+        for _ in range(3):
+            ops.conv2d_nhwc(data, weight, bias=bias, activation="relu")
+        ops.conv2d_nhwc(data, weight, activation="relu")  # another epilogue: another kernel
+        ops.dense_nk(torch.randn(2, 3, 8).half(), torch.randn(16, 8).half(), bias=bias)
+    assert [str(w) for w in made] == [
+        str(workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias_relu")),
+        str(workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=relu")),
+        str(DenseWorkload(m=6, n=16, k=8, b_layout="nk", out_dtype="float16", epilogue="bias"))]  # leading dims fold into M
+    with pytest.raises(ValueError, match="no GPU here"):
+        ops.conv2d_nhwc(data, weight, bias=bias, activation="relu", fallback=False)
+
+
+def test_a_launch_refuses_what_it_cannot_read_in_place():
+    from tc_autotune import kernel
+    from tc_autotune.pytorch.launch import TorchLaunch
+    import tvm
+
+    wl = workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias")
+    k = kernel.Conv2dKernel(wl, tasks.of(wl).space(wl).default_config(),
+                            tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
+    calls = []
+    k._main = lambda *args: calls.append(args)
+    launch = TorchLaunch(k, torch.device("cpu"))
+    data, weight, bias = torch.randn(1, 4, 4, 8).half(), torch.randn(1, 1, 8, 16).half(), torch.randn(16)
+    out = launch(data, weight, bias)
+    assert out.shape == (1, 4, 4, 16) and out.dtype == torch.float16
+    assert calls[-1][:4] == (data, weight, bias, out)  # the tensors themselves: nothing copied
+    for args, message in [((data.transpose(1, 2), weight, bias), "data is not contiguous"),
+                          ((data, weight, bias.half()), r"bias must be float32\[16\], got float16\[16\]"),
+                          ((data, weight[..., :8], bias), r"weight must be float16\[1, 1, 8, 16\]"),
+                          ((torch.randn(1 * 4 * 4 * 8 + 1).half()[1:].view(1, 4, 4, 8), weight, bias),
+                           "data cannot be read in place: its address is not 64-byte aligned")]:
+        with pytest.raises(ValueError, match=message):
+            launch(*args)
+    assert len(calls) == 1
+
+
+# ---- the disk build cache ----------------------------------------------------------------------
+def test_the_build_cache_keys_move_with_what_the_kernel_depends_on(tmp_path, monkeypatch):
+    wl = workloads.get("n=1,h=4,c=8,k=16,r=1")
+    gpu = build_cache.default_gpu()
+    config = tasks.of(wl).space(wl, gpu).default_config()
+    key = build_cache.module_key(wl, config, "sm_90")
+    assert key == build_cache.module_key(workloads.get("n=1,h=4,c=8,k=16,r=1"), config, "sm_90")
+    assert key != build_cache.module_key(wl, config, "sm_90a")
+    assert key != build_cache.module_key(workloads.get("n=2,h=4,c=8,k=16,r=1"), config, "sm_90")
+    from dataclasses import replace
+
+    assert key != build_cache.module_key(wl, replace(config, chunk=config.chunk * 2), "sm_90")
+    monkeypatch.setattr(build_cache, "code_fingerprint", lambda: "other code")
+    assert key != build_cache.module_key(wl, config, "sm_90")
+    log = tmp_path / "a.jsonl"
+    log.write_text("")
+    before = build_cache.choice_key(wl, gpu, ((str(log), False),))
+    log.write_text("\n")  # a log changed: the choice is made again
+    assert build_cache.choice_key(wl, gpu, ((str(log), False),)) != before
+
+
+def test_a_cached_kernel_is_loaded_not_built(tmp_path, monkeypatch):
+    """The first call builds and stores (choice and module); the next finds both and loads the
+    library: no lowering, no nvcc (a CPU machine cannot load CUDA modules, so a stand-in loader)."""
+    monkeypatch.setenv("TC_AUTOTUNE_CACHE_DIR", str(tmp_path))
+    wl = workloads.get("n=1,h=8,c=16,k=16,r=1,out_dtype=float16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", apply.NoTunedConfigWarning)
+        built = build_cache.kernel(wl, logs=())
+        entries = sorted(p.suffix for p in (tmp_path / "kernels" / "modules").iterdir())
+        assert entries == [".cu", ".cubin", ".json", ".so"]
+        assert len(list((tmp_path / "kernels" / "choices").iterdir())) == 1
+        loaded_paths = []
+        monkeypatch.setattr(build_cache, "_load_module", lambda path: loaded_paths.append(path) or "module")
+        monkeypatch.setattr(build_cache, "compile_kernel", lambda *a, **k: pytest.fail("built again"))
+        again = build_cache.kernel(wl, logs=())
+    assert again.executable == "module" and loaded_paths[0].endswith(".so")
+    assert again.config == built.config and again.cubin == built.cubin
+    assert again.cuda_source == built.cuda_source  # kept beside the library
+    assert build_cache.kernels([wl, wl], logs=())[wl].executable == "module"  # a hit: nothing spawned
