@@ -114,7 +114,9 @@ def test_the_wheel_declares_the_console_commands_and_no_torch(wheel):
     entry_points.read_string(_dist_info_file(wheel, "entry_points.txt"))
     assert dict(entry_points["console_scripts"]) == COMMANDS
     requires = [line for line in _dist_info_file(wheel, "METADATA").splitlines() if line.startswith("Requires-Dist:")]
-    assert requires and not [r for r in requires if "torch" in r.lower()]  # PyTorch stays optional
+    torch_requires = [r for r in requires if "torch" in r.lower()]
+    assert requires and torch_requires  # PyTorch stays optional: only the "torch" extra asks for it
+    assert all('extra == "torch"' in r for r in torch_requires), torch_requires
 
 
 def test_an_installed_copy_finds_its_logs_inside_itself(site):
