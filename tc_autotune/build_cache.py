@@ -207,9 +207,16 @@ def kernel(workload, gpu: GpuInfo | None = None, logs: tuple | None = None, warn
     key, found = _lookup(workload, gpu, logs, choice)
     if found is not None:
         return found
+    start = time.time()
     built = compile_kernel(workload, choice.config, gpu)
+    PHASES["lower+nvcc"] = PHASES.get("lower+nvcc", 0.0) + time.time() - start
+    start = time.time()
     store_module(key, built)
+    PHASES["export"] = PHASES.get("export", 0.0) + time.time() - start
     return built
+
+
+PHASES: dict[str, float] = {}  # seconds this process spent in each phase of building (for reports)
 
 
 def cached_kernel(workload, gpu: GpuInfo, logs: tuple):
@@ -218,9 +225,17 @@ def cached_kernel(workload, gpu: GpuInfo, logs: tuple):
     return None if choice is None else _lookup(workload, gpu, logs, choice)[1]
 
 
-def _build_in_worker(spec: str, gpu: GpuInfo, logs: tuple) -> None:
-    """A worker process: choose, lower, compile and export one workload into the cache."""
-    kernel(spec, gpu, logs, warn=False)
+def _build_in_worker(spec: str, gpu: GpuInfo, logs: tuple, submitted: float = 0.0) -> dict[str, float]:
+    """A worker process: choose, lower, compile and export one workload into the cache; returns
+    the seconds of each phase (``waited``: from submission to the start, spawn and imports
+    included for a worker's first workload)."""
+    PHASES.clear()
+    start = time.time()
+    workload = get_workload(spec)
+    choose(workload, gpu, logs)
+    PHASES["choose"] = time.time() - start
+    kernel(workload, gpu, logs, warn=False)
+    return {"waited": start - submitted if submitted else 0.0, **PHASES}
 
 
 def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, logs: tuple | None = None) -> dict:
@@ -238,7 +253,10 @@ def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, l
         start = time.time()
         workers = max(1, min(len(missing), workers or os.cpu_count() or 1))
         log.info("building %d kernels in %d processes", len(missing), workers)
-        for workload, error in _build_all(missing, gpu, logs, workers):
+        phases: dict[str, list[float]] = {}
+        for workload, error, seconds in _build_all(missing, gpu, logs, workers):
+            for phase, value in seconds.items():
+                phases.setdefault(phase, []).append(value)
             if error is not None:
                 warnings.warn(f"cannot build the kernel of {workload}: {error}", RuntimeWarning, stacklevel=2)
                 continue
@@ -246,28 +264,30 @@ def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, l
                 found[workload] = kernel(workload, gpu, logs, warn=False)
             except Exception as err:  # noqa: BLE001 (built in a worker, but not loadable here)
                 warnings.warn(f"cannot build the kernel of {workload}: {err}", RuntimeWarning, stacklevel=2)
-        log.info("built %d kernels in %.1f s", len(missing), time.time() - start)
+        log.info("built %d kernels in %.1f s (%s)", len(missing), time.time() - start,
+                 ", ".join(f"{phase} max {max(v):.1f} s / mean {sum(v) / len(v):.1f} s" for phase, v in phases.items()))
     return {w: found[w] for w in wanted if w in found}
 
 
 def _build_all(workloads, gpu: GpuInfo, logs: tuple, workers: int):
-    """(workload, None or the error) of building each into the cache, ``workers`` at a time."""
+    """(workload, None or the error, seconds per phase) of building each into the cache,
+    ``workers`` at a time."""
     if workers == 1:
         for workload in workloads:
-            yield workload, _error_of(_build_in_worker, str(workload), gpu, logs)
+            yield (workload, *_outcome(lambda: _build_in_worker(str(workload), gpu, logs)))
         return
     with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = [pool.submit(_build_in_worker, str(w), gpu, logs) for w in workloads]
+        futures = [pool.submit(_build_in_worker, str(w), gpu, logs, time.time()) for w in workloads]
         for workload, future in zip(workloads, futures):
-            yield workload, _error_of(future.result)
+            yield (workload, *_outcome(future.result))
 
 
-def _error_of(func, *args) -> str | None:
+def _outcome(func) -> tuple[str | None, dict]:
+    """(None, phases) of ``func()``, or (its error, {}) when it raised."""
     try:
-        func(*args)
-        return None
+        return None, func()
     except Exception as err:  # noqa: BLE001 (one layer that cannot build must not stop the others)
-        return f"{type(err).__name__}: {err}"
+        return f"{type(err).__name__}: {err}", {}
 
 
 def untuned(workloads, gpu: GpuInfo | None = None) -> list:
