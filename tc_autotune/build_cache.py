@@ -24,13 +24,16 @@ share it and deleting it is always safe.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import functools
 import hashlib
 import json
 import logging
 import multiprocessing as mp
 import os
+import sys
 import time
+import types
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -277,7 +280,7 @@ def _build_all(workloads, gpu: GpuInfo, logs: tuple, workers: int):
         for workload in workloads:
             yield (workload, *_outcome(lambda: _build_in_worker(str(workload), gpu, logs)))
         return
-    with cf.ProcessPoolExecutor(workers, mp_context=_worker_context()) as pool:
+    with cf.ProcessPoolExecutor(workers, mp_context=_worker_context()) as pool, _main_not_rerun():
         futures = [pool.submit(_build_in_worker, str(w), gpu, logs, time.time()) for w in workloads]
         for workload, future in zip(workloads, futures):
             yield (workload, *_outcome(future.result))
@@ -292,6 +295,20 @@ def _worker_context():
     context = mp.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     return context
+
+
+@contextlib.contextmanager
+def _main_not_rerun():
+    """While the workers start, ``__main__`` is an empty module: multiprocessing would otherwise
+    run the caller's script again in each of them (and in the fork server), and a user's script
+    that calls ``tc.optimize`` at its top level, with no ``if __name__ == "__main__"`` guard,
+    would run the whole program again there.  The workers need nothing from it."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _outcome(func) -> tuple[str | None, dict]:

@@ -39,14 +39,16 @@ class OptimizeReport:
     left: dict = field(default_factory=dict)  # layer name -> why it stays PyTorch's
     workloads: list = field(default_factory=list)  # the kernels built for the example inputs
     untuned: list = field(default_factory=list)  # those without a tuning record (zero-shot)
-    build_seconds: float = 0.0
+    trace_seconds: float = 0.0  # tracing and shape propagation (one forward)
+    build_seconds: float = 0.0  # the kernels built or loaded from the disk cache
 
     def summary(self) -> str:
         text = f"{self.layers} layers on tc_autotune kernels ({self.fused_ops} ops fused into them)"
         if self.left:
             text += f", {len(self.left)} left to PyTorch"
         if self.workloads:
-            text += (f"; {len(self.workloads)} kernels ready in {self.build_seconds:.1f} s, "
+            text += (f"; traced in {self.trace_seconds:.1f} s, {len(self.workloads)} kernels ready in "
+                     f"{self.build_seconds:.1f} s, "
                      f"{len(self.untuned)} of them untuned (zero-shot)")
         return text
 
@@ -114,8 +116,9 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True) -> fx.Gr
     With ``example_inputs`` (their shapes fuse residual adds and say which kernels to build),
     the kernels are built before it returns (``build=False``: on first use)."""
     _check_eval(model)
+    start = time.time()
     gm = trace(model, example_inputs)
-    report = OptimizeReport()
+    report = OptimizeReport(trace_seconds=time.time() - start)
     replaced, new_nodes = [], {}
     for layer in fusion.find_layers(gm):
         if layer.why_not is not None:
