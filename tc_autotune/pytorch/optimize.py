@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import fx, nn
@@ -55,19 +56,57 @@ class OptimizeReport:
 
 def trace(model: nn.Module, example_inputs=None) -> fx.GraphModule:
     """``model`` as a ``torch.fx`` graph, with each node's shape propagated from
-    ``example_inputs`` where given (by running it once without autograd: a forward costs
-    milliseconds, where fake tensors would cost seconds of imports in a new process)."""
+    ``example_inputs`` where given (``_ShapesOnly``)."""
     try:
         gm = fx.symbolic_trace(model)
     except Exception as err:  # noqa: BLE001 (dynamic control flow, untraceable ops)
         raise ValueError(f"cannot trace {type(model).__name__} with torch.fx ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
     if example_inputs is not None:
-        from torch.fx.passes.shape_prop import ShapeProp
-
         with torch.no_grad():
-            ShapeProp(gm).propagate(*_as_tuple(example_inputs))
+            _ShapesOnly(gm).propagate(*_as_tuple(example_inputs))
     return gm
+
+
+class _ShapesOnly(fx.Interpreter):
+    """Shape propagation (``node.meta["tensor_meta"]``: shape, dtype) by one forward in which
+    the convs and linears only make their output (uninitialised: only shapes are read) and
+    batch norms pass theirs on.  Running them would set up cuDNN and cuBLAS in a new process
+    (3-4 s on an H100 host, the most of a warm ``optimize``); fake or meta tensors, or fx's
+    ShapeProp, would import dynamo or sympy (seconds too)."""
+
+    def propagate(self, *args):
+        return self.run(*args)
+
+    def run_node(self, node):
+        result = super().run_node(node)
+        if isinstance(result, torch.Tensor):
+            node.meta["tensor_meta"] = SimpleNamespace(shape=result.shape, dtype=result.dtype)
+        return result
+
+    def call_module(self, target, args, kwargs):
+        module, x = self.fetch_attr(target), args[0] if args else None
+        if isinstance(x, torch.Tensor) and not kwargs and len(args) == 1:
+            if isinstance(module, nn.modules.batchnorm._BatchNorm):
+                return x
+            if isinstance(module, nn.Linear):
+                return x.new_empty((*x.shape[:-1], module.out_features))
+            if isinstance(module, nn.Conv2d) and x.dim() == 4:
+                return x.new_empty(_conv_out_shape(module, x.shape)).contiguous(
+                    memory_format=torch.channels_last if x.is_contiguous(memory_format=torch.channels_last)
+                    and not x.is_contiguous() else torch.contiguous_format)
+        return super().call_module(target, args, kwargs)
+
+
+def _conv_out_shape(conv: nn.Conv2d, shape) -> tuple[int, int, int, int]:
+    from .modules import _same_padding
+
+    n, _, h, w = shape
+    top, left, bottom, right = (_same_padding(conv) if isinstance(conv.padding, str)
+                                else (*conv.padding, *conv.padding))
+    (kh, kw), (sh, sw), (dh, dw) = conv.kernel_size, conv.stride, conv.dilation
+    return (n, conv.out_channels, (h + top + bottom - dh * (kh - 1) - 1) // sh + 1,
+            (w + left + right - dw * (kw - 1) - 1) // sw + 1)
 
 
 def _as_tuple(inputs) -> tuple:
