@@ -204,6 +204,11 @@ def test_a_launch_refuses_what_it_cannot_read_in_place():
     out = launch(data, weight, bias)
     assert out.shape == (1, 4, 4, 16) and out.dtype == torch.float16
     assert calls[-1][:4] == (data, weight, bias, out)  # the tensors themselves: nothing copied
+    odd = data.as_strided(data.shape, (7, 32, 8, 1))  # batch 1: the batch stride is arbitrary
+    assert odd.is_contiguous()
+    launch(odd, weight, bias)
+    passed = calls[-1][0]
+    assert passed.stride() == (128, 32, 8, 1) and passed.data_ptr() == data.data_ptr()  # a view, TVM's strides
     for args, message in [((data.transpose(1, 2), weight, bias), "data is not contiguous"),
                           ((data, weight, bias.half()), r"bias must be float32\[16\], got float16\[16\]"),
                           ((data, weight[..., :8], bias), r"weight must be float16\[1, 1, 8, 16\]"),
@@ -211,7 +216,7 @@ def test_a_launch_refuses_what_it_cannot_read_in_place():
                            "data cannot be read in place: its address is not 64-byte aligned")]:
         with pytest.raises(ValueError, match=message):
             launch(*args)
-    assert len(calls) == 1
+    assert len(calls) == 2
 
 
 # ---- the disk build cache ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ class TorchLaunch:
     tensor the kernel cannot read in place is a ValueError naming it; nothing is ever copied."""
 
     __slots__ = ("kernel", "device", "function", "names", "shapes", "dtypes", "out_shape", "out_dtype",
-                 "workspaces")
+                 "workspaces", "unit_strides")
 
     def __init__(self, kernel, device: torch.device):
         *inputs, (_, out_shape, out_dtype) = tasks.of(kernel.workload).signature(kernel.workload)
@@ -40,6 +40,11 @@ class TorchLaunch:
         self.function = kernel._function()
         self.workspaces = tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
                                 for shape, dtype in kernel.workspaces)
+        # A size-1 dimension's stride is arbitrary in a contiguous torch tensor (a batch-1
+        # activation that torch.compile laid out), but TVM checks it: such tensors are passed as
+        # views with the canonical strides (the same memory).
+        unit = tuple(_contiguous_strides(shape) if 1 in shape else None for shape in self.shapes)
+        self.unit_strides = unit if any(strides is not None for strides in unit) else None
 
     def __call__(self, *inputs, out=None):
         if len(inputs) != len(self.shapes):
@@ -55,6 +60,9 @@ class TorchLaunch:
         elif (out.shape != self.out_shape or out.dtype != self.out_dtype or out.device != device
               or not out.is_contiguous() or out.data_ptr() % ALIGNMENT):
             self._refuse(inputs, out)
+        if self.unit_strides is not None:
+            inputs = [t if strides is None or t.stride() == strides else t.as_strided(t.shape, strides)
+                      for t, strides in zip(inputs, self.unit_strides)]
         self.function(*inputs, out, *self.workspaces)
         return out
 
@@ -80,3 +88,11 @@ class TorchLaunch:
                 raise ValueError(f"{name} cannot be read in place: its address is not {ALIGNMENT}-byte aligned "
                                  "(a view at an offset)")
         raise AssertionError("a tensor was refused but none is wrong")  # pragma: no cover
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import warnings
 from types import SimpleNamespace
 from typing import Optional, Sequence
@@ -97,8 +98,10 @@ def _name(dtype) -> str:
 
 
 def conv2d_key(stride, padding, dilation, activation, out_dtype) -> tuple:
-    """The part of a conv call's cache key that a layer fixes (``FusedConv2d`` makes it once)."""
-    return ("conv2d", _hashable(stride), _hashable(padding), _hashable(dilation), activation or "none", out_dtype)
+    """The part of a conv call's cache key that a layer fixes (``FusedConv2d`` makes it once),
+    normalised, so that a layer's eager calls and its op's calls under torch.compile share it."""
+    return ("conv2d", tuple(_pair(stride)), tuple(_quad(padding)), tuple(_pair(dilation)), activation or "none",
+            _dtype(out_dtype))
 
 
 def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, padding=0, dilation=1,
@@ -143,8 +146,8 @@ def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, o
     activation = activation or "none"
     if _is_compiling():
         return torch.ops.tc_autotune.dense(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
-    key = ("dense", a.shape, a.dtype, a.device, weight.shape, activation, out_dtype, scale is None, bias is None,
-           residual is None, user_logs())
+    key = ("dense", a.shape, a.dtype, a.device, weight.shape, activation, _dtype(out_dtype), scale is None,
+           bias is None, residual is None, user_logs())
     flat, res, flat_out = _rows(a), _rows(residual), _rows(out)
     launch = _LAUNCHES.get(key)
     if launch is None:
@@ -236,8 +239,8 @@ def conv2d_op(data: torch.Tensor, weight: torch.Tensor, scale: Optional[torch.Te
               out_dtype: torch.dtype) -> torch.Tensor:
     """NHWC conv2d with a fused epilogue on a tuned Tensor Core kernel (see the module)."""
     _check_activation(activation)
-    return conv2d_nhwc(data, weight, scale, bias, residual, list(stride), list(padding), list(dilation),
-                       activation, out_dtype)
+    return _uncompiled(conv2d_nhwc)(data, weight, scale, bias, residual, list(stride), list(padding),
+                                    list(dilation), activation, out_dtype)
 
 
 @conv2d_op.register_fake
@@ -256,13 +259,29 @@ def dense_op(a: torch.Tensor, weight: torch.Tensor, scale: Optional[torch.Tensor
              residual: Optional[torch.Tensor], activation: str, out_dtype: torch.dtype) -> torch.Tensor:
     """``act(a @ weight.T * scale + bias + residual)`` on a tuned Tensor Core kernel."""
     _check_activation(activation)
-    return dense_nk(a, weight, scale, bias, residual, activation, out_dtype)
+    return _uncompiled(dense_nk)(a, weight, scale, bias, residual, activation, out_dtype)
 
 
 @dense_op.register_fake
 def _dense_fake(a, weight, scale, bias, residual, activation, out_dtype):
     _check_activation(activation)
     return a.new_empty((*a.shape[:-1], weight.shape[0]), dtype=out_dtype)
+
+
+_UNCOMPILED: dict = {}
+
+
+def _uncompiled(func):
+    """``func`` where dynamo never traces it.  A compiled graph calls the op's implementation
+    with dynamo's frame hook still set, and its first call for a shape builds a kernel (logs,
+    files, TVM: nothing to trace; a generator there ends a ``fullgraph=True`` compile).  Only
+    where dynamo is loaded already (importing it costs seconds)."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        return func
+    if func not in _UNCOMPILED:
+        _UNCOMPILED[func] = dynamo.disable(func, recursive=True)
+    return _UNCOMPILED[func]
 
 
 def _check_activation(activation: str) -> None:
