@@ -31,3 +31,12 @@ def pytest_unconfigure(config):
     cache = getattr(config, "_tc_autotune_cache", None)
     if cache:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cuda_torch():
+    """torch, for the GPU tests that need PyTorch with CUDA (skipped without either)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA")
+    return torch

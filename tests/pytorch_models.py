@@ -4,16 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def _randomize(model):
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.5, 0.5)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.5, 0.5)
-    return model
+from tc_autotune.pytorch.models import randomize_batch_norms
 
 
 class Block(nn.Module):
@@ -45,7 +36,7 @@ class SmallNet(nn.Module):
         self.block = Block(32, 16, 64)
         self.down, self.bn = nn.Conv2d(64, 64, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(64)
         self.fc1, self.act, self.fc2 = nn.Linear(64, 128), nn.GELU(approximate="tanh"), nn.Linear(128, 10)
-        _randomize(self)
+        randomize_batch_norms(self)
 
     def forward(self, x):
         x = F.relu(self.stem(x))

@@ -15,13 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA")
+def torch(cuda_torch):
     import tc_autotune.pytorch  # noqa: F401 (registers the ops)
 
-    return torch
+    return cuda_torch
 
 
 def rel_err(out, ref):

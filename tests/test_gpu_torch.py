@@ -14,11 +14,8 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA")
-    return torch
+def torch(cuda_torch):
+    return cuda_torch
 
 
 @pytest.fixture(scope="module")
