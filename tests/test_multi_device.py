@@ -255,11 +255,16 @@ def test_an_interrupt_mid_pipeline_keeps_every_finished_result(tmp_path, monkeyp
             return super().run(so_path, key, tensors)
 
     runners = [Interrupting("cuda:0", delay=0.05), Interrupting("cuda:1", delay=0.05)]
+    # interrupt_main() is Ctrl-C only where SIGINT has Python's handler: a pytest started with
+    # SIGINT ignored (in the background of a non-interactive shell) would never see it, and the
+    # parked runners would hold each remaining run for 30 s.
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             _tune(tmp_path, monkeypatch, runners)
     finally:
         release.set()
+        signal.signal(signal.SIGINT, sigint)
     lines = _lines(log)
     finished = sum(len(r.ended) for r in runners)
     assert len(lines) == finished and 8 < finished < 16  # the first batch and part of the second

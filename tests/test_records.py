@@ -282,13 +282,15 @@ def test_invalid_utf8_line_is_skipped(tmp_path, caplog):
     assert [f"{log}:2:" in w.getMessage() for w in warnings_of(caplog)] == [True]
 
 
+# The writers import no module that imports tvm (tc_autotune.results, not .measure, holds
+# MeasureResult; tasks holds the template versions): they start in a fraction of a second.
 _WRITER = textwrap.dedent("""
     import os
     import sys
     import time
     from tc_autotune import records as rec
     from tc_autotune.gpu import gpu_for_arch
-    from tc_autotune.measure import MeasureResult
+    from tc_autotune.results import MeasureResult
     from tc_autotune.records import Record
     from tc_autotune.space import conv2d_space
     from tc_autotune.workloads import get
@@ -591,17 +593,19 @@ _KILLABLE_WRITER = textwrap.dedent("""
     import os
     import sys
     from tc_autotune import records as rec
-    from tc_autotune.generator import TEMPLATE_VERSION
     from tc_autotune.gpu import gpu_for_arch
-    from tc_autotune.measure import MeasureResult
     from tc_autotune.records import Record
+    from tc_autotune.results import MeasureResult
     from tc_autotune.space import conv2d_space
+    from tc_autotune.tasks import CONV2D
     from tc_autotune.workloads import get
 
+    TEMPLATE_VERSION = CONV2D.template_version  # generator.TEMPLATE_VERSION, without importing tvm
     path, tag = sys.argv[1], sys.argv[2]
     space = conv2d_space(get("tutorial"), gpu_for_arch("sm_90"))
     entity = space.to_entity(space.sample(1, seed=0)[0])
     pad = "y" * 200_000  # 200 KB records, 2 MB per append: the kernel can stop a write part-way
+    open(f"{path}.ready{tag}", "w").close()  # imported: the kills are timed from here
     with open(f"{path}.done{tag}", "a") as done:
         for i in range(10**6):
             batch = [Record("cuda -arch=sm_90", space.workload, entity,
@@ -621,9 +625,14 @@ def test_kill_9_of_concurrent_writers_loses_no_record_and_leaves_no_torn_line(tm
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     rng = random.Random(0)
     for round_ in range(6):
-        procs = [subprocess.Popen([sys.executable, "-c", _KILLABLE_WRITER, str(log), f"{round_}-{w}"], env=env)
-                 for w in range(3)]
-        time.sleep(1.5 + rng.random())  # import, then append for a while
+        tags = [f"{round_}-{w}" for w in range(3)]
+        procs = [subprocess.Popen([sys.executable, "-c", _KILLABLE_WRITER, str(log), tag], env=env) for tag in tags]
+        # Wait until every writer has imported (longer on a loaded machine), then let them append for a while.
+        deadline = time.time() + 120
+        while (not all(Path(f"{log}.ready{tag}").exists() for tag in tags) and time.time() < deadline
+               and all(p.poll() is None for p in procs)):
+            time.sleep(0.005)
+        time.sleep(rng.random() * 0.25)
         for p in procs:
             time.sleep(rng.random() * 0.05)
             p.send_signal(signal.SIGKILL)
