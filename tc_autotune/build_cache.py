@@ -40,7 +40,7 @@ from pathlib import Path
 
 import tvm
 
-from . import apply, journal, records, tasks
+from . import apply, build_server, journal, records, tasks
 from .cuda import nvcc_version
 from .gpu import GpuInfo, default_gpu
 from .kernel import Conv2dKernel, build_arch, compile_kernel
@@ -293,22 +293,25 @@ def _worker_context():
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
+    context.set_forkserver_preload([build_server.__name__, __name__])
     return context
 
 
 @contextlib.contextmanager
 def _main_not_rerun():
-    """While the workers start, ``__main__`` is an empty module: multiprocessing would otherwise
+    """While the workers start, ``__main__`` is an empty module (multiprocessing would otherwise
     run the caller's script again in each of them (and in the fork server), and a user's script
     that calls ``tc.optimize`` at its top level, with no ``if __name__ == "__main__"`` guard,
-    would run the whole program again there.  The workers need nothing from it."""
+    would run the whole program again there; the workers need nothing from it), and a fork
+    server started now leaves torch out (``build_server``)."""
     main = sys.modules.get("__main__")
     sys.modules["__main__"] = types.ModuleType("__main__")
+    os.environ[build_server.SERVER] = "1"  # a fork server started now imports no torch
     try:
         yield
     finally:
         sys.modules["__main__"] = main
+        os.environ.pop(build_server.SERVER, None)
 
 
 def _outcome(func) -> tuple[str | None, dict]:

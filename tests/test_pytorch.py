@@ -259,3 +259,18 @@ def test_a_cached_kernel_is_loaded_not_built(tmp_path, monkeypatch):
     assert again.config == built.config and again.cubin == built.cubin
     assert again.cuda_source == built.cuda_source  # kept beside the library
     assert build_cache.kernels([wl, wl], logs=())[wl].executable == "module"  # a hit: nothing spawned
+
+
+def test_the_build_server_leaves_torch_out_only_where_it_is_asked_to(tmp_path):
+    """The build workers' fork server imports no torch (TVM would, for seconds); any other
+    process importing the module keeps torch."""
+    import os
+    import subprocess
+
+    code = ("import tc_autotune.build_server, importlib.util\n"
+            "try:\n    import torch\n    print('torch', torch.__version__)\nexcept ImportError:\n    print('no torch')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TC_AUTOTUNE_BUILD_SERVER"}
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**env, **extra}, cwd=Path(__file__).parents[1]).stdout.strip()
+            for extra in ({"TC_AUTOTUNE_BUILD_SERVER": "1"}, {})]
+    assert runs[0] == "no torch" and runs[1].startswith("torch 2."), runs
