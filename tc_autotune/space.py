@@ -32,6 +32,7 @@ __all__ = ["KNOBS", "KNOB_DEFAULTS", "KNOB_NAMES", "WMMA_SHAPES", "MAX_ACCUMULAT
            "INTRINSIC_REQUIRES", "Conv2dConfig", "ConfigSpace", "conv2d_space", "dense_space", "valid_mask",
            "radices", "positions_from_indices", "indices_from_positions", "positions_from_configs"]
 
+_SAMPLE_CHUNK = 1 << 16  # random draws ``sample`` checks at once (bounds its memory, not its result)
 # What each non-WMMA path requires of other knobs (the tuner's moves onto it set these).
 INTRINSIC_REQUIRES = {name: path.requires for name, path in PATHS.items() if path.requires}
 # The rules a config of each path must obey, in the order why_invalid reports them.
@@ -165,7 +166,7 @@ class ConfigSpace:
         space is valid: most values of the warp-specialized kernel's knobs need the others)."""
         rng = random.Random(seed)
         chosen: dict[int, Conv2dConfig] = {}
-        budget, drawn, valid, batch = min(4000 * n + 20000, 4_000_000), 0, 0, max(2 * n, 64)
+        budget, drawn, valid, batch = min(4000 * n + 20000, 4_000_000), 0, 0, min(max(2 * n, 64), _SAMPLE_CHUNK)
         while len(chosen) < n and drawn < budget:
             draws = self.drawn([rng.randrange(self.draw_bound) for _ in range(min(batch, budget - drawn))]).tolist()
             ok = valid_mask(self, positions_from_indices(self, draws)) if valid_only else [True] * len(draws)
@@ -175,7 +176,10 @@ class ConfigSpace:
                     break
                 if good and i not in chosen:
                     chosen[i] = self.get(i)
-            batch = math.ceil(2 * (n - len(chosen)) * drawn / max(valid, 1))
+            # At most _SAMPLE_CHUNK draws at once: the picks are the first valid ones of one seeded
+            # stream whatever the batches, and a batch sized for a 0.05% valid fraction (millions of
+            # draws, ~400 bytes of derived columns each) peaked at 2.7 GB for sample(2000).
+            batch = min(math.ceil(2 * (n - len(chosen)) * drawn / max(valid, 1)), _SAMPLE_CHUNK)
         return list(chosen.values())
 
     # ---- log form -----------------------------------------------------------

@@ -113,9 +113,9 @@ def test_a_hung_device_is_dropped_and_its_candidate_measured_elsewhere(tmp_path,
     hanging, healthy = FakeRunner("cuda:0", hang_after=1), FakeRunner("cuda:1", delay=0.05)
     try:
         with _measurer(tmp_path, [hanging, healthy], monkeypatch, hang_timeout=1.0) as measure:
-            start = time.time()
             results = measure(_configs(8))
-            assert time.time() - start < 20
+            # the batch did not wait for the hung run: it is still hanging (behaviour, no clock)
+            assert len(hanging.ended) == 1 and not hanging.release.is_set()
             assert measure.n_devices == 1
     finally:
         hanging.release.set()
