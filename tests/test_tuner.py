@@ -573,6 +573,37 @@ def test_a_workload_with_few_valid_configs_is_sampled_never_scanned(monkeypatch)
     assert len(xgb._starts(128)) == 128
 
 
+@pytest.mark.parametrize("picker", ["random draws", "annealing starts"])
+def test_draws_that_come_up_short_scan_a_small_space_but_never_a_large_one(monkeypatch, picker):
+    """The whole-space scan guard (``len(space) <= _SCAN_LIMIT``): when every random draw comes up
+    empty, a small space is listed whole and picked from; a large one (1.6G configs) never is.
+    Draws are made to come up empty (the mask rejects every drawn row), so each guard is reached."""
+    from tc_autotune import tuner as tuner_module
+
+    scans = []
+    small, large = small_space(), space_of("tutorial")
+    assert len(small) <= tuner_module._SCAN_LIMIT < len(large)
+    small_valid = np.flatnonzero(tuner_module.valid_mask(small, tuner_module.positions_from_indices(
+        small, np.arange(len(small)))))
+
+    def listed(self):  # stands in for the scan (never run over 1.6G configs here)
+        scans.append(len(self.space))
+        return small_valid if self.space is small else np.arange(len(self.space) // 2, dtype=np.int64)
+
+    monkeypatch.setattr(tuner_module, "valid_mask", lambda space, pos: np.zeros(len(pos), dtype=bool))
+    monkeypatch.setattr(tuner_module, "_DRAW_ROUNDS", 2)
+    monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", listed)
+
+    def pick(space):
+        if picker == "random draws":
+            return RandomTuner(space, seed=0).next_batch(4)
+        return XGBTuner(space, seed=0)._starts(8)
+
+    assert len(pick(small)) > 0 and scans == [len(small)]  # short draws fall back to the list
+    scans.clear()
+    assert len(pick(large)) == 0 and scans == []  # nothing drawn, nothing scanned
+
+
 # ---- cost bounds ----------------------------------------------------------------------
 def test_default_config_is_cheap_and_small_uncached(monkeypatch):
     """The default config screens a grid of ~35k rows per intrinsic path, never the ~10M
