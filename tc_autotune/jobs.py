@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .duplicates import unique_workloads
 from .workloads import Conv2dWorkload, get
 
 class JobError(ValueError):
@@ -95,7 +96,7 @@ def load_job(path) -> Job:
     if unknown:
         raise JobError(f"job file {path}: unknown key(s) {', '.join(sorted(unknown))}")
     return Job(
-        entries=entries,
+        entries=unique_workloads(entries, path),  # a shape named twice is tuned once
         log=(base / raw.get("log", "nightly.jsonl")).resolve(),
         budget_s=number("budget_minutes", 60) * 60,
         best_log_dir=(base / raw.get("best_log_dir", ".")).resolve(),

@@ -59,7 +59,46 @@ def test_shipped_example_job_covers_seed_and_resnet50():
     names = {e.name: e.trials for e in job.entries}
     for seed in ["tutorial"] + [f"rfc-{k}-b{b}" for k in ("1x1", "3x3") for b in (1, 32, 256)]:
         assert names[seed] >= 64
-    assert sum(n.startswith("resnet50-") for n in names) == len(workloads.RESNET50_LAYERS)
+    # every ResNet-50 layer's shape, two of them under their seed names (rfc-1x1-b1, rfc-3x3-b1)
+    layers = {workloads.get(f"resnet50-{layer}-b1") for layer in workloads.RESNET50_LAYERS}
+    assert layers <= {e.workload for e in job.entries} and len(job.entries) == 28
+
+
+SHIPPED_JOBS = sorted((Path(__file__).resolve().parent.parent / "tuning_logs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_JOBS, ids=lambda p: p.name)
+def test_every_shipped_job_names_each_workload_once(path):
+    """A shape listed twice (under two preset names) was tuned, re-timed and reported twice a
+    night: nightly.toml had rfc-1x1-b1 and resnet50-res4-1x1-1024-256-b1, one workload."""
+    from tc_autotune.jobs import _toml
+
+    items = _toml().loads(path.read_text())["workloads"]
+    names = [item if isinstance(item, str) else item["name"] for item in items]
+    by_workload = {}
+    for name in names:
+        by_workload.setdefault(workloads.get(name), []).append(name)
+    repeated = [names for names in by_workload.values() if len(names) > 1]
+    assert not repeated, f"{path.name} names one workload more than once: {repeated}"
+
+
+def test_a_workload_named_twice_is_tuned_once_with_a_warning(tmp_path):
+    from tc_autotune.duplicates import DuplicateWorkloadWarning
+
+    path = tmp_path / "job.toml"
+    path.write_text('log = "logs/n.jsonl"\nreport_dir = "reports"\nbest_log_dir = "best"\ntrials = 16\n'
+                    'workloads = [{ name = "rfc-1x1-b1" }, { name = "rfc-3x3-b1" },\n'
+                    '  { name = "resnet50-res4-1x1-1024-256-b1", trials = 32 },\n'
+                    '  { name = "n=1,h=14,c=1024,k=256,r=1" }]\n')
+    with pytest.warns(DuplicateWorkloadWarning) as warned:
+        job = nightly.load_job(path)
+    assert [(e.name, e.trials) for e in job.entries] == [("rfc-1x1-b1", 32), ("rfc-3x3-b1", 16)]
+    assert len(warned) == 2 and all("tuned once, as 'rfc-1x1-b1'" in str(w.message) for w in warned)
+    SyntheticMeasurer.calls.clear()
+    report = run(job)
+    assert [r.name for r in report.rows] == ["rfc-1x1-b1", "rfc-3x3-b1"]
+    measured = [w for w, _ in SyntheticMeasurer.calls]
+    assert measured.count(workloads.get("rfc-1x1-b1")) == 32  # one tune, of the most trials asked
 
 
 def test_shipped_dense_job_lists_every_llm_shape_as_a_dense_task():
