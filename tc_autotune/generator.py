@@ -21,6 +21,8 @@ so adding them changed no plain fingerprint; a change of their code bumps the ta
 like any other.  So are the knobs appended since (``LATER_KNOBS``: ``IN_FLIGHT_PROBES``,
 ``DENSE_IN_FLIGHT_PROBES``; ``WS_PROBES``, ``DENSE_WS_PROBES`` for the kernels the
 ``warp_specialized`` module writes); at their default a config's code and hash are what they were.
+``COVER_PROBES`` and ``COVER_WS_PROBES`` (``probe_cover``) cover every pair of knob values, so a
+change that only some knob value's kernels see changes a fingerprint too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import json
 import tvm
 
 from . import cuda, tasks
+from .cover_probes import COVER_PROBES, COVER_WS_PROBES
 from .gpu import gpu_for_arch
 from .kernel import build_arch
 from .space import KNOB_DEFAULTS, Conv2dConfig
@@ -344,12 +347,23 @@ DENSE_WS_SETMAXNREG_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=100,n=200,k=520,b=kn,out_dtype=float16", dict(_MAXNREG, block_col_warps=2, stages=3, split_k=2)),
 )
 
+# Pairwise covers of the knob values (``probe_cover``): every two knobs' values that valid configs
+# of a path combine meet in some probe, so a change conditional on one knob value changes a
+# fingerprint (the hand-picked sets above missed the fragment pipeline at stages=4, frag_buffers=2).
+# COVER_PROBES: the template's kernels (wmma, mma, wgmma); COVER_WS_PROBES: the warp-specialized one.
+COVER_FINGERPRINTS = {
+    1: "907c29aedea0184b5d9e2dc07f79ed5ae18a3fbfb35c2063569dcd0a67524b65",
+}
+COVER_WS_FINGERPRINTS = {
+    1: "edb3fe0ca3b3df2672a307e7c584f7c072c293ce9f91bd1e168628398f0d1900",
+}
+
 # The warp-specialized kernel's probe sets: "<name>_PROBES" and "<name>_FINGERPRINTS" above, keyed by
 # the conv2d task's version, or the dense task's for the DENSE_ ones.
 WARP_SPECIALIZED_PROBE_SETS = ("WS", "DENSE_WS", "WS_SPLIT", "DENSE_WS_SPLIT", "WS_ALONG_M", "DENSE_WS_ALONG_M",
                                "WS_MULTICAST", "DENSE_WS_MULTICAST", "WS_PING_PONG", "DENSE_WS_PING_PONG",
                                "WS_IM2COL", "WS_TMA_STORE", "DENSE_WS_TMA_STORE", "WS_FUSED", "DENSE_WS_FUSED",
-                               "WS_SETMAXNREG", "DENSE_WS_SETMAXNREG")
+                               "WS_SETMAXNREG", "DENSE_WS_SETMAXNREG", "COVER_WS")
 
 
 def probe_set(name: str) -> tuple[tuple, dict, int]:
@@ -405,6 +419,7 @@ if __name__ == "__main__":
     print(f"fused, version {TEMPLATE_VERSION}: fingerprint {fingerprint(FUSED_PROBES)}")
     print(f"dense fused, version {DENSE_TEMPLATE_VERSION}: fingerprint {fingerprint(DENSE_FUSED_PROBES)}")
     print(f"wgmma in flight, version {TEMPLATE_VERSION}: fingerprint {fingerprint(IN_FLIGHT_PROBES)}")
+    print(f"pairwise cover, version {TEMPLATE_VERSION}: fingerprint {fingerprint(COVER_PROBES)}")
     print(f"dense wgmma in flight, version {DENSE_TEMPLATE_VERSION}: fingerprint "
           f"{fingerprint(DENSE_IN_FLIGHT_PROBES)}")
     for which in WARP_SPECIALIZED_PROBE_SETS:
