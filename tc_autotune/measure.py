@@ -43,7 +43,8 @@ from .gpu import GpuInfo, gpu_for_arch
 from .kernel import compile_kernel
 from .results import MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
-from .runner import START_TIMEOUT, LocalRunner, MeasureOptions, checker_path
+from .runner import START_TIMEOUT, LocalRunner, checker_path
+from .runner_protocol import MeasureOptions
 from .space import Conv2dConfig
 from .template import workspaces
 from .workloads import get as get_workload

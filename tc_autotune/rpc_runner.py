@@ -26,7 +26,8 @@ import tvm.rpc
 from .devices import RpcDevice
 from .dispatch import RunnerFault
 from .gpu import GpuInfo, gpu_from_device
-from .runner import Bench, MeasureOptions, check_and_time
+from .runner import Bench, check_and_time
+from .runner_protocol import MeasureOptions
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,6 @@ import logging
 import multiprocessing as mp
 import os
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -31,30 +30,12 @@ from . import checker, cuda, tensormap
 from .devices import LocalDevice
 from .dispatch import RunnerFault
 from .gpu import GpuInfo, gpu_from_device
-from .results import TOLERANCE, check_error_then_time, relative_error_of_sums
+from .results import check_error_then_time, relative_error_of_sums
+from .runner_protocol import MeasureOptions, serve
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT = 120.0  # seconds a runner may take to start (TVM import, CUDA context)
-
-
-@dataclass(frozen=True)
-class MeasureOptions:
-    """How candidates are built and timed, and on which devices."""
-
-    build_workers: int = 0  # 0: one per CPU core
-    build_timeout: float = 60.0  # seconds per build
-    run_timeout: float = 30.0  # seconds per candidate on the GPU (load, check, time)
-    repeat: int = 5  # timed repeats, each at least min_repeat_ms long
-    min_repeat_ms: int = 20
-    tolerance: float = TOLERANCE  # relative L2 error against the fp32 reference
-    # devices.LocalDevice or devices.RpcDevice entries; empty: one runner on local GPU 0
-    devices: tuple = ()
-    rpc_session_s: float = 600.0  # an RPC session is renewed after this long (frees hung servers)
-
-    @property
-    def n_devices(self) -> int:
-        return max(1, len(self.devices))
 
 
 def load_inputs(inputs_dir: str, key: str):
@@ -137,27 +118,20 @@ def check_and_time(module, bench: Bench, tensors, options: MeasureOptions) -> tu
 
 # ---- the local runner (one isolated process per GPU) -----------------------------------
 def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
-    """Serve (so_path, inputs key, [(shape, dtype)]) requests until the pipe closes; exit after
-    any run error (the CUDA context may be broken)."""
+    """The GPU runner process: set up CUDA, then ``serve`` check-and-time requests on GPU 0 (the
+    one ``CUDA_VISIBLE_DEVICES`` left it)."""
     cuda.install_compile_callback()
     tensormap.register()  # the host code of tma_im2col kernels calls it
     dev = tvm.cuda(0)
-    conn.send(("ready", gpu_from_device(dev)))
     benches = {}
-    while True:
-        try:
-            so_path, key, tensors = conn.recv()
-        except EOFError:
-            return
-        try:
-            if key not in benches:
-                benches.clear()
-                benches[key] = Bench.load(inputs_dir, key, dev, LocalRunner.device_type, tvm.runtime.load_module)
-            module = tvm.runtime.load_module(so_path)
-            conn.send(check_and_time(module, benches[key], tensors, options))
-        except Exception as err:
-            conn.send(("error", f"{type(err).__name__}: {str(err)[-1500:]}"))
-            return  # let the parent start a fresh runner
+
+    def measure(so_path, key, tensors):
+        if key not in benches:  # one workload's bench at a time (device memory)
+            benches.clear()
+            benches[key] = Bench.load(inputs_dir, key, dev, LocalRunner.device_type, tvm.runtime.load_module)
+        return check_and_time(tvm.runtime.load_module(so_path), benches[key], tensors, options)
+
+    serve(conn, gpu_from_device(dev), measure)
 
 
 _SPAWN_LOCK = threading.Lock()  # the child's environment is the parent's at spawn time
@@ -166,12 +140,15 @@ _SPAWN_LOCK = threading.Lock()  # the child's environment is the parent's at spa
 class LocalRunner:
     """The runner protocol for one local GPU (``device``: a ``devices.LocalDevice``, None for
     GPU 0 as this process sees it): a spawned process owning it, restarted after a crash,
-    killed after ``run_timeout``."""
+    killed after ``run_timeout``.  ``main(conn, inputs_dir, options)`` is what the process runs
+    (``_runner_main``; tests give a module-level stand-in that ``serve``s without a GPU)."""
 
     device_type = "cuda"  # the kind of device its checker is built for
 
-    def __init__(self, inputs_dir: str, options: MeasureOptions, device: LocalDevice | None = None):
+    def __init__(self, inputs_dir: str, options: MeasureOptions, device: LocalDevice | None = None,
+                 main=None):
         self.inputs_dir, self.options, self.local = inputs_dir, options, device
+        self.main = main or _runner_main
         self.ctx = mp.get_context("spawn")
         self.process = None
         self.conn = None
@@ -189,7 +166,7 @@ class LocalRunner:
 
     def _start(self):
         parent, child = self.ctx.Pipe()
-        self.process = self.ctx.Process(target=_runner_main, args=(child, self.inputs_dir, self.options),
+        self.process = self.ctx.Process(target=self.main, args=(child, self.inputs_dir, self.options),
                                         daemon=True)
         env = self.local.environment() if self.local is not None else {}
         with _SPAWN_LOCK:

@@ -27,7 +27,7 @@ LAZY = {
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
 LIGHT = ("workloads", "dense_workloads", "epilogue", "gpu", "gemm", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
          "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks",
-         "dispatch", "devices", "duplicates", "probe_cover", "cover_probes")
+         "dispatch", "devices", "duplicates", "probe_cover", "cover_probes", "runner_protocol")
 
 
 # Subpackages that import an optional third-party module at their top: the rest of the package
