@@ -69,24 +69,48 @@ def parse_tracker(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+SMI_TIMEOUT = 60.0  # seconds nvidia-smi may take (a wedged driver can hang it)
+
+
 def local_devices() -> list[LocalDevice]:
-    """Every local GPU nvidia-smi lists (empty without nvidia-smi or a driver)."""
+    """Every local GPU nvidia-smi lists (empty without nvidia-smi or a driver, or when it fails
+    or hangs)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
     try:
         out = subprocess.run([smi, "--query-gpu=index,name,uuid", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, errors="replace", timeout=SMI_TIMEOUT)
+        # errors="replace": a corrupt or non-UTF-8 line is skipped below, not a crash of the run
     except (OSError, subprocess.SubprocessError):
         return []
     if out.returncode != 0:
         return []
+    return _visible(parse_smi(out.stdout))
+
+
+def parse_smi(text: str) -> list[LocalDevice]:
+    """The GPUs of ``nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader`` output.  Lines
+    that are not "index, name, uuid" (a header, a warning, a driver message) are skipped; a field
+    nvidia-smi could not read ("[N/A]", "[Unknown Error]") is None, and so is a UUID that is not
+    one ("GPU-..." or "MIG-..."): CUDA_VISIBLE_DEVICES then names the GPU by index, never by junk."""
     found = []
-    for line in out.stdout.splitlines():
+    for line in text.splitlines():
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 3 and fields[0].isdigit():
-            found.append(LocalDevice(int(fields[0]), fields[1], fields[2]))
-    return _visible(found)
+        if len(fields) != 3 or not fields[0].isdigit():
+            if line.strip():
+                log.debug("nvidia-smi: skipping %r", line)
+            continue
+        index, name, uuid = int(fields[0]), _known(fields[1]), _known(fields[2])
+        if uuid is not None and not uuid.startswith(("GPU-", "MIG-")):
+            uuid = None
+        found.append(LocalDevice(index, name, uuid))
+    return found
+
+
+def _known(field: str) -> str | None:
+    """A field's value, or None for an empty one or nvidia-smi's "[N/A]", "[Unknown Error]", ..."""
+    return None if not field or (field.startswith("[") and field.endswith("]")) else field
 
 
 def _visible(found: list[LocalDevice]) -> list[LocalDevice]:
