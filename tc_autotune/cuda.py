@@ -12,6 +12,7 @@ The disk cache is the only hand-off between the two.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import re
@@ -42,13 +43,35 @@ def _key(source: str, arch: str) -> str:
     return hashlib.sha256(f"{arch}\0{' '.join(NVCC_FLAGS)}\0{source}".encode()).hexdigest()
 
 
+SYSTEM_NVCC = Path("/usr/local/cuda/bin/nvcc")
+# Where NVIDIA's CUDA 13 wheels on PyPI (nvidia-cuda-nvcc, -runtime, -crt, -cccl, nvidia-nvvm: the
+# "test" extra) put nvcc: one tree under the ``nvidia`` namespace package, bin/ beside the include/
+# and nvvm/ that its nvcc.profile finds relative to itself, so it compiles with no CUDA_HOME.
+WHEEL_NVCC = Path("cu13") / "bin" / "nvcc"
+
+
 def find_nvcc() -> str | None:
+    """nvcc: CUDA_HOME's (or CUDA_PATH's), else the PATH's, else /usr/local/cuda's, else the one of
+    NVIDIA's pip wheels (a machine without a CUDA toolkit, after ``pip install -e ".[test]"``)."""
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda_home and (Path(cuda_home) / "bin" / "nvcc").exists():
         return str(Path(cuda_home) / "bin" / "nvcc")
-    return shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
-    )
+    found = shutil.which("nvcc") or (str(SYSTEM_NVCC) if SYSTEM_NVCC.exists() else None)
+    return found or _wheel_nvcc()
+
+
+def _wheel_nvcc() -> str | None:
+    """The nvcc of the ``nvidia-cuda-nvcc`` wheel, wherever ``nvidia`` (a namespace package that
+    several NVIDIA wheels share) is importable from; None without it."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        nvcc = Path(root) / WHEEL_NVCC
+        if nvcc.is_file() and os.access(nvcc, os.X_OK):
+            return str(nvcc)
+    return None
 
 
 def nvcc_version() -> str | None:
@@ -71,7 +94,8 @@ def compile_cubin(source: str, arch: str, timeout: float | None = None) -> bytes
         return cached.read_bytes()
     nvcc = find_nvcc()
     if nvcc is None:
-        raise CudaCompileError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+        raise CudaCompileError("nvcc not found (pip install -e \".[test]\" brings NVIDIA's nvcc wheels; or set "
+                                "CUDA_HOME or put nvcc on PATH)")
     with tempfile.TemporaryDirectory(prefix="tc_autotune_") as tmp:
         src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
         src.write_text(source)

@@ -55,7 +55,11 @@ def build(out_dir: Path, nvcc: str) -> tuple[Path, str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / HEADER).write_text(package_header())
     binary = out_dir / "tma_wgmma_probe"
-    cmd = [nvcc, *NVCC_FLAGS, "-I", str(out_dir), "-o", str(binary), str(SOURCE)]
+    # NVIDIA's pip wheels (the test extra's nvcc) keep the CUDA runtime's static libraries in
+    # nvidia/cu13/lib, beside bin/, where their nvcc.profile does not look (targets/<arch>/lib)
+    lib = Path(nvcc).parent.parent / "lib"
+    libs = ["-L", str(lib)] if (lib / "libcudart_static.a").exists() else []
+    cmd = [nvcc, *NVCC_FLAGS, *libs, "-I", str(out_dir), "-o", str(binary), str(SOURCE)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
