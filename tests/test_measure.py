@@ -107,22 +107,51 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         assert again.ok and np.isclose(again.seconds, results[0].seconds, rtol=0.5)
 
 
-def test_slow_runs_do_not_count_against_the_build_timeout(monkeypatch):
-    """Runs happen while later builds finish; a slow GPU must not turn builds into timeouts."""
+def test_slow_runs_do_not_count_against_the_build_timeout(tmp_path):
+    """Runs happen while later builds finish; a slow GPU must not turn builds into timeouts.
+    The builds are instant stand-ins and the first run lasts until the measurer has checked its
+    builds past the batch's build deadline (an event, not a sleep: whatever the machine's load),
+    so only the deadline rule decides: a finished build is never a timeout, however long runs take."""
+    import concurrent.futures as cf
+    import threading
     import time
 
     space = conv2d_space(SMALL, gpu_for_arch("sm_90"))
     configs = space.sample(3, seed=21)
-    # Build deadline: 5 s + 5 s per build per worker = 20 s; the first run alone takes 22 s.
-    with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=5)) as measure:
-        runs = []
+    runs, checked_late = [], threading.Event()
 
-        def slow_first_run(so_path, key, tensors):
+    class SlowFirstRun:
+        label, device = "cuda:0", gpu_for_arch("sm_90")
+
+        def run(self, so_path, key, tensors):
             runs.append(so_path)
-            time.sleep(22 if len(runs) == 1 else 0)
+            if len(runs) == 1:  # the GPU is slow: the build deadline passes during this run
+                checked_late.wait(120)
             return "ok", [1e-3, 1e-3]
 
-        monkeypatch.setattr(measure._runner, "run", slow_first_run)
+        def stop(self):
+            pass
+
+    def instant_build(config):
+        future = cf.Future()
+        path = tmp_path / f"kernel_{len(list(tmp_path.iterdir()))}.so"
+        path.write_bytes(b"")
+        future.set_result((str(path), None, 0.0))
+        return future
+
+    with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=0.5), runners=[SlowFirstRun()]) as measure:
+        real_check = measure._check_builds
+
+        def check_builds():
+            late = any(time.time() > batch.deadline for batch in measure._batches)
+            real_check()
+            if late:
+                checked_late.set()
+
+        measure._submit = instant_build
+        measure._check_builds = check_builds
+        measure._build_deadline = lambda: time.time() + 0.5  # instead of 0.5 s + 5 s per queued build
         results = measure(configs)
+    assert checked_late.is_set()
     assert [r.error_no for r in results] == [MeasureErrorNo.NO_ERROR] * 3, [r.error_msg for r in results]
     assert all(r.costs == (1e-3, 1e-3) for r in results) and len(runs) == 3
