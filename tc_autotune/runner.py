@@ -212,6 +212,8 @@ class LocalRunner:
         try:
             status, payload = self.conn.recv()
         except EOFError:
+            if self.process is not None:
+                self.process.join(5)  # the pipe closes as the process dies: reap it for its exit code
             code = self.process.exitcode if self.process else None
             self.stop()
             self._start()  # the kernel killed it (its error), unless no runner starts again (a fault)
