@@ -52,6 +52,15 @@ def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bia
     return _run(workload, out, a, weight, scale, bias, residual)
 
 
+@functools.cache
+def _torch_ops():
+    """``tc_autotune.pytorch.ops``, imported on first use (it imports torch), then looked up
+    for a few tens of nanoseconds instead of an import statement's ~0.4 us per call."""
+    from .pytorch import ops
+
+    return ops
+
+
 def _on_torch_gpu(tensor) -> bool:
     return getattr(tensor, "is_cuda", False) and _is_torch(tensor)
 

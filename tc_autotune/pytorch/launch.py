@@ -1,10 +1,10 @@
 """A built kernel bound to one CUDA device for torch tensors: the launch path every call takes.
 
 Everything that does not change between calls is done once, here: the kernel's function is
-looked up, the argument plan (each tensor's shape and dtype) is made, and the workspaces
-(split-K partial sums, fp16 copies of fp32 operands) are allocated by torch on the device.  A
-call then checks each tensor cheaply (shape, dtype, device, contiguity, alignment) and calls the
-function with the torch tensors themselves: tvm-ffi reads them through DLPack's C exchange API
+looked up and the argument plan (each tensor's shape and dtype) is made.  A call then checks
+each tensor cheaply (shape, dtype, device, contiguity, alignment), takes the output and any
+workspaces (split-K partial sums, fp16 copies of fp32 operands) from torch's allocator, and calls
+the function with the torch tensors themselves: tvm-ffi reads them through DLPack's C exchange API
 and launches on torch's current stream of their device (so CUDA graphs and
 ``torch.cuda.stream`` blocks capture and order it as they do torch's own kernels).
 """
@@ -38,8 +38,10 @@ class TorchLaunch:
         self.dtypes = tuple(getattr(torch, dtype) for _, _, dtype in inputs)
         self.out_shape, self.out_dtype = torch.Size(out_shape), getattr(torch, out_dtype)
         self.function = kernel._function()
-        self.workspaces = tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-                                for shape, dtype in kernel.workspaces)
+        # Workspaces are taken per call, as the output is: a buffer kept by the launch would
+        # outlive the call, and one first allocated while torch.compile's CUDA graphs record
+        # would sit in their memory pool untracked (which they refuse).
+        self.workspaces = tuple((torch.Size(shape), getattr(torch, dtype)) for shape, dtype in kernel.workspaces)
         # A size-1 dimension's stride is arbitrary in a contiguous torch tensor (a batch-1
         # activation that torch.compile laid out), but TVM checks it: such tensors are passed as
         # views with the canonical strides (the same memory).
@@ -63,7 +65,11 @@ class TorchLaunch:
         if self.unit_strides is not None:
             inputs = [t if strides is None or t.stride() == strides else t.as_strided(t.shape, strides)
                       for t, strides in zip(inputs, self.unit_strides)]
-        self.function(*inputs, out, *self.workspaces)
+        if self.workspaces:
+            self.function(*inputs, out, *[torch.empty(shape, dtype=dtype, device=device)
+                                          for shape, dtype in self.workspaces])
+        else:
+            self.function(*inputs, out)
         return out
 
     def _refuse(self, inputs, out):
