@@ -104,10 +104,10 @@ def test_optimize_agrees_with_pytorch_and_compiles_without_graph_breaks(torch, s
 
 
 def test_a_model_compiled_before_its_first_eager_call_binds_its_kernels_while_graphs_record(torch):
-    """ResNet-50's layer3 at batch 1 (split-K layers among them, whose workspaces come from
-    torch's allocator per call): compiled with CUDA graphs before any eager call, its kernels
-    are bound during the graphs' warm-up run, which must neither leave untracked memory in
-    their pool nor break the fullgraph compile."""
+    """ResNet-50's layer3 at batch 1 (split-K layers among them, with workspaces): compiled
+    with CUDA graphs before any eager call, its kernels are bound during the graphs' warm-up
+    run, which must neither leave untracked memory in their pool nor break the fullgraph
+    compile."""
     import tc_autotune as tc
     from tc_autotune.pytorch import models, ops
 

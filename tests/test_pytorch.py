@@ -289,3 +289,17 @@ def test_the_build_server_leaves_torch_out_only_where_it_is_asked_to(tmp_path):
                            env={**env, **extra}, cwd=Path(__file__).parents[1]).stdout.strip()
             for extra in ({"TC_AUTOTUNE_BUILD_SERVER": "1"}, {})]
     assert runs[0] == "no torch" and runs[1].startswith("torch 2."), runs
+
+
+def test_workspaces_are_allocated_on_a_thread_of_their_own():
+    """torch routes a thread's allocations to a CUDA graph pool while torch.compile's graphs
+    warm up; a launch's workspaces (kept for its lifetime) are made on another thread, and an
+    error there is raised in the caller."""
+    import threading
+
+    from tc_autotune.pytorch.launch import _allocated_outside_graph_pools
+
+    seen = _allocated_outside_graph_pools(lambda: (threading.current_thread().name, torch.zeros(3)))
+    assert seen[0] != threading.current_thread().name and seen[1].tolist() == [0, 0, 0]
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _allocated_outside_graph_pools(lambda: (_ for _ in ()).throw(RuntimeError("out of memory")))

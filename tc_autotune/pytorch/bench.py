@@ -177,7 +177,6 @@ def call_overhead(spec: str = "rfc-3x3-b1", calls: int = 200, repeats: int = 50)
     weight = torch.randn(wl.weight_shape, device="cuda").half() * 0.05
     out = torch.empty(wl.out_shape, device="cuda", dtype=getattr(torch, wl.out_dtype))
     launch = kernel.torch_launch(data.device)
-    workspaces = [torch.empty(shape, dtype=dtype, device="cuda") for shape, dtype in launch.workspaces]
     x_nchw = data.permute(0, 3, 1, 2)  # channels-last NCHW: what F.conv2d and the module take
     w_oihw = weight.permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
     conv = torch.nn.Conv2d(wl.in_channels, wl.out_channels, (wl.kernel_h, wl.kernel_w), stride=wl.stride,
@@ -185,7 +184,7 @@ def call_overhead(spec: str = "rfc-3x3-b1", calls: int = 200, repeats: int = 50)
     module = FusedConv2d.of(conv)
     pad, stride = wl.padding[:2], wl.stride
     ways = {
-        "raw function": lambda: launch.function(data, weight, out, *workspaces),
+        "raw function": lambda: launch.function(data, weight, out, *launch.workspaces),
         "kernel(...)": lambda: kernel(data, weight, out=out),
         "tc.conv2d": lambda: functional.conv2d(data, weight, stride, pad, out_dtype=wl.out_dtype, out=out),
         "torch.ops.tc_autotune.conv2d": lambda: torch.ops.tc_autotune.conv2d(

@@ -1,15 +1,17 @@
 """A built kernel bound to one CUDA device for torch tensors: the launch path every call takes.
 
 Everything that does not change between calls is done once, here: the kernel's function is
-looked up and the argument plan (each tensor's shape and dtype) is made.  A call then checks
-each tensor cheaply (shape, dtype, device, contiguity, alignment), takes the output and any
-workspaces (split-K partial sums, fp16 copies of fp32 operands) from torch's allocator, and calls
-the function with the torch tensors themselves: tvm-ffi reads them through DLPack's C exchange API
+looked up, the argument plan (each tensor's shape and dtype) is made, and the workspaces
+(split-K partial sums, fp16 copies of fp32 operands) are allocated by torch on the device.  A
+call then checks each tensor cheaply (shape, dtype, device, contiguity, alignment) and calls the
+function with the torch tensors themselves: tvm-ffi reads them through DLPack's C exchange API
 and launches on torch's current stream of their device (so CUDA graphs and
 ``torch.cuda.stream`` blocks capture and order it as they do torch's own kernels).
 """
 
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -38,10 +40,9 @@ class TorchLaunch:
         self.dtypes = tuple(getattr(torch, dtype) for _, _, dtype in inputs)
         self.out_shape, self.out_dtype = torch.Size(out_shape), getattr(torch, out_dtype)
         self.function = kernel._function()
-        # Workspaces are taken per call, as the output is: a buffer kept by the launch would
-        # outlive the call, and one first allocated while torch.compile's CUDA graphs record
-        # would sit in their memory pool untracked (which they refuse).
-        self.workspaces = tuple((torch.Size(shape), getattr(torch, dtype)) for shape, dtype in kernel.workspaces)
+        self.workspaces = _allocated_outside_graph_pools(
+            lambda: tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+                          for shape, dtype in kernel.workspaces)) if kernel.workspaces else ()
         # A size-1 dimension's stride is arbitrary in a contiguous torch tensor (a batch-1
         # activation that torch.compile laid out), but TVM checks it: such tensors are passed as
         # views with the canonical strides (the same memory).
@@ -65,11 +66,7 @@ class TorchLaunch:
         if self.unit_strides is not None:
             inputs = [t if strides is None or t.stride() == strides else t.as_strided(t.shape, strides)
                       for t, strides in zip(inputs, self.unit_strides)]
-        if self.workspaces:
-            self.function(*inputs, out, *[torch.empty(shape, dtype=dtype, device=device)
-                                          for shape, dtype in self.workspaces])
-        else:
-            self.function(*inputs, out)
+        self.function(*inputs, out, *self.workspaces)
         return out
 
     def _refuse(self, inputs, out):
@@ -94,6 +91,29 @@ class TorchLaunch:
                 raise ValueError(f"{name} cannot be read in place: its address is not {ALIGNMENT}-byte aligned "
                                  "(a view at an offset)")
         raise AssertionError("a tensor was refused but none is wrong")  # pragma: no cover
+
+
+def _allocated_outside_graph_pools(allocate):
+    """``allocate()`` run on a thread of its own.  A launch is first bound where its first call
+    happens, which under ``torch.compile(mode="reduce-overhead")`` is the CUDA graphs' warm-up
+    run, while torch routes the calling thread's allocations to the graphs' private pool; kept
+    there, the workspaces would be memory the graphs do not track (they refuse to record).
+    Allocations of another thread go to the ordinary pool (per-call allocation would avoid this
+    too, at several microseconds per workspace per call)."""
+    result = []
+
+    def run():
+        try:
+            result.append(allocate())
+        except BaseException as err:  # noqa: BLE001 (raised again in the caller's thread)
+            result.append(err)
+
+    thread = threading.Thread(target=run, name="tc_autotune-workspaces")
+    thread.start()
+    thread.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
