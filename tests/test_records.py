@@ -365,9 +365,9 @@ def mixed_log(tmp_path):
         make(1, costs=(1e-4, 1.1e-4, 0.9e-4)),                                 # best sm_90: 1e-4
         make(2, costs=(2e-4,)),
         make(3, costs=(1e-6,), error_no=MeasureErrorNo.WRONG_RESULT),          # error: ignored
-        make(4, costs=(2e-6,), workload=OTHER_WL),                             # other workload
-        make(3, costs=(5e-5,), arch="sm_80", provenance=PROV_A100),            # best sm_80
-        make(4, costs=(6e-5,), arch="sm_80", provenance=PROV_A100),
+        make(4, costs=(2e-5,), workload=OTHER_WL),                             # other workload
+        make(3, costs=(5e-4,), arch="sm_80", provenance=PROV_A100),            # best sm_80
+        make(4, costs=(6e-4,), arch="sm_80", provenance=PROV_A100),
     ])
     return log
 
@@ -378,16 +378,16 @@ def test_load_best_picks_fastest_successful(mixed_log):
     assert seconds == pytest.approx(1e-4)
     assert rec.load_best(mixed_log, WL, "cuda -arch=sm_90") == (config, seconds)
     assert rec.load_best(mixed_log, str(WL), "sm_90") == (config, seconds)  # spec string works
-    assert rec.load_best(mixed_log, WL, "sm_80") == (CONFIGS[3], pytest.approx(5e-5))
-    assert rec.load_best(mixed_log, WL) == (CONFIGS[3], pytest.approx(5e-5))  # any arch
-    assert rec.load_best(mixed_log, OTHER_WL) == (CONFIGS[4], pytest.approx(2e-6))
+    assert rec.load_best(mixed_log, WL, "sm_80") == (CONFIGS[3], pytest.approx(5e-4))
+    assert rec.load_best(mixed_log, WL) == (config, seconds)  # any arch: sm_90's is faster
+    assert rec.load_best(mixed_log, OTHER_WL) == (CONFIGS[4], pytest.approx(2e-5))
     assert rec.load_best(list(rec.load(mixed_log)), WL, "sm_90") == (config, seconds)  # Records
 
 
 def test_load_best_with_tvm_target(mixed_log):
     tvm = pytest.importorskip("tvm")
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
-    assert rec.load_best(mixed_log, WL, target) == (CONFIGS[3], pytest.approx(5e-5))
+    assert rec.load_best(mixed_log, WL, target) == (CONFIGS[3], pytest.approx(5e-4))
     assert rec.load_best(mixed_log, WL, str(target))[0] == CONFIGS[3]
     with pytest.raises(ValueError, match="arch"):
         rec.load_best(mixed_log, WL, "cuda")
@@ -405,7 +405,7 @@ def test_load_best_none_when_nothing_matches(mixed_log, tmp_path):
 
 
 def test_load_best_skips_configs_outside_space(mixed_log, caplog):
-    stale = make(0, costs=(1e-7,))
+    stale = make(0, costs=(8.5e-5,))
     entity = [[k, kind, 3 if k == "chunk" else v] for k, kind, v in stale.config["entity"]]
     rec.append(mixed_log, [Record(stale.target, WL, {"index": 0, "entity": entity}, stale.result,
                                   stale.provenance, template_version=TEMPLATE_VERSION)])
@@ -419,7 +419,7 @@ def test_best_records_top_k(mixed_log):
     best = rec.best_records(rec.load(mixed_log), top_k=2)
     assert set(best) == {(WL, "sm_90"), (OTHER_WL, "sm_90"), (WL, "sm_80")}
     assert [r.config["index"] for r in best[(WL, "sm_90")]] == [SPACE.index(CONFIGS[i]) for i in (1, 2)]
-    assert [r.seconds for r in best[(WL, "sm_80")]] == [5e-5, 6e-5]
+    assert [r.seconds for r in best[(WL, "sm_80")]] == [5e-4, 6e-4]
     assert len(best[(OTHER_WL, "sm_90")]) == 1
     doubled = rec.best_records(list(rec.load(mixed_log)) * 2, top_k=2)  # duplicates count once
     assert doubled == best
@@ -435,10 +435,10 @@ def test_pick_best(mixed_log, tmp_path):
     lines = out.read_text().splitlines()
     picked = [Record.from_json(line) for line in lines]
     assert all(r.ok for r in picked)
-    keys = [(str(r.workload), r.seconds) for r in picked]
+    keys = [(str(r.workload), r.arch, r.seconds) for r in picked]
     assert keys == sorted(keys)
     assert [(r.workload, r.arch, r.seconds) for r in picked if r.workload == WL] == [
-        (WL, "sm_80", 5e-5), (WL, "sm_80", 6e-5), (WL, "sm_90", pytest.approx(1e-4)), (WL, "sm_90", 2e-4)]
+        (WL, "sm_80", 5e-4), (WL, "sm_80", 6e-4), (WL, "sm_90", pytest.approx(1e-4)), (WL, "sm_90", 2e-4)]
     assert os.listdir(out.parent) == ["best.jsonl"]  # no temp file left behind
     assert rec.load_best(out, WL, "sm_90") == rec.load_best(mixed_log, WL, "sm_90")
 
@@ -468,31 +468,31 @@ def test_measured_indices(mixed_log):
 
 # ---- template versions: stale records (issue 11) ----------------------------------
 def test_stale_records_are_skipped_unless_asked_for(mixed_log, caplog):
-    rec.append(mixed_log, [make(0, costs=(1e-6,), template=None),                 # unversioned
-                           make(2, costs=(2e-6,), template=TEMPLATE_VERSION + 1)])  # another generator
+    rec.append(mixed_log, [make(0, costs=(8.5e-5,), template=None),                 # unversioned
+                           make(2, costs=(9e-5,), template=TEMPLATE_VERSION + 1)])  # another generator
     assert [r.stale for r in rec.load(mixed_log)][-2:] == [True, True]
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert rec.load_best(mixed_log, WL, "sm_90") == (CONFIGS[1], pytest.approx(1e-4))
     assert any("skipped 2 stale record(s)" in r.getMessage() for r in caplog.records)
-    assert rec.load_best(mixed_log, WL, "sm_90", include_stale=True) == (CONFIGS[0], pytest.approx(1e-6))
+    assert rec.load_best(mixed_log, WL, "sm_90", include_stale=True) == (CONFIGS[0], pytest.approx(8.5e-5))
     assert rec.best_records(rec.load(mixed_log))[(WL, "sm_90")][0].seconds == pytest.approx(1e-4)
-    assert rec.best_records(rec.load(mixed_log), include_stale=True)[(WL, "sm_90")][0].seconds == 1e-6
+    assert rec.best_records(rec.load(mixed_log), include_stale=True)[(WL, "sm_90")][0].seconds == 8.5e-5
     out = mixed_log.parent / "best.jsonl"
     rec.pick_best(mixed_log, out)
     assert not any(r.stale for r in rec.load(out))
     rec.pick_best(mixed_log, out, include_stale=True)
-    assert rec.load_best(out, WL, "sm_90", include_stale=True)[1] == 1e-6
+    assert rec.load_best(out, WL, "sm_90", include_stale=True)[1] == 8.5e-5
 
 
 def test_summary_counts_versions_and_stale_records(mixed_log):
-    rec.append(mixed_log, [make(0, costs=(1e-6,), template=None)])
+    rec.append(mixed_log, [make(0, costs=(8.5e-5,), template=None)])
     rows = {(str(r.workload), r.gpu): r for r in rec.summarize(mixed_log)}
     row = rows[(str(WL), PROV_H100["gpu"])]
     assert (row.records, row.ok, row.stale) == (5, 4, 1)
     assert row.versions == {None, TEMPLATE_VERSION}
-    assert row.best_s == pytest.approx(1e-4) and row.best_stale_s == 1e-6
+    assert row.best_s == pytest.approx(1e-4) and row.best_stale_s == 8.5e-5
     table = rec.summary_table(rec.summarize(mixed_log))
-    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 5 | 4 | 1 | 1,none | 0.1000 | 0.0010 |" in table
+    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 5 | 4 | 1 | 1,none | 0.1000 | 0.0850 |" in table
 
 
 def _best_log(tmp_path, *records_):
@@ -517,8 +517,8 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
     held = _best_log(tmp_path, make(1, costs=(1e-4,)), other)
     before = held.read_bytes()
     new = [make(2, costs=(9e-5,)),                                          # faster: replaces
-           make(3, costs=(1e-6,), template=None),                           # stale: never chosen
-           make(0, costs=(1e-7,), provenance=PROV_A100),                     # another GPU: ignored
+           make(3, costs=(8.5e-5,), template=None),                         # stale: never chosen
+           make(0, costs=(3e-4,), provenance=PROV_A100),                     # another GPU: ignored
            make(0, costs=(7e-5,), workload=get("rfc-3x3-b1"))]               # new workload: added
     changes = rec.merge_best(held, new, PROV_H100["gpu"])
     assert sorted((str(c.workload), c.action) for c in changes) == sorted(
@@ -529,9 +529,9 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
 
 
 def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
-    held = _best_log(tmp_path, make(1, costs=(1e-6,), template=None))  # fast, but another kernel
+    held = _best_log(tmp_path, make(1, costs=(8.5e-5,), template=None))  # fast, but another kernel
     changes = rec.merge_best(held, [make(2, costs=(3e-4,))], PROV_H100["gpu"])
-    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("replaced stale", 1e-6, 3e-4)]
+    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("replaced stale", 8.5e-5, 3e-4)]
     assert [(r.seconds, r.stale) for r in rec.load(held)] == [(3e-4, False)]
 
 
