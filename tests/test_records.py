@@ -439,7 +439,8 @@ def test_pick_best(mixed_log, tmp_path):
     assert keys == sorted(keys)
     assert [(r.workload, r.arch, r.seconds) for r in picked if r.workload == WL] == [
         (WL, "sm_80", 5e-4), (WL, "sm_80", 6e-4), (WL, "sm_90", pytest.approx(1e-4)), (WL, "sm_90", 2e-4)]
-    assert os.listdir(out.parent) == ["best.jsonl"]  # no temp file left behind
+    assert sorted(os.listdir(out.parent)) == ["best.jsonl", "best.jsonl.bak"]  # no temp file left behind
+    assert out.with_name("best.jsonl.bak").read_text() == "old content that must disappear\n"  # but kept aside
     assert rec.load_best(out, WL, "sm_90") == rec.load_best(mixed_log, WL, "sm_90")
 
     assert rec.pick_best(mixed_log, out) == 3  # top_k=1 replaces the file
