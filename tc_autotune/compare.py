@@ -13,12 +13,9 @@ Works on anything with ``timer``, ``seconds``, ``arch``, ``config`` and ``result
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
 from .results import CUDA_GRAPH, TIME_EVALUATOR
-
-if TYPE_CHECKING:
-    from .records import Record
 
 # Noise margins of ``faster``: the spread of a record's own repeats where both records have
 # several (``_spread``), at least MIN_MARGIN (repeats of one process miss run-to-run drift:
@@ -37,7 +34,7 @@ _TIMER_PREFERENCE = (CUDA_GRAPH, TIME_EVALUATOR)
 Contenders = dict  # {config key: {timer: the config's fastest record under that timer}}
 
 
-def _spread(record: Record) -> float | None:
+def _spread(record) -> float | None:
     """Relative spread of a record's repeats (the fastest and slowest dropped from 5 or more),
     or None with fewer than 3 repeats."""
     costs = sorted(record.result.costs)
@@ -48,7 +45,7 @@ def _spread(record: Record) -> float | None:
     return (costs[-1] - costs[0]) / costs[len(costs) // 2]
 
 
-def noise_margin(a: Record, b: Record) -> float:
+def noise_margin(a, b) -> float:
     """By how much (relative) one of ``a`` and ``b`` must beat the other to count as faster."""
     spreads = [_spread(a), _spread(b)]
     if None in spreads:
@@ -56,18 +53,18 @@ def noise_margin(a: Record, b: Record) -> float:
     return min(MAX_MARGIN, max(MIN_MARGIN, *spreads))
 
 
-def faster(new: Record, old: Record) -> bool:
+def faster(new, old) -> bool:
     """Whether ``new`` beats ``old`` like with like: the same timer, by more than the noise."""
     return new.timer == old.timer and new.seconds < old.seconds * (1 - noise_margin(new, old))
 
 
-def config_key(record: Record) -> tuple:
+def config_key(record) -> tuple:
     """A config's identity in selection: its arch and knob values (indices change meaning
     when candidate lists do; values do not)."""
     return record.arch, tuple(tuple(e) for e in record.config["entity"])
 
 
-def contenders_of(records: Iterable[Record]) -> Contenders:
+def contenders_of(records: Iterable) -> Contenders:
     """Each config of ``records`` (``config_key``) with its fastest record under each timer."""
     out: Contenders = {}
     for record in records:
@@ -78,7 +75,7 @@ def contenders_of(records: Iterable[Record]) -> Contenders:
     return out
 
 
-def like_pair(challenger: dict, incumbent: dict) -> tuple[Record, Record] | None:
+def like_pair(challenger: dict, incumbent: dict) -> tuple | None:
     """(challenger's, incumbent's record) under the timer that compares them, None if none does."""
     for timer in _TIMER_PREFERENCE:
         if timer in challenger and timer in incumbent:
@@ -86,7 +83,7 @@ def like_pair(challenger: dict, incumbent: dict) -> tuple[Record, Record] | None
     return None
 
 
-def fastest(timers: dict) -> Record:
+def fastest(timers: dict):
     """The fastest of a config's records, whatever timed it."""
     return min(timers.values(), key=lambda r: r.seconds)
 
@@ -104,7 +101,7 @@ def winner(contenders: Contenders, incumbent=None):
     return best
 
 
-def ranked(contenders: Contenders, top_k: int) -> list[list[Record]]:
+def ranked(contenders: Contenders, top_k: int) -> list[list]:
     """The ``top_k`` best configs (``winner`` again over those left), each its fastest record
     under each timer, fastest first."""
     contenders, chosen = dict(contenders), []
