@@ -20,10 +20,9 @@ from dataclasses import dataclass
 # Datasheet dense (no sparsity) fp16 Tensor Core TFLOP/s, memory TB/s and L2 size.  Why a
 # margin of 1.5x over them, not 1.0: the figures are rounded datasheet numbers at a nominal
 # boost clock, a part may run above it, and L2 residency is only partly modelled (part of a
-# working set larger than L2 still hits in it).  No genuine kernel comes within 1.5x of both
-# (the shipped records reach at most 0.73 of the floor this draws: 0.6x of compute, or
-# 1.1x of HBM from L2); a corrupt or forged time is off by orders of magnitude, so the
-# margin costs no protection.
+# working set larger than L2 still hits in it).  The shipped records reach at most 0.73 of
+# the compute peak and 0.71 of the off-L2 bandwidth (0.49 of the floor drawn here); a corrupt
+# or forged time is off by orders of magnitude, so the margin costs no protection.
 MARGIN = 1.5
 
 
@@ -36,7 +35,7 @@ class Peak:
 
 # Matched against the record's GPU name (provenance "gpu"), most specific first.
 _BY_NAME = (
-    ("H200", Peak(990, 4.8, 60)),  # also GH200 (up to 4.9 TB/s: inside the margin)
+    ("H200", Peak(990, 4.8, 60)),  # 50 MB of L2; 60 and the margin cover GH200 parts too
     ("H100 NVL", Peak(835, 3.9, 50)),
     ("H100", Peak(990, 3.35, 50)),  # SXM, the fastest H100
     ("A100", Peak(312, 2.0, 40)),
