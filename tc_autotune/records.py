@@ -556,9 +556,10 @@ def _serialise(chosen: list[Record]) -> bytes:
 
 def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None,
               include_stale: bool = False) -> int:
-    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k per workload/arch
-    (only records measured on the GPU named ``gpu``, when given; stale ones only with
-    ``include_stale``).
+    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k configs per
+    workload/arch (``best_records``: compared like with like; each config's fastest record
+    under each timer), only records measured on the GPU named ``gpu``, when given, stale ones
+    only with ``include_stale``.
 
     A missing input is an error (FileNotFoundError), and so is a selection of nothing
     (ValueError): a mistyped path or a history of stale records must not empty ``out_log``.
