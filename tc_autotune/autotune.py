@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import baseline, records, tasks
 from .apply import best_config, choose_config
-from .benchmark import checked_kernel_time, task_arrays
+from .benchmark import checked_kernel_time, kernel_timer, task_arrays
 from .cuda import nvcc_version
 from .gpu import GpuInfo, local_gpu
 from .kernel import build
@@ -25,6 +25,7 @@ from .devices import RpcDevice, choose_local, local_devices
 from .dispatch import AllDevicesLost, RunnerFault
 from .measure import LocalMeasurer, MeasureOptions
 from .records import shipped_log_files
+from .results import TIME_EVALUATOR
 from .rpc_runner import RpcRunner, free_servers
 from .space import Conv2dConfig
 from .warp_specialized import starting_configs
@@ -139,6 +140,7 @@ class Retimed:
     tuned_s: float | None
     default_s: float | None = None
     cudnn_s: float | None = None
+    timer: str = TIME_EVALUATOR  # what timed tuned_s and default_s (results.TIMERS)
 
 
 def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) -> list:
@@ -331,7 +333,7 @@ def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repea
     if with_default:
         configs["default"] = tasks.of(workload).space(workload).default_config()
     seconds, cudnn_s = time_configs(workload, configs, repeat=repeat)
-    return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s)
+    return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s, kernel_timer())
 
 
 def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
