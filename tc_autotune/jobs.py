@@ -76,7 +76,7 @@ def load_job(path) -> Job:
         entries.append(JobEntry(get(item["name"]), item["name"], trials))
     value = {key: raw.get(key, default) for key, default in DEFAULTS.items()}
     log_path = (base / value["log"]).resolve()
-    if log_path.is_dir():  # its lock would be "<dir>.lock" beside it: "/tmp" gave "/tmp.lock"
+    if _is_dir(log_path):  # its lock would be "<dir>.lock" beside it: "/tmp" gave "/tmp.lock"
         raise JobError(f"job file {path}: log: {value['log']!r} is a directory ({log_path}), not a log file")
     return Job(
         entries=entries,
@@ -87,6 +87,15 @@ def load_job(path) -> Job:
         regression_threshold=float(value["regression_threshold"]),
         path=path,
     )
+
+
+def _is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where it cannot be looked at (a folder the user may not enter:
+    the commands' path checks say so, naming the job file and the key)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def _read(path: Path) -> dict:
