@@ -19,7 +19,7 @@ from . import baseline, records, tasks
 from .apply import best_config, choose_config
 from .benchmark import checked_kernel_time, kernel_timer, task_arrays
 from .cuda import nvcc_version
-from .gpu import GpuInfo, local_gpu
+from .gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
 from .kernel import build
 from .devices import RpcDevice, choose_local, local_devices
 from .dispatch import AllDevicesLost, RunnerFault
@@ -36,10 +36,6 @@ from .workloads import Conv2dWorkload
 log = logging.getLogger(__name__)
 
 
-class NoGpuError(RuntimeError):
-    """Tuning needs a CUDA GPU and there is none."""
-
-
 def measurement_devices(indices=None, tracker=None, key: str | None = None, sessions: int | None = None,
                         options: MeasureOptions | None = None) -> tuple[GpuInfo, tuple]:
     """(the GPU the run tunes for, the devices that measure): local GPUs (``indices`` as
@@ -49,18 +45,20 @@ def measurement_devices(indices=None, tracker=None, key: str | None = None, sess
     measure on; ValueError for GPUs that do not exist or are of different models."""
     if tracker is not None:
         rpc = RpcDevice(tracker[0], tracker[1], key)
+        options = options or MeasureOptions()
         try:
-            sessions = sessions or max(1, free_servers(rpc))
-            probe = RpcRunner("", options or MeasureOptions(), rpc)
+            sessions = sessions or max(1, free_servers(rpc, options.rpc_connect_s))
+            probe = RpcRunner("", options, rpc)
             gpu = probe.connect()
             probe.stop()  # frees the server for the run's own sessions
         except RunnerFault as err:
             raise NoGpuError(str(err)) from None
         return gpu, (rpc,) * sessions
-    gpu = local_gpu()
+    probe = probe_local_gpu()
+    gpu = probe.gpu
     if gpu is None:
-        raise NoGpuError("no CUDA GPU found: tuning measures on the GPU, run it on a machine with one "
-                         "(or measure on remote GPUs with --rpc-tracker)")
+        raise NoGpuError(f"{probe.no_gpu_message()}: tuning measures on the GPU, run it on a machine with "
+                         "one (or measure on remote GPUs with --rpc-tracker)")
     return gpu, tuple(choose_local(tuple(indices) if indices else None, gpu.name, local_devices()))
 
 
@@ -195,7 +193,7 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     """
     gpu = gpu or local_gpu()
     if gpu is None:
-        raise NoGpuError("no CUDA GPU found: tuning needs one to measure on")
+        raise NoGpuError(f"{probe_local_gpu().no_gpu_message()}: tuning needs one to measure on")
     log_path = str(log_path)
     space = tasks.of(workload).space(workload, gpu)
     search = make_tuner(tuner, space, seed)

@@ -14,7 +14,7 @@ import functools
 from . import build_cache
 from .apply import active_logs, dense_workload_of, workload_of
 from .epilogue import of_inputs as epilogue_of
-from .kernel import _is_torch
+from .kernel import _gpu_of, _is_torch, require_gpu
 
 
 @functools.lru_cache(maxsize=64)
@@ -67,5 +67,7 @@ def _on_torch_gpu(tensor) -> bool:
 
 def _run(workload, out, *inputs):
     """The cached kernel of ``workload`` on the operands and the epilogue's given inputs."""
+    if _gpu_of(inputs) is None:
+        require_gpu()  # host operands go to GPU 0: say there is none before building a kernel
     kernel = _cached_kernel(workload, active_logs())
     return kernel(*(x for x in inputs if x is not None), out=out)
