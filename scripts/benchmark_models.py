@@ -9,7 +9,7 @@
 Modes: eager, graph (captured by hand), kernels (profiler: CUDA kernel time per forward),
 default / reduce-overhead / max-autotune (torch.compile of both sides).  Every model's output is
 checked against an fp32 reference before it is timed.  Exit codes: 0 done, 2 bad arguments,
-3 no CUDA GPU (or no PyTorch).
+3 no CUDA GPU (or no PyTorch), 9 a file or folder cannot be read or written (permission denied).
 """
 
 import json
@@ -39,6 +39,11 @@ def parse_args(argv):
 
 
 def main(argv=None) -> int:
+    with cli.io_errors_exit("benchmark_models.py"):  # permission denied anywhere: one line, exit 9
+        return _main(argv)
+
+
+def _main(argv) -> int:
     _, args = parse_args(argv)
     try:
         import torch

@@ -17,14 +17,15 @@ from pathlib import Path
 
 from . import baseline, records, tasks
 from .apply import best_config, choose_config
-from .benchmark import checked_kernel_time, task_arrays
+from .benchmark import checked_kernel_time, kernel_timer, task_arrays
 from .cuda import nvcc_version
-from .gpu import GpuInfo, local_gpu
+from .gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
 from .kernel import build
 from .devices import RpcDevice, choose_local, local_devices
 from .dispatch import AllDevicesLost, RunnerFault
 from .measure import LocalMeasurer, MeasureOptions
 from .records import shipped_log_files
+from .results import TIME_EVALUATOR
 from .rpc_runner import RpcRunner, free_servers
 from .space import Conv2dConfig
 from .warp_specialized import starting_configs
@@ -33,10 +34,6 @@ from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload
 
 log = logging.getLogger(__name__)
-
-
-class NoGpuError(RuntimeError):
-    """Tuning needs a CUDA GPU and there is none."""
 
 
 def measurement_devices(indices=None, tracker=None, key: str | None = None, sessions: int | None = None,
@@ -48,18 +45,20 @@ def measurement_devices(indices=None, tracker=None, key: str | None = None, sess
     measure on; ValueError for GPUs that do not exist or are of different models."""
     if tracker is not None:
         rpc = RpcDevice(tracker[0], tracker[1], key)
+        options = options or MeasureOptions()
         try:
-            sessions = sessions or max(1, free_servers(rpc))
-            probe = RpcRunner("", options or MeasureOptions(), rpc)
+            sessions = sessions or max(1, free_servers(rpc, options.rpc_connect_s))
+            probe = RpcRunner("", options, rpc)
             gpu = probe.connect()
             probe.stop()  # frees the server for the run's own sessions
         except RunnerFault as err:
             raise NoGpuError(str(err)) from None
         return gpu, (rpc,) * sessions
-    gpu = local_gpu()
+    probe = probe_local_gpu()
+    gpu = probe.gpu
     if gpu is None:
-        raise NoGpuError("no CUDA GPU found: tuning measures on the GPU, run it on a machine with one "
-                         "(or measure on remote GPUs with --rpc-tracker)")
+        raise NoGpuError(f"{probe.no_gpu_message()}: tuning measures on the GPU, run it on a machine with "
+                         "one (or measure on remote GPUs with --rpc-tracker)")
     return gpu, tuple(choose_local(tuple(indices) if indices else None, gpu.name, local_devices()))
 
 
@@ -139,6 +138,7 @@ class Retimed:
     tuned_s: float | None
     default_s: float | None = None
     cudnn_s: float | None = None
+    timer: str = TIME_EVALUATOR  # what timed tuned_s and default_s (results.TIMERS)
 
 
 def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) -> list:
@@ -193,7 +193,7 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     """
     gpu = gpu or local_gpu()
     if gpu is None:
-        raise NoGpuError("no CUDA GPU found: tuning needs one to measure on")
+        raise NoGpuError(f"{probe_local_gpu().no_gpu_message()}: tuning needs one to measure on")
     log_path = str(log_path)
     space = tasks.of(workload).space(workload, gpu)
     search = make_tuner(tuner, space, seed)
@@ -331,7 +331,7 @@ def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repea
     if with_default:
         configs["default"] = tasks.of(workload).space(workload).default_config()
     seconds, cudnn_s = time_configs(workload, configs, repeat=repeat)
-    return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s)
+    return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s, kernel_timer())
 
 
 def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):

@@ -24,7 +24,7 @@ from .apply import apply_history_best, best_or_default_config, choose_config
 from .gpu import default_gpu
 from .kernel import build, compile_kernel
 from .measure import time_kernel
-from .results import TOLERANCE, check_then_time
+from .results import CUDA_GRAPH, TIME_EVALUATOR, TOLERANCE, check_then_time
 from .workloads import get
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,11 @@ class BenchRow:
         return bool(self.tuned_s and self.default_s and self.tuned_s > 1.03 * self.default_s)
 
 
+def kernel_timer() -> str:
+    """What ``checked_kernel_time`` times our kernels with here (``results.TIMERS``)."""
+    return CUDA_GRAPH if baseline.available() else TIME_EVALUATOR
+
+
 def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int = 50,
                         min_repeat_ms: float = 10) -> tuple[float | None, float]:
     """(median seconds or None, relative error) on ``arrays`` (the task's inputs, then the
@@ -66,7 +71,7 @@ def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int
     baseline's are (``baseline.time_launches``: on torch's stream, replayed from a CUDA graph),
     so both sides of a ratio pay the same per-launch cost; TVM's time_evaluator launches
     eagerly and adds 1.1-2.6 us a call on an H100 (BENCHMARKS 26e).  Elsewhere, time_evaluator."""
-    if baseline.available():
+    if kernel_timer() == CUDA_GRAPH:
         return _graph_kernel_time(kernel, workload, *arrays, number=number, repeat=repeat,
                                   min_repeat_ms=min_repeat_ms)
     *inputs, reference = arrays

@@ -12,6 +12,7 @@ for a fused epilogue, see ``epilogue.py``; a plain workload's string does not me
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -28,6 +29,21 @@ B_LAYOUTS = ("kn", "nk")
 _SPEC_KEYS = {"batch": "batch", "m": "m", "n": "n", "k": "k", "b": "b_layout",
               "dtype": "dtype", "out_dtype": "out_dtype", "epilogue": "epilogue"}
 _INT_KEYS = ("batch", "m", "n", "k")
+
+# The kernels index every tensor with 32-bit ints (the template's index maps and loop variables
+# are int32, and TVM emits `int` index arithmetic from them): a tensor of 2**31 elements or more
+# would be read and written at wrapped-around addresses, so such a workload is refused when it
+# is made, not when TVM or nvcc fails on it (or the kernel corrupts memory).
+MAX_ELEMENTS = 2**31 - 1
+
+
+def check_elements(tensors: dict) -> None:
+    """ValueError for the first of ``tensors`` (name -> shape) with more than MAX_ELEMENTS."""
+    for name, shape in tensors.items():
+        count = math.prod(shape)
+        if count > MAX_ELEMENTS:
+            raise ValueError(f"{name} {'x'.join(map(str, shape))} has {count:.3g} elements: the kernels index "
+                             f"with 32-bit integers, at most {MAX_ELEMENTS} elements per tensor")
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,7 @@ class DenseWorkload:
         for name, known in (("b_layout", B_LAYOUTS), ("dtype", INPUT_DTYPES), ("out_dtype", OUTPUT_DTYPES)):
             if getattr(self, name) not in known:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}: expected one of {', '.join(known)}")
+        check_elements({"A": self.a_shape, "B": self.b_shape, "C": self.out_shape})
 
     # ---- shapes -------------------------------------------------------------
     @property

@@ -14,7 +14,7 @@ import functools
 from . import build_cache
 from .apply import active_logs, dense_workload_of, workload_of
 from .epilogue import of_inputs as epilogue_of
-from .kernel import _is_torch
+from .kernel import _gpu_of, _is_torch, require_gpu
 
 
 @functools.lru_cache(maxsize=64)
@@ -52,11 +52,22 @@ def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bia
     return _run(workload, out, a, weight, scale, bias, residual)
 
 
+@functools.cache
+def _torch_ops():
+    """``tc_autotune.pytorch.ops``, imported on first use (it imports torch), then looked up
+    for a few tens of nanoseconds instead of an import statement's ~0.4 us per call."""
+    from .pytorch import ops
+
+    return ops
+
+
 def _on_torch_gpu(tensor) -> bool:
     return getattr(tensor, "is_cuda", False) and _is_torch(tensor)
 
 
 def _run(workload, out, *inputs):
     """The cached kernel of ``workload`` on the operands and the epilogue's given inputs."""
+    if _gpu_of(inputs) is None:
+        require_gpu()  # host operands go to GPU 0: say there is none before building a kernel
     kernel = _cached_kernel(workload, active_logs())
     return kernel(*(x for x in inputs if x is not None), out=out)

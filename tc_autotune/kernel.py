@@ -14,7 +14,7 @@ import tvm_ffi
 
 from . import cuda, tasks, tensormap
 from .apply import best_or_default_config
-from .gpu import GpuInfo, default_gpu, gpu_for_arch
+from .gpu import GpuInfo, NoGpuError, default_gpu, gpu_for_arch, probe_local_gpu
 from .intrinsic_paths import get as intrinsic_path
 from .dense_workloads import DenseWorkload
 from .space import Conv2dConfig
@@ -122,7 +122,7 @@ class Conv2dKernel:
             if out is None:
                 torch = sys.modules["torch"]
                 out = torch.empty(shape, dtype=getattr(torch, dtype), device=torch_in.device)
-        dev = device or _gpu_of(args) or tvm.cuda(0)
+        dev = require_gpu(device or _gpu_of(args) or tvm.cuda(0))
         inputs = [_as_tensor(value, *spec, dev) for value, spec in zip(args, specs)]
         result = tvm.runtime.empty(shape, dtype, device=dev) if out is None else out
         out_tensor = _as_tensor(result, name, shape, dtype, dev)
@@ -132,11 +132,25 @@ class Conv2dKernel:
 
     def time_evaluator(self, device=None, **kwargs):
         """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
+        dev = require_gpu(device or tvm.cuda(0))
         self._function()
-        dev = device or tvm.cuda(0)
         evaluator = self.module.time_evaluator("main", dev, **kwargs)
         extra = self._extra_args(dev)
         return lambda *args: evaluator(*args, *extra)  # args: the inputs, then out
+
+
+def require_gpu(dev=None):
+    """``dev`` (default: CUDA GPU 0), when it is a CUDA device that exists; else NoGpuError with
+    the package's message (TVM's own, "Device API cuda is not enabled", comes from deep inside
+    its runtime, after the kernel was built for nothing)."""
+    dev = tvm.cuda(0) if dev is None else dev
+    if dev.dlpack_device_type() == tvm_ffi.DLDeviceType.kDLCUDA and not dev.exist:
+        probe = probe_local_gpu()
+        if probe.gpu is not None:
+            raise NoGpuError(f"there is no CUDA GPU {dev.index} here (GPU 0 is a {probe.gpu.name})")
+        raise NoGpuError(f"{probe.no_gpu_message()}: running a kernel needs one; building works without "
+                         "(build_conv2d(workload, target='sm_90'))")
+    return dev
 
 
 def _is_torch(value) -> bool:
@@ -240,6 +254,9 @@ def build(workload, config=None, target=None) -> Conv2dKernel:
         if isinstance(target, str) and target.startswith("sm_"):
             target = {"kind": "cuda", "arch": target}
         target = tvm.target.Target(target)
+        if target.kind.name != "cuda":  # an llvm target would silently have built for sm_90
+            raise ValueError(f"target {target.kind.name!r} is not a CUDA target: the kernels are Tensor Core "
+                             "CUDA kernels (give an arch such as 'sm_90', or a cuda target)")
         arch = str(target.attrs.get("arch", "sm_90"))
         local = default_gpu()
         gpu = local if local.arch == arch else gpu_for_arch(arch)

@@ -26,7 +26,7 @@ from .autotune import retime_against_default, tune_workload
 from .benchmark import baseline_label
 from .gpu import gpu_log_name
 from .measure import LocalMeasurer, MeasureOptions
-from .results import MeasureResult
+from .results import TIME_EVALUATOR, TIMERS, MeasureResult
 from .space import conv2d_space
 from .jobs import Job, JobEntry, JobError, LockedError, job_lock, load_job  # noqa: F401 (nightly's API)
 
@@ -50,6 +50,8 @@ class ReportRow:
     default_s: float | None = None  # the default config, same run
     cudnn_s: float | None = None
     previous_s: float | None = None
+    timer: str | None = None  # what timed current_s (results.TIMERS): the re-time's, else the record's
+    previous_timer: str | None = None  # what timed previous_s
     devices: list[str] = field(default_factory=list)  # the devices that measured its records
     baseline: str = "cuDNN"  # what cudnn_s timed (tasks.Task.baseline_name: cuBLAS for dense)
     # ok, no valid record, regression, slower than default, not reached; no record (report-only
@@ -66,19 +68,22 @@ class ReportRow:
 
     @property
     def change(self) -> float | None:
-        """Relative time change since the previous report (negative = faster)."""
-        if self.current_s and self.previous_s:
+        """Relative time change since the previous report (negative = faster); None where the
+        two figures came from different timers (a CUDA graph saves microseconds a call)."""
+        if self.current_s and self.previous_s and self.timer == self.previous_timer:
             return self.current_s / self.previous_s - 1
         return None
 
+    # The ratios take the re-time only: the default and the baseline were timed beside it,
+    # alike; the record's time may come from another timer.
     @property
     def cudnn_ratio(self) -> float | None:
-        return self.cudnn_s / self.current_s if (self.cudnn_s and self.current_s) else None
+        return self.cudnn_s / self.retimed_s if (self.cudnn_s and self.retimed_s) else None
 
     @property
     def default_ratio(self) -> float | None:
         """default time / tuned time: below 1 means the tuned config lost to the default."""
-        return self.default_s / self.current_s if (self.default_s and self.current_s) else None
+        return self.default_s / self.retimed_s if (self.default_s and self.retimed_s) else None
 
 
 FAILING = ("regression", "slower than default", "no valid record")
@@ -136,17 +141,42 @@ class Report:
         return "\n".join(lines) + "\n"
 
 
-def previous_report(report_dir: Path) -> dict[tuple[str, str | None], float]:
-    """(workload spec, GPU) -> time in the newest earlier report (empty when there is none)."""
+def previous_report(report_dir: Path) -> dict[tuple[str, str | None], tuple[float, str]]:
+    """(workload spec, GPU) -> (time, its timer) in the newest earlier report (empty when there
+    is none).  A report that cannot be read, or has a field of the wrong type, is treated as
+    absent with one warning: a hand-edited or truncated report must not break every later run."""
     reports = sorted(report_dir.glob("report-*.json")) if report_dir.exists() else []
     for path in reversed(reports):
         try:
-            data = json.loads(path.read_text())
-            return {(row["workload"], row.get("gpu") or data.get("gpu")): (row.get("retimed_s") or row.get("best_s"))
-                    for row in data["rows"] if row.get("retimed_s") or row.get("best_s")}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            log.warning("skipping unreadable report %s", path)
+            return _report_times(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            log.warning("skipping unreadable report %s: %s", path, err)
     return {}
+
+
+def _report_times(data) -> dict[tuple[str, str | None], tuple[float, str]]:
+    """``previous_report``'s map of one report's JSON; ValueError names a wrong field."""
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise ValueError("expected an object with a list of rows")
+    times = {}
+    for row in data["rows"]:
+        if not isinstance(row, dict) or not isinstance(row.get("workload"), str):
+            raise ValueError(f"a row without a workload string: {str(row)[:80]}")
+        gpu = row.get("gpu") or data.get("gpu")
+        if gpu is not None and not isinstance(gpu, str):
+            raise ValueError(f"gpu must be a string, got {gpu!r}")
+        for key in ("retimed_s", "best_s"):
+            value = row.get(key)
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                          and math.isfinite(value) and value > 0):
+                raise ValueError(f"{key} of {row['workload']} must be positive seconds, got {value!r}")
+        timer = row.get("timer") or TIME_EVALUATOR  # reports before timers were named: time_evaluator
+        if timer not in TIMERS:
+            raise ValueError(f"unknown timer {timer!r} of {row['workload']}")
+        seconds = row.get("retimed_s") or row.get("best_s")
+        if seconds:
+            times[(row["workload"], gpu)] = (float(seconds), timer)
+    return times
 
 
 def write_report(report: Report, report_dir: Path) -> tuple[Path, Path]:
@@ -212,21 +242,23 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     rows, retimed = [], []
     for entry in job.entries:
         for gpu_name in gpus:
+            previous_s, previous_timer = previous.get((str(entry.workload), gpu_name), (None, None))
             row = ReportRow(entry.name, str(entry.workload), entry.workload.flops, gpu=gpu_name,
                             trials_run=trials.get(entry.name, 0), baseline=tasks.of(entry.workload).baseline_name,
-                            previous_s=previous.get((str(entry.workload), gpu_name)))
+                            previous_s=previous_s, previous_timer=previous_timer)
             rows.append(row)
             if not report_only and entry.name not in reached:
                 row.status = "not reached"
             mine = [r for r in all_records if r.workload == entry.workload and r.gpu == gpu_name]
             row.records, row.stale = len(mine), sum(r.stale for r in mine)
             row.devices = sorted({r.provenance["device"] for r in mine if r.provenance.get("device")})
-            best = records.load_best(mine, entry.workload)
+            best = records.best_record(mine, entry.workload)
             if best is None:
                 if row.status != "not reached":  # a job that never ran here has failed nothing
                     row.status = "no record" if never_run else "no valid record"
                 continue
-            config, row.best_s = best
+            config, record = best
+            row.best_s, row.timer = record.seconds, record.timer
             if report_only or row.status == "not reached":
                 continue
             retimed += _retime(row, config, entry.workload, retime or retime_against_default, job, gpu)
@@ -252,6 +284,8 @@ def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
     re-timings as records (current template version, this GPU)."""
     first = retime(workload, config)
     row.retimed_s, row.default_s, row.cudnn_s = first.tuned_s, first.default_s, first.cudnn_s
+    if first.tuned_s:
+        row.timer = first.timer
     if _regressed(row, job) or _lost_to_default(row, job):  # confirm before crying wolf
         again = retime(workload, config)
         row.retimed_s = min(row.retimed_s or float("inf"), again.tuned_s or float("inf"))
@@ -265,13 +299,14 @@ def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
     provenance = records.make_provenance(gpu)
     timed = [(config, row.retimed_s), (space.default_config(), row.default_s)]
     return [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, cfg,
-                                            MeasureResult((seconds,), error_msg="nightly re-time"), provenance)
+                                            MeasureResult((seconds,), error_msg=records.RETIME_MSG,
+                                                          timer=first.timer), provenance)
             for cfg, seconds in timed if seconds and math.isfinite(seconds)]
 
 
 def _regressed(row: ReportRow, job: Job) -> bool:
-    return bool(row.retimed_s and row.previous_s
-                and row.retimed_s > row.previous_s * (1 + job.regression_threshold))
+    """Slower than the previous report's time, timed alike (``ReportRow.change``)."""
+    return bool(row.retimed_s and row.change is not None and row.change > job.regression_threshold)
 
 
 def _lost_to_default(row: ReportRow, job: Job) -> bool:

@@ -13,7 +13,8 @@ A line looks like::
      "result": [[1.2e-4, 1.3e-4], 0, 2.5, 1732240000.0],
      "error_msg": "", "version": 2, "template_version": 1, "tvm_version": "0.27.0",
      "provenance": {"gpu": "NVIDIA H100", "compute_capability": "9.0", "cuda": "12.4",
-                    "tc_autotune": "0.1.0"}}
+                    "tc_autotune": "0.1.0"},
+     "timer": "time_evaluator"}
 
 The config is stored by knob *value* as well as by index, so a log stays
 readable when candidate lists change: ``load_best`` rebuilds the config from the
@@ -22,6 +23,12 @@ values and skips (with a warning) records that no longer fit the space.
 ``template_version`` names the kernel generator that made the timed kernel
 (``generator.TEMPLATE_VERSION``); a record of another version, or of none (written
 before versions existed), is *stale*: selection skips it unless asked to keep it.
+
+``timer`` names what timed the costs (``results.TIMERS``): the tuner's TVM time_evaluator or
+a CUDA graph's replay (nightly's re-times where PyTorch runs), which differ by microseconds a
+call.  Selection compares records like with like (``faster``): a best is displaced only by a
+figure of the same timer that is faster by more than the noise of the two.  A time faster
+than the GPU can physically go (``peaks``) is a corrupt record and is skipped on reading.
 
 Writers from several processes may share one log; the file handling (locking,
 fencing torn lines, size caps, atomic replacement) is ``journal``'s.  This module
@@ -42,9 +49,11 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from . import __version__ as _package_version
-from . import journal, tasks
+from . import journal, peaks, tasks
+from .compare import contenders_of, fastest, like_pair, ranked, winner
+from .compare import faster, noise_margin  # noqa: F401 (records' API)
 from .gpu import gpu_for_arch
-from .results import MeasureErrorNo, MeasureResult
+from .results import CUDA_GRAPH, TIME_EVALUATOR, TIMERS, MeasureErrorNo, MeasureResult
 from .dense_workloads import DenseWorkload
 from .workloads import Conv2dWorkload, display_name, get as get_workload
 
@@ -59,6 +68,13 @@ LOG_SUFFIXES = (".jsonl", ".log")
 
 _ARCH_RE = re.compile(r"sm_\d+")
 _TARGET_ARCH_RE = re.compile(r"-arch=(sm_\d+)")
+
+# Records written before they named their timer: the tuner's came from time_evaluator, and so
+# did nightly's re-times ("nightly re-time") until ae773cb (2026-11-23 23:27:38 UTC) timed our
+# kernels by CUDA graph replay where PyTorch runs, as the nightly machines had it (BENCHMARKS
+# 26h: the H200 re-times of 23:48 were graph-replayed).
+RETIME_MSG = "nightly re-time"
+_GRAPH_RETIMES_SINCE = 1795476458.0
 
 
 # ---- versions and provenance ----------------------------------------------
@@ -155,6 +171,11 @@ class Record:
         return self.result.ok
 
     @property
+    def timer(self) -> str:
+        """What timed the costs: ``results.TIME_EVALUATOR`` or ``results.CUDA_GRAPH``."""
+        return self.result.timer
+
+    @property
     def gpu(self) -> str | None:
         return self.provenance.get("gpu")
 
@@ -182,6 +203,7 @@ class Record:
             "version": RECORD_VERSION,
             "tvm_version": self.tvm_version if self.tvm_version is not None else tvm_version(),
             "provenance": self.provenance,
+            "timer": r.timer,
         }
         if self.template_version is not None:
             obj["template_version"] = self.template_version
@@ -189,7 +211,17 @@ class Record:
 
     @classmethod
     def from_json(cls, line: str) -> "Record":
-        """Parse and validate one log line; ValueError says what is wrong with it."""
+        """Parse and validate one log line; ValueError says what is wrong with it.
+
+        Nothing else escapes: a line nested too deep for the parser or holding a number too
+        big for a float is as bad as garbage, and must cost only itself."""
+        try:
+            return cls._from_json(line)
+        except (RecursionError, OverflowError) as err:
+            raise ValueError(f"unreadable record ({type(err).__name__}: {err})") from None
+
+    @classmethod
+    def _from_json(cls, line: str) -> "Record":
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, TypeError) as err:
@@ -270,6 +302,13 @@ class Record:
         provenance = obj.get("provenance", {})
         if not isinstance(provenance, dict):
             raise ValueError(f"provenance must be an object, got {type(provenance).__name__}")
+        timer = obj.get("timer")
+        if timer is None:
+            timer = inferred_timer(error_msg, timestamp)
+        elif timer not in TIMERS:
+            raise ValueError(f"unknown timer {timer!r} (expected one of {', '.join(TIMERS)})")
+        if error_no == MeasureErrorNo.NO_ERROR:  # a failed measurement's costs are never applied
+            _check_physical(min(costs), workload, provenance.get("gpu"), target)
 
         result = MeasureResult(
             costs=tuple(float(c) for c in costs),
@@ -277,8 +316,30 @@ class Record:
             error_msg=error_msg,
             all_cost=float(all_cost),
             timestamp=float(timestamp),
+            timer=timer,
         )
         return cls(target, workload, config, result, provenance, tvm_ver, template)
+
+
+def inferred_timer(error_msg: str, timestamp: float) -> str:
+    """The timer of a record written before records named theirs (see _GRAPH_RETIMES_SINCE)."""
+    if error_msg == RETIME_MSG and timestamp >= _GRAPH_RETIMES_SINCE:
+        return CUDA_GRAPH
+    return TIME_EVALUATOR
+
+
+def _check_physical(seconds: float, workload, gpu, target: str) -> None:
+    """ValueError when ``seconds`` is faster than the GPU can run ``workload`` (``peaks``)."""
+    gpu = gpu if isinstance(gpu, str) else None
+    match = _TARGET_ARCH_RE.search(target)
+    arch = match.group(1) if match else target_arch(target)
+    floor = peaks.floor_seconds(workload, gpu, arch)
+    if seconds < floor:
+        peak = peaks.peak_of(gpu, arch)
+        raise ValueError(
+            f"cost {seconds:.3g} s is physically impossible on {gpu or arch or 'an unknown GPU'}: "
+            f"{workload.flops / seconds / 1e12:.3g} TFLOP/s, where even {peaks.MARGIN}x its peaks "
+            f"({peak.tflops:g} TFLOP/s, {peak.tb_per_s:g} TB/s) need {floor:.3g} s")
 
 
 def _is_int(value) -> bool:
@@ -398,41 +459,41 @@ def _records(logs) -> Iterable[Record]:
     return logs
 
 
-def load_best(logs, workload, target=None, include_stale: bool = False):
-    """``(Conv2dConfig, seconds)`` of the fastest successful record for ``workload``, or None.
-
-    ``logs`` is anything ``load`` takes (or an iterable of Records).  ``target``
-    narrows to one arch: None (any), "sm_90", "cuda -arch=sm_90" or a tvm Target.
-    Stale records (another generator version) are skipped unless ``include_stale``.
-    Records whose config no longer fits the space are skipped with a warning, so
-    a stale log cannot hand the builder an unbuildable config.
-    """
+# ---- selection ----------------------------------------------------------------------
+def best_record(logs, workload, target=None, include_stale: bool = False) -> tuple[object, Record] | None:
+    """``(config, Record)`` of the best successful record for ``workload``, or None; see
+    ``load_best``.  The Record is the chosen config's fastest (its ``timer`` says by what)."""
     workload = get_workload(workload)
     want_arch = None
     if target is not None:
         want_arch = target_arch(target)
         if want_arch is None:
             raise ValueError(f"cannot tell the CUDA arch (sm_XX) of target {str(target)!r}")
-    best = None
-    skipped, stale, first_reason = 0, 0, ""
-    for record in _records(logs):
+    stale = 0
+
+    def wanted(record: Record) -> bool:
+        nonlocal stale
         if record.workload != workload or not record.ok:
-            continue
+            return False
         if want_arch is not None and record.arch != want_arch:
-            continue
+            return False
         if record.stale and not include_stale:
             stale += 1
-            continue
-        seconds = record.seconds
-        if best is not None and seconds >= best[1]:
-            continue
+            return False
+        return True
+
+    contenders = contenders_of(r for r in _records(logs) if wanted(r))
+    best = None
+    skipped, first_reason = 0, ""
+    while contenders and best is None:
+        record = fastest(contenders.pop(winner(contenders)))
         try:
             config = record.task.space(workload, gpu_for_arch(record.arch or "sm_90")).from_entity(record.config)
         except ValueError as err:
             skipped += 1
             first_reason = first_reason or str(err)
             continue
-        best = (config, seconds)
+        best = (config, record)
     if skipped:
         logger.warning("skipped %d record(s) of %s whose config is outside the current space "
                        "(first: %s)", skipped, workload, first_reason)
@@ -440,6 +501,20 @@ def load_best(logs, workload, target=None, include_stale: bool = False):
         logger.info("skipped %d stale record(s) of %s (made by another template version than %d)",
                     stale, workload, tasks.of(workload).template_version)
     return best
+
+
+def load_best(logs, workload, target=None, include_stale: bool = False):
+    """``(Conv2dConfig, seconds)`` of the best successful record for ``workload``, or None.
+
+    ``logs`` is anything ``load`` takes (or an iterable of Records).  ``target``
+    narrows to one arch: None (any), "sm_90", "cuda -arch=sm_90" or a tvm Target.
+    Stale records (another generator version) are skipped unless ``include_stale``.
+    Configs are compared like with like (``winner``: the same timer, beyond the noise).
+    Records whose config no longer fits the space are skipped with a warning, so
+    a stale log cannot hand the builder an unbuildable config.
+    """
+    found = best_record(logs, workload, target, include_stale)
+    return None if found is None else (found[0], found[1].seconds)
 
 
 def identity(record: Record) -> tuple:
@@ -451,7 +526,8 @@ def identity(record: Record) -> tuple:
 
 def best_records(records: Iterable[Record], top_k: int = 1,
                  include_stale: bool = False) -> dict[tuple, list[Record]]:
-    """``{(workload, arch): [the top_k fastest successful Records]}``, fastest first.
+    """``{(workload, arch): records of the top_k best configs}``, best config first, each
+    config's fastest record under each timer it was measured by (``ranked``).
 
     Stale records count only with ``include_stale``.  Exact duplicates (the same
     measurement read twice, e.g. a best-log inside the log directory) count once so
@@ -469,7 +545,8 @@ def best_records(records: Iterable[Record], top_k: int = 1,
             continue
         seen.add(ident)
         groups.setdefault((record.workload, record.arch), []).append(record)
-    return {key: sorted(group, key=lambda r: r.seconds)[:top_k] for key, group in groups.items()}
+    return {key: [r for config in ranked(contenders_of(group), top_k) for r in config]
+            for key, group in groups.items()}
 
 
 def _serialise(chosen: list[Record]) -> bytes:
@@ -479,18 +556,40 @@ def _serialise(chosen: list[Record]) -> bytes:
 
 def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None,
               include_stale: bool = False) -> int:
-    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k per workload/arch
-    (only records measured on the GPU named ``gpu``, when given; stale ones only with
-    ``include_stale``).
+    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k configs per
+    workload/arch (``best_records``: compared like with like; each config's fastest record
+    under each timer), only records measured on the GPU named ``gpu``, when given, stale ones
+    only with ``include_stale``.
 
-    ``out_log`` is replaced atomically (temp file, fsync, rename), so a crash
-    leaves the old or the new file, never a half one.  Do not point concurrent
-    ``append`` calls at ``out_log``: lines appended to the old file are lost.
-    Returns the number of records written.
+    A missing input is an error (FileNotFoundError), and so is a selection of nothing
+    (ValueError): a mistyped path or a history of stale records must not empty ``out_log``.
+    What is left out is said in one warning.  ``out_log`` is replaced atomically (temp
+    file, fsync, rename), so a crash leaves the old or the new file, never a half one; the
+    old one is kept as ``<out_log>.bak``.  Do not point concurrent ``append`` calls at
+    ``out_log``: lines appended to the old file are lost.  Returns the number of records written.
     """
-    best = best_records((r for r in load(in_log) if gpu is None or r.gpu == gpu), top_k, include_stale)
+    inputs = [in_log] if isinstance(in_log, (str, os.PathLike)) else list(in_log)
+    missing = [str(p) for p in inputs if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"pick_best: no such log: {', '.join(missing)} ({out_log} left as it was)")
+    read = list(load(inputs))
+    mine = [r for r in read if gpu is None or r.gpu == gpu]
+    best = best_records(mine, top_k, include_stale)
     chosen = [r for group in best.values() for r in group]
-    journal.replace_atomic(Path(out_log), _serialise(chosen))
+    current = [r for r in mine if r.ok and not r.stale]
+    stale = sum(r.ok and r.stale for r in mine)
+    left_out = (f"{len(current)} current record(s)" + (f" of {gpu}" if gpu else "")
+                + f", {stale} stale (include_stale=True keeps them), {sum(not r.ok for r in mine)} failed"
+                + (f", {len(read) - len(mine)} of other GPUs" if gpu else ""))
+    if not chosen:
+        raise ValueError(f"pick_best: nothing to write from {len(read)} record(s) read ({left_out}); "
+                         f"{out_log} left as it was")
+    if len(chosen) < len(read):
+        logger.warning("pick_best: writing %d of the %d record(s) read into %s (the top %d per workload "
+                       "and arch of %s)", len(chosen), len(read), out_log, top_k, left_out)
+    saved = journal.replace_atomic(Path(out_log), _serialise(chosen), backup=True)
+    if saved is not None:
+        logger.info("pick_best: the previous %s is kept as %s", out_log, saved)
     return len(chosen)
 
 
@@ -503,37 +602,55 @@ class BestLogChange:
     action: str  # added, faster, replaced stale, kept
     before_s: float | None
     after_s: float | None
+    timer: str | None = None  # the timer of the figures compared (faster, kept)
 
     def describe(self) -> str:
         ms = lambda s: "-" if s is None else f"{s * 1e3:.4f} ms"  # noqa: E731
+        by = f" ({self.timer})" if self.timer else ""
         return (f"{display_name(self.workload)} ({self.arch}): {self.action}, "
-                f"{ms(self.before_s)} -> {ms(self.after_s)}")
+                f"{ms(self.before_s)} -> {ms(self.after_s)}{by}")
 
 
 def merge_best(best_log, candidates: Iterable[Record], gpu: str) -> list[BestLogChange]:
-    """Fold the best current-version record that ``gpu`` measured of each (workload, arch)
+    """Fold the best current-version config that ``gpu`` measured of each (workload, arch)
     among ``candidates`` into ``best_log``, never losing what it holds.
 
-    A candidate replaces the log's records of its (workload, arch) on ``gpu`` when it
-    is faster than the log's best current one, or when the log has only stale ones;
-    everything else in the log stays as it is (workloads nobody measured, other GPUs).
+    The log's best config of a (workload, arch) on ``gpu`` stays unless a candidate config
+    is ``faster`` like with like: by the same timer, by more than the noise, each config by
+    its fastest figure among the log's records and the candidates.  Then the winner's
+    fastest record under each timer replaces the log's records of that (workload, arch) on
+    ``gpu``; so does the best candidate where the log has only stale ones or none.
+    Everything else in the log stays as it is (workloads nobody measured, other GPUs).
     The file is rewritten atomically, the previous one kept as ``<best_log>.bak``, and
-    only when something changed.  Returns the changes (``kept``: a candidate that lost).
+    only when something changed.  Returns the changes (``kept``: the candidates lost).
     """
     best_log = Path(best_log)
     held = list(load(best_log)) if best_log.exists() else []
-    fresh = best_records((r for r in candidates if r.gpu == gpu), top_k=1)
+    fresh: dict[tuple, list[Record]] = {}
+    for record in candidates:
+        if record.gpu == gpu and record.ok and not record.stale:
+            fresh.setdefault((record.workload, record.arch), []).append(record)
     changes: list[BestLogChange] = []
-    for (workload, arch), (record,) in sorted(fresh.items(), key=lambda kv: str(kv[0][0])):
+    for (workload, arch), new in sorted(fresh.items(), key=lambda kv: str(kv[0][0])):
         mine = [r for r in held if (r.workload, r.arch) == (workload, arch) and r.gpu == gpu and r.ok]
-        current = [r.seconds for r in mine if not r.stale]
-        before = min(current) if current else min((r.seconds for r in mine), default=None)
-        if current and record.seconds >= min(current):
-            changes.append(BestLogChange(workload, arch, "kept", before, before))
+        current = [r for r in mine if not r.stale]
+        contenders, holding = contenders_of(current + new), contenders_of(current)
+        incumbent = winner(holding) if current else None
+        best = winner(contenders, incumbent)
+        if incumbent is not None and best == incumbent:
+            seconds = fastest(holding[incumbent]).seconds
+            changes.append(BestLogChange(workload, arch, "kept", seconds, seconds))
             continue
-        action = "faster" if current else ("replaced stale" if mine else "added")
-        held = [r for r in held if not any(r is m for m in mine)] + [record]
-        changes.append(BestLogChange(workload, arch, action, before, record.seconds))
+        if incumbent is not None:  # the figures that decided, where the two were timed alike
+            pair = like_pair(contenders[best], contenders[incumbent])
+            new_r, old_r = pair or (fastest(contenders[best]), fastest(contenders[incumbent]))
+            changes.append(BestLogChange(workload, arch, "faster", old_r.seconds, new_r.seconds,
+                                         new_r.timer if pair else None))
+        else:
+            before = min((r.seconds for r in mine), default=None)
+            changes.append(BestLogChange(workload, arch, "replaced stale" if mine else "added", before,
+                                         fastest(contenders[best]).seconds))
+        held = [r for r in held if not any(r is m for m in mine)] + list(contenders[best].values())
     if any(c.action != "kept" for c in changes):
         journal.replace_atomic(best_log, _serialise(held), backup=True)
     return changes
@@ -602,8 +719,8 @@ def measured_indices(records: Iterable[Record], workload, gpu=None) -> set[int]:
 
 
 __all__ = [
-    "RECORD_VERSION", "TASK_NAME", "Record", "append", "load", "log_files", "load_best",
-    "best_records", "pick_best", "merge_best", "BestLogChange", "measured_indices", "summarize",
+    "RECORD_VERSION", "TASK_NAME", "Record", "append", "load", "log_files", "load_best", "best_record",
+    "faster", "noise_margin", "inferred_timer", "best_records", "pick_best", "merge_best", "BestLogChange", "measured_indices", "summarize",
     "summary_table", "LogSummary",
     "make_provenance", "target_arch",
     "tvm_version", "tc_autotune_version",

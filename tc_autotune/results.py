@@ -21,6 +21,12 @@ import numpy as np
 
 TOLERANCE = 1e-2  # relative L2 error against the fp32 reference
 
+# What timed a measurement.  The tuner's runners use TVM's time_evaluator (eager launches);
+# where PyTorch runs, re-times replay the launches from a CUDA graph, which saves 1.1-2.6 us
+# a call (BENCHMARKS 26e): figures of the two timers are not alike and are never compared.
+TIME_EVALUATOR, CUDA_GRAPH = "time_evaluator", "cuda_graph"
+TIMERS = (TIME_EVALUATOR, CUDA_GRAPH)
+
 
 class MeasureErrorNo(enum.IntEnum):
     """Why a candidate has no time.  Stored as an int in records."""
@@ -45,6 +51,7 @@ class MeasureResult:
     timestamp: float = field(default_factory=time.time)
     # What measured it ("cuda:1 GPU-<uuid>", "rpc:<key>@host:port"); not part of its identity.
     device: str | None = field(default=None, compare=False)
+    timer: str = TIME_EVALUATOR  # one of TIMERS
 
     @property
     def ok(self) -> bool:

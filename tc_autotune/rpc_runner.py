@@ -17,6 +17,7 @@ candidate that does not finish within ``run_timeout`` is a timeout; its session 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 
@@ -34,17 +35,29 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 60.0  # seconds to get a session from the tracker
 
 
-def connect_tracker(rpc: RpcDevice):
-    """A ``tvm.rpc.TrackerSession``; RunnerFault when the tracker cannot be reached."""
+def connect_tracker(rpc: RpcDevice, timeout: float = MeasureOptions.rpc_connect_s):
+    """A ``tvm.rpc.TrackerSession``; RunnerFault when the tracker does not accept a connection
+    within ``timeout`` seconds.  TVM's ``connect_tracker`` retries a refused connection for 60 s
+    and has no timeout of its own (an unreachable host waits out the OS's TCP timeout), so a
+    plain socket with ``timeout`` tries first: a tracker that is not there fails fast."""
+    try:
+        with socket.create_connection((rpc.host, rpc.port), timeout=timeout):
+            pass
+    except socket.timeout:
+        raise RunnerFault(f"cannot reach the RPC tracker {rpc.host}:{rpc.port}: no answer within {timeout:g} s "
+                          "(--rpc-connect-timeout)") from None
+    except OSError as err:  # refused, no route, unknown host
+        reason = err.strerror or str(err)
+        raise RunnerFault(f"cannot reach the RPC tracker {rpc.host}:{rpc.port}: {reason}") from None
     try:
         return tvm.rpc.connect_tracker(rpc.host, rpc.port)
-    except Exception as err:  # socket errors, RuntimeError of TVM's retry loop
-        raise RunnerFault(f"cannot reach the RPC tracker {rpc.host}:{rpc.port}: {err}") from None
+    except Exception as err:  # socket errors, RuntimeError of TVM's retry loop, not a tracker
+        raise RunnerFault(f"cannot reach the RPC tracker {rpc.host}:{rpc.port}: {_one_line(err)}") from None
 
 
-def free_servers(rpc: RpcDevice) -> int:
+def free_servers(rpc: RpcDevice, timeout: float = MeasureOptions.rpc_connect_s) -> int:
     """How many servers of ``rpc.key`` the tracker lists as free now (0 when none)."""
-    summary = connect_tracker(rpc).summary()
+    summary = connect_tracker(rpc, timeout).summary()
     return int(summary.get("queue_info", {}).get(rpc.key, {}).get("free", 0))
 
 
@@ -90,7 +103,7 @@ class RpcRunner:
         return self.rpc.label
 
     def _request(self):
-        tracker = connect_tracker(self.rpc)
+        tracker = connect_tracker(self.rpc, self.options.rpc_connect_s)
         try:
             done, session = _call_with_timeout(
                 lambda: tracker.request(self.rpc.key, session_timeout=int(self.options.rpc_session_s)),

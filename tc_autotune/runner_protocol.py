@@ -25,6 +25,9 @@ class MeasureOptions:
     # devices.LocalDevice or devices.RpcDevice entries; empty: one runner on local GPU 0
     devices: tuple = ()
     rpc_session_s: float = 600.0  # an RPC session is renewed after this long (frees hung servers)
+    # seconds the RPC tracker has to accept a connection (TVM's own connect retries a refused
+    # one for 60 s and waits the OS's TCP timeout on an unreachable host)
+    rpc_connect_s: float = 5.0
 
     @property
     def n_devices(self) -> int:

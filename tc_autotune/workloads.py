@@ -114,6 +114,8 @@ class Conv2dWorkload:
                 f"kernel {eff_h}x{eff_w} (dilated) is larger than the padded input "
                 f"{self.in_height + top + bottom}x{self.in_width + left + right}"
             )
+        dense_workloads.check_elements({"data": self.data_shape, "weight": self.weight_shape,
+                                        "output": self.out_shape})
 
     # ---- derived shapes -------------------------------------------------
     @property

@@ -425,6 +425,9 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
     seeded = hood[from_neighbours]
     seeded = seeded[np.argsort(-hood_scores[from_neighbours], kind="stable")][:ANNEAL_CHAINS // 2]
     starts = np.concatenate([seeded, _random_valid(space, rng, ANNEAL_CHAINS - len(seeded))])
+    if len(starts) == 0:  # a narrow space (3 input channels): nothing valid near the neighbours'
+        # bests, none drawn at random; the walk starts from the default config, always valid
+        starts = positions_from_indices(space, np.array([space.index(space.default_config())], dtype=np.int64))
     visited, _ = anneal_walk(space, lambda p: model.score(space, p), starts, rng, ANNEAL_STEPS,
                              min_scale=1e-3)
     pool = np.concatenate([hood, visited])

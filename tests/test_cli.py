@@ -40,19 +40,19 @@ def assert_one_line(err, *needles):
 # ---- tune.py ------------------------------------------------------------------------
 def _directory(tmp_path):
     (tmp_path / "logs").mkdir()
-    return tmp_path / "logs", "is a directory"
+    return tmp_path / "logs", "is a directory", cli.EXIT_BAD_INPUT
 
 
 def _read_only(tmp_path):
     log = tmp_path / "ro.jsonl"
     log.write_text("")
     log.chmod(0o444)
-    return log, "permission denied"
+    return log, "permission denied", cli.EXIT_IO_ERROR
 
 
 def _parent_is_a_file(tmp_path):
     (tmp_path / "plain").write_text("not a folder")
-    return tmp_path / "plain" / "sub" / "t.jsonl", "is not a directory"
+    return tmp_path / "plain" / "sub" / "t.jsonl", "is not a directory", cli.EXIT_BAD_INPUT
 
 
 @pytest.mark.parametrize("make_log", [
@@ -61,21 +61,22 @@ def _parent_is_a_file(tmp_path):
     _parent_is_a_file,
 ])
 def test_tune_refuses_a_log_it_cannot_append_to_before_measuring(tmp_path, make_log):
-    log, needle = make_log(tmp_path)
+    log, needle, expected = make_log(tmp_path)
     before = sorted(tmp_path.rglob("*")), (log.read_text() if log.is_file() else None)
     code, out, err = run("tune.py", "--workload", "rfc-3x3-b1", "--log", log)
-    assert code == 2
+    assert code == expected
     assert_one_line(err, "--log", needle)
     assert (sorted(tmp_path.rglob("*")), (log.read_text() if log.is_file() else None)) == before
 
 
 def test_read_only_log_and_folder_are_refused_by_the_access_check(tmp_path, monkeypatch):
-    """What a non-root user sees for a read-only log or folder (root passes os.access)."""
+    """What a non-root user sees for a read-only log or folder (root passes os.access): a
+    permissions problem (exit 9), not a bad value (exit 2)."""
     (tmp_path / "ro.jsonl").write_text("")
     monkeypatch.setattr(cli.os, "access", lambda path, mode: False)
-    with pytest.raises(cli.BadValue, match="cannot be appended to: permission denied"):
+    with pytest.raises(cli.NoAccess, match="cannot be appended to: permission denied"):
         cli.appendable_log(str(tmp_path / "ro.jsonl"))
-    with pytest.raises(cli.BadValue, match="is not writable"):
+    with pytest.raises(cli.NoAccess, match="is not writable"):
         cli.appendable_log(str(tmp_path / "sub" / "new.jsonl"))
 
 

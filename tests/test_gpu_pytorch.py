@@ -103,6 +103,27 @@ def test_optimize_agrees_with_pytorch_and_compiles_without_graph_breaks(torch, s
     assert not fallbacks(), fallbacks()
 
 
+def test_a_model_compiled_before_its_first_eager_call_binds_its_kernels_while_graphs_record(torch):
+    """ResNet-50's layer3 at batch 1 (split-K layers among them, with workspaces): compiled
+    with CUDA graphs before any eager call, its kernels are bound during the graphs' warm-up
+    run, which must neither leave untracked memory in their pool nor break the fullgraph
+    compile."""
+    import tc_autotune as tc
+    from tc_autotune.pytorch import models, ops
+
+    layer3 = models.resnet50().layer3.cuda().half().to(memory_format=torch.channels_last).eval()
+    x = torch.randn(1, 512, 28, 28, device="cuda").half().to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        fast = tc.optimize(layer3, (x,))
+        ops.clear_launches()
+        torch._dynamo.reset()
+        graphed = torch.compile(fast, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            out = graphed(x)
+        assert any(launch.workspaces for launch in ops._LAUNCHES.values()), "no layer with a workspace"
+        assert rel_err(out, fast(x)) < 1e-3 and rel_err(out, layer3(x)) < 2e-2
+
+
 def _launches(torch, fn):
     """(kernel launches on the host, the host's launch-like calls, our kernels run on the GPU)
     of one ``fn()``."""

@@ -330,3 +330,64 @@ def test_the_report_names_the_baseline_it_timed(tmp_path, names, label):
     assert [r.baseline for r in report.rows] == [("cuBLAS" if n.startswith("llm") else "cuDNN") for n in names]
     header = report.to_markdown().splitlines()[4]
     assert f"| {label} ms | {label} / ours |" in header
+
+
+# ---- like with like, and a bad previous report (issue 33) -------------------------------------
+def test_retimes_carry_their_timer_and_the_best_log_keeps_each_timers_figure(tmp_path):
+    from tc_autotune.results import CUDA_GRAPH, TIME_EVALUATOR
+
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    run(job, retime=lambda w, c: Retimed(1e-4, 1e-3, 5e-5, timer=CUDA_GRAPH))
+    retimes = [r for r in records.load(job.log) if r.result.error_msg == "nightly re-time"]
+    assert [r.timer for r in retimes] == [CUDA_GRAPH, CUDA_GRAPH]
+    assert all(r.timer == TIME_EVALUATOR for r in records.load(job.log) if r not in retimes)
+    best = list(records.load(job.best_log_dir / "synthetic-gpu.jsonl"))  # the winner by each timer
+    assert sorted(r.timer for r in best) == [CUDA_GRAPH, TIME_EVALUATOR] and len({r.config["index"] for r in best}) == 1
+
+
+def _previous(job, rows, gpu=GPU.name, name="report-99990101-000000-000000.json"):
+    job.report_dir.mkdir(parents=True, exist_ok=True)
+    path = job.report_dir / name
+    path.write_text(rows if isinstance(rows, str) else json.dumps({"gpu": gpu, "rows": rows}))
+    return path
+
+
+def test_no_regression_is_called_against_a_figure_of_another_timer(tmp_path):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    spec = str(workloads.get("rfc-3x3-b1"))
+    _previous(job, [{"workload": spec, "retimed_s": 1e-4, "timer": "cuda_graph"}])  # graph-replayed
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}))  # time_evaluator: 50% more, unlike
+    row = report.rows[0]
+    assert not report.failed and row.previous_s == 1e-4 and row.change is None
+    _previous(job, [{"workload": spec, "retimed_s": 1e-4}], name="report-99990102-000000-000000.json")
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}))  # an old report (no timer): time_evaluator
+    assert [r.status for r in report.failed] == ["regression"]
+
+
+def test_ratios_take_the_retime_not_a_record_of_another_timer():
+    row = nightly.ReportRow("w", "spec", 10**9, best_s=1e-4, timer="time_evaluator", default_s=9e-5, cudnn_s=2e-4)
+    assert row.default_ratio is None and row.cudnn_ratio is None  # the re-time failed: nothing timed alike
+    row.retimed_s, row.timer = 1.2e-4, "cuda_graph"
+    assert row.default_ratio == pytest.approx(0.75) and row.cudnn_ratio == pytest.approx(2e-4 / 1.2e-4)
+
+
+@pytest.mark.parametrize("bad", [
+    [{"workload": "SPEC", "retimed_s": "fast"}],
+    [{"workload": "SPEC", "best_s": True}],
+    [{"workload": "SPEC", "best_s": -1.0}],
+    [{"workload": "SPEC", "retimed_s": 1e-4, "timer": ["cuda_graph"]}],
+    [{"workload": "SPEC", "gpu": 7, "best_s": 1e-4}],
+    [{"workload": ["SPEC"], "best_s": 1e-4}],
+    "[" * 100_000,
+    '{"gpu": "Synthetic GPU", "rows": {"workload": 1}}',
+], ids=["str-seconds", "bool-seconds", "negative", "list-timer", "int-gpu", "list-workload", "nested", "rows-dict"])
+def test_a_previous_report_with_a_wrong_typed_field_is_treated_as_absent(tmp_path, caplog, bad):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    spec = str(workloads.get("rfc-3x3-b1"))
+    run(job, retime=fixed_retime({spec: 1e-4}))  # a good report first: the fallback
+    path = _previous(job, json.loads(json.dumps(bad).replace("SPEC", spec)) if isinstance(bad, list) else bad)
+    with caplog.at_level("WARNING", logger="tc_autotune.nightly"):
+        report = run(job, retime=fixed_retime({spec: 1.5e-4}))
+    warned = [r.getMessage() for r in caplog.records if r.name == "tc_autotune.nightly" and r.levelname == "WARNING"]
+    assert len(warned) == 1 and f"skipping unreadable report {path}" in warned[0]
+    assert report.rows[0].previous_s == 1e-4 and [r.status for r in report.failed] == ["regression"]

@@ -67,6 +67,21 @@ def test_the_ops_pass_opcheck_on_the_cpu():
                                                                   "gelu", torch.float32))
 
 
+def test_the_ops_refuse_to_run_where_a_gradient_is_wanted():
+    """The kernels have no backward: an input that requires grad (grad mode on) is an error
+    that says what to do, never a result whose gradient would silently be missing; under
+    no_grad the same call runs."""
+    a, w = torch.randn(4, 16, requires_grad=True), torch.randn(8, 16)
+    args = (a, w, None, None, None, "none", torch.float32)
+    with pytest.raises(RuntimeError, match=r"tc_autotune::dense has no backward.*torch.no_grad"):
+        torch.ops.tc_autotune.dense(*args)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.FallbackWarning)
+        out = torch.ops.tc_autotune.dense(*args)
+    torch.testing.assert_close(out, a.detach() @ w.T)
+    assert not out.requires_grad
+
+
 def test_the_fallback_is_the_ops_math_and_is_said_once():
     torch.manual_seed(1)
     data, weight = torch.randn(1, 5, 6, 8).half(), torch.randn(3, 3, 8, 4).half()
@@ -274,3 +289,17 @@ def test_the_build_server_leaves_torch_out_only_where_it_is_asked_to(tmp_path):
                            env={**env, **extra}, cwd=Path(__file__).parents[1]).stdout.strip()
             for extra in ({"TC_AUTOTUNE_BUILD_SERVER": "1"}, {})]
     assert runs[0] == "no torch" and runs[1].startswith("torch 2."), runs
+
+
+def test_workspaces_are_allocated_on_a_thread_of_their_own():
+    """torch routes a thread's allocations to a CUDA graph pool while torch.compile's graphs
+    warm up; a launch's workspaces (kept for its lifetime) are made on another thread, and an
+    error there is raised in the caller."""
+    import threading
+
+    from tc_autotune.pytorch.launch import _allocated_outside_graph_pools
+
+    seen = _allocated_outside_graph_pools(lambda: (threading.current_thread().name, torch.zeros(3)))
+    assert seen[0] != threading.current_thread().name and seen[1].tolist() == [0, 0, 0]
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _allocated_outside_graph_pools(lambda: (_ for _ in ()).throw(RuntimeError("out of memory")))

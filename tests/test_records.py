@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import journal
+from tc_autotune import journal, peaks
 from tc_autotune import records as rec
 from tc_autotune.generator import TEMPLATE_VERSION
 from tc_autotune.gpu import gpu_for_arch
 from tc_autotune.measure import MeasureErrorNo, MeasureResult
 from tc_autotune.records import Record
+from tc_autotune.results import CUDA_GRAPH, TIME_EVALUATOR
 from tc_autotune.knobs import KNOBS
 from tc_autotune.space import conv2d_space
 from tc_autotune.workloads import get
@@ -38,10 +39,11 @@ PROV_A100 = {"gpu": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0", "cuda"
 
 
 def make(config_i=0, costs=(1e-4,), error_no=MeasureErrorNo.NO_ERROR, workload=WL,
-         arch="sm_90", provenance=PROV_H100, error_msg="", timestamp=1.7e9, template=TEMPLATE_VERSION):
+         arch="sm_90", provenance=PROV_H100, error_msg="", timestamp=1.7e9, template=TEMPLATE_VERSION,
+         timer=TIME_EVALUATOR):
     space = conv2d_space(workload, gpu_for_arch(arch))
     config = space.to_entity(CONFIGS[config_i])
-    result = MeasureResult(tuple(costs), MeasureErrorNo(error_no), error_msg, 2.5, timestamp)
+    result = MeasureResult(tuple(costs), MeasureErrorNo(error_no), error_msg, 2.5, timestamp, timer=timer)
     return Record(f"cuda -arch={arch}", workload, config, result, dict(provenance),
                   template_version=template)
 
@@ -154,6 +156,8 @@ def _mutate(obj_fn):
     (_mutate(lambda o: o["config"]["entity"][0].__setitem__(2, True)), "entity"),
     (_mutate(lambda o: o["config"]["entity"][0].__setitem__(2, 2.0)), "entity"),
     (_mutate(lambda o: o["result"].__setitem__(3, -5)), "timestamp"),
+    (_mutate(lambda o: o.__setitem__("timer", "stopwatch")), "unknown timer"),
+    (_mutate(lambda o: o.__setitem__("timer", 1)), "unknown timer"),
 ])
 def test_from_json_rejects_malformed(line, match):
     with pytest.raises(ValueError, match=match):
@@ -365,9 +369,9 @@ def mixed_log(tmp_path):
         make(1, costs=(1e-4, 1.1e-4, 0.9e-4)),                                 # best sm_90: 1e-4
         make(2, costs=(2e-4,)),
         make(3, costs=(1e-6,), error_no=MeasureErrorNo.WRONG_RESULT),          # error: ignored
-        make(4, costs=(2e-6,), workload=OTHER_WL),                             # other workload
-        make(3, costs=(5e-5,), arch="sm_80", provenance=PROV_A100),            # best sm_80
-        make(4, costs=(6e-5,), arch="sm_80", provenance=PROV_A100),
+        make(4, costs=(2e-5,), workload=OTHER_WL),                             # other workload
+        make(3, costs=(5e-4,), arch="sm_80", provenance=PROV_A100),            # best sm_80
+        make(4, costs=(6e-4,), arch="sm_80", provenance=PROV_A100),
     ])
     return log
 
@@ -378,16 +382,16 @@ def test_load_best_picks_fastest_successful(mixed_log):
     assert seconds == pytest.approx(1e-4)
     assert rec.load_best(mixed_log, WL, "cuda -arch=sm_90") == (config, seconds)
     assert rec.load_best(mixed_log, str(WL), "sm_90") == (config, seconds)  # spec string works
-    assert rec.load_best(mixed_log, WL, "sm_80") == (CONFIGS[3], pytest.approx(5e-5))
-    assert rec.load_best(mixed_log, WL) == (CONFIGS[3], pytest.approx(5e-5))  # any arch
-    assert rec.load_best(mixed_log, OTHER_WL) == (CONFIGS[4], pytest.approx(2e-6))
+    assert rec.load_best(mixed_log, WL, "sm_80") == (CONFIGS[3], pytest.approx(5e-4))
+    assert rec.load_best(mixed_log, WL) == (config, seconds)  # any arch: sm_90's is faster
+    assert rec.load_best(mixed_log, OTHER_WL) == (CONFIGS[4], pytest.approx(2e-5))
     assert rec.load_best(list(rec.load(mixed_log)), WL, "sm_90") == (config, seconds)  # Records
 
 
 def test_load_best_with_tvm_target(mixed_log):
     tvm = pytest.importorskip("tvm")
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
-    assert rec.load_best(mixed_log, WL, target) == (CONFIGS[3], pytest.approx(5e-5))
+    assert rec.load_best(mixed_log, WL, target) == (CONFIGS[3], pytest.approx(5e-4))
     assert rec.load_best(mixed_log, WL, str(target))[0] == CONFIGS[3]
     with pytest.raises(ValueError, match="arch"):
         rec.load_best(mixed_log, WL, "cuda")
@@ -405,7 +409,7 @@ def test_load_best_none_when_nothing_matches(mixed_log, tmp_path):
 
 
 def test_load_best_skips_configs_outside_space(mixed_log, caplog):
-    stale = make(0, costs=(1e-7,))
+    stale = make(0, costs=(8.5e-5,))
     entity = [[k, kind, 3 if k == "chunk" else v] for k, kind, v in stale.config["entity"]]
     rec.append(mixed_log, [Record(stale.target, WL, {"index": 0, "entity": entity}, stale.result,
                                   stale.provenance, template_version=TEMPLATE_VERSION)])
@@ -419,7 +423,7 @@ def test_best_records_top_k(mixed_log):
     best = rec.best_records(rec.load(mixed_log), top_k=2)
     assert set(best) == {(WL, "sm_90"), (OTHER_WL, "sm_90"), (WL, "sm_80")}
     assert [r.config["index"] for r in best[(WL, "sm_90")]] == [SPACE.index(CONFIGS[i]) for i in (1, 2)]
-    assert [r.seconds for r in best[(WL, "sm_80")]] == [5e-5, 6e-5]
+    assert [r.seconds for r in best[(WL, "sm_80")]] == [5e-4, 6e-4]
     assert len(best[(OTHER_WL, "sm_90")]) == 1
     doubled = rec.best_records(list(rec.load(mixed_log)) * 2, top_k=2)  # duplicates count once
     assert doubled == best
@@ -435,11 +439,12 @@ def test_pick_best(mixed_log, tmp_path):
     lines = out.read_text().splitlines()
     picked = [Record.from_json(line) for line in lines]
     assert all(r.ok for r in picked)
-    keys = [(str(r.workload), r.seconds) for r in picked]
+    keys = [(str(r.workload), r.arch, r.seconds) for r in picked]
     assert keys == sorted(keys)
     assert [(r.workload, r.arch, r.seconds) for r in picked if r.workload == WL] == [
-        (WL, "sm_80", 5e-5), (WL, "sm_80", 6e-5), (WL, "sm_90", pytest.approx(1e-4)), (WL, "sm_90", 2e-4)]
-    assert os.listdir(out.parent) == ["best.jsonl"]  # no temp file left behind
+        (WL, "sm_80", 5e-4), (WL, "sm_80", 6e-4), (WL, "sm_90", pytest.approx(1e-4)), (WL, "sm_90", 2e-4)]
+    assert sorted(os.listdir(out.parent)) == ["best.jsonl", "best.jsonl.bak"]  # no temp file left behind
+    assert out.with_name("best.jsonl.bak").read_text() == "old content that must disappear\n"  # but kept aside
     assert rec.load_best(out, WL, "sm_90") == rec.load_best(mixed_log, WL, "sm_90")
 
     assert rec.pick_best(mixed_log, out) == 3  # top_k=1 replaces the file
@@ -468,31 +473,31 @@ def test_measured_indices(mixed_log):
 
 # ---- template versions: stale records (issue 11) ----------------------------------
 def test_stale_records_are_skipped_unless_asked_for(mixed_log, caplog):
-    rec.append(mixed_log, [make(0, costs=(1e-6,), template=None),                 # unversioned
-                           make(2, costs=(2e-6,), template=TEMPLATE_VERSION + 1)])  # another generator
+    rec.append(mixed_log, [make(0, costs=(8.5e-5,), template=None),                 # unversioned
+                           make(2, costs=(9e-5,), template=TEMPLATE_VERSION + 1)])  # another generator
     assert [r.stale for r in rec.load(mixed_log)][-2:] == [True, True]
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert rec.load_best(mixed_log, WL, "sm_90") == (CONFIGS[1], pytest.approx(1e-4))
     assert any("skipped 2 stale record(s)" in r.getMessage() for r in caplog.records)
-    assert rec.load_best(mixed_log, WL, "sm_90", include_stale=True) == (CONFIGS[0], pytest.approx(1e-6))
+    assert rec.load_best(mixed_log, WL, "sm_90", include_stale=True) == (CONFIGS[0], pytest.approx(8.5e-5))
     assert rec.best_records(rec.load(mixed_log))[(WL, "sm_90")][0].seconds == pytest.approx(1e-4)
-    assert rec.best_records(rec.load(mixed_log), include_stale=True)[(WL, "sm_90")][0].seconds == 1e-6
+    assert rec.best_records(rec.load(mixed_log), include_stale=True)[(WL, "sm_90")][0].seconds == 8.5e-5
     out = mixed_log.parent / "best.jsonl"
     rec.pick_best(mixed_log, out)
     assert not any(r.stale for r in rec.load(out))
     rec.pick_best(mixed_log, out, include_stale=True)
-    assert rec.load_best(out, WL, "sm_90", include_stale=True)[1] == 1e-6
+    assert rec.load_best(out, WL, "sm_90", include_stale=True)[1] == 8.5e-5
 
 
 def test_summary_counts_versions_and_stale_records(mixed_log):
-    rec.append(mixed_log, [make(0, costs=(1e-6,), template=None)])
+    rec.append(mixed_log, [make(0, costs=(8.5e-5,), template=None)])
     rows = {(str(r.workload), r.gpu): r for r in rec.summarize(mixed_log)}
     row = rows[(str(WL), PROV_H100["gpu"])]
     assert (row.records, row.ok, row.stale) == (5, 4, 1)
     assert row.versions == {None, TEMPLATE_VERSION}
-    assert row.best_s == pytest.approx(1e-4) and row.best_stale_s == 1e-6
+    assert row.best_s == pytest.approx(1e-4) and row.best_stale_s == 8.5e-5
     table = rec.summary_table(rec.summarize(mixed_log))
-    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 5 | 4 | 1 | 1,none | 0.1000 | 0.0010 |" in table
+    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 5 | 4 | 1 | 1,none | 0.1000 | 0.0850 |" in table
 
 
 def _best_log(tmp_path, *records_):
@@ -517,8 +522,8 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
     held = _best_log(tmp_path, make(1, costs=(1e-4,)), other)
     before = held.read_bytes()
     new = [make(2, costs=(9e-5,)),                                          # faster: replaces
-           make(3, costs=(1e-6,), template=None),                           # stale: never chosen
-           make(0, costs=(1e-7,), provenance=PROV_A100),                     # another GPU: ignored
+           make(3, costs=(8.5e-5,), template=None),                         # stale: never chosen
+           make(0, costs=(3e-4,), provenance=PROV_A100),                     # another GPU: ignored
            make(0, costs=(7e-5,), workload=get("rfc-3x3-b1"))]               # new workload: added
     changes = rec.merge_best(held, new, PROV_H100["gpu"])
     assert sorted((str(c.workload), c.action) for c in changes) == sorted(
@@ -529,9 +534,9 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
 
 
 def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
-    held = _best_log(tmp_path, make(1, costs=(1e-6,), template=None))  # fast, but another kernel
+    held = _best_log(tmp_path, make(1, costs=(8.5e-5,), template=None))  # fast, but another kernel
     changes = rec.merge_best(held, [make(2, costs=(3e-4,))], PROV_H100["gpu"])
-    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("replaced stale", 1e-6, 3e-4)]
+    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("replaced stale", 8.5e-5, 3e-4)]
     assert [(r.seconds, r.stale) for r in rec.load(held)] == [(3e-4, False)]
 
 
@@ -663,3 +668,177 @@ def test_kill_9_of_concurrent_writers_loses_no_record_and_leaves_no_torn_line(tm
         found.setdefault((tag, int(i)), set()).add(int(j))
     missing = [key for key in completed if found.get(key) != set(range(10))]
     assert not missing, f"records of completed appends lost: {missing[:5]}"
+
+
+# ---- nothing implausible applied, like compared with like (issue 33) ----------------------------
+def test_every_shipped_record_is_physically_possible(caplog):
+    """The peaks' floor (with its 1.5x margin) refuses none of the ~14,500 shipped records."""
+    files = sorted((REPO / "tuning_logs").rglob("*.jsonl"))
+    lines = sum(1 for f in files for line in f.read_text().splitlines() if line.strip())
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        loaded = list(rec.load(files))
+    assert not warnings_of(caplog), warnings_of(caplog)[0].getMessage()
+    assert len(loaded) == lines > 14_000
+
+
+def test_an_impossibly_fast_record_is_refused_with_one_warning_and_never_applied(tmp_path, caplog):
+    """1e-12 s for the tutorial conv is 1.2e11 TFLOP/s: a well-formed line, but a corrupt one."""
+    log = tmp_path / "tune.jsonl"
+    rec.append(log, [make(1, costs=(2e-4,)), make(0, costs=(1e-12,)), make(2, costs=(3e-4,))])
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert rec.load_best(log, WL) == (CONFIGS[1], pytest.approx(2e-4))
+    messages = [w.getMessage() for w in warnings_of(caplog)]
+    assert len(messages) == 1 and messages[0].startswith(f"{log}:2: ") and "physically impossible" in messages[0]
+    assert [r.seconds for r in rec.load(log)] == [2e-4, 3e-4]
+
+
+@pytest.mark.parametrize("gpu, arch, tflops", [
+    ("NVIDIA H100 80GB HBM3", "sm_90", 990), ("NVIDIA H200", "sm_90", 990),
+    ("NVIDIA A100-SXM4-80GB", "sm_80", 312), ("generic sm_90", "sm_90", 990),
+    ("Some Future GPU", "sm_120", peaks.GENERIC.tflops)])
+def test_the_floor_is_the_gpus_compute_peak_with_the_margin(gpu, arch, tflops):
+    floor = peaks.floor_seconds(WL, gpu, arch)  # the tutorial conv: compute-bound
+    assert floor == pytest.approx(WL.flops / (tflops * 1e12 * peaks.MARGIN))
+    ok = make(0, costs=(floor * 1.01,), arch=arch, provenance=dict(PROV_H100, gpu=gpu))
+    assert Record.from_json(ok.to_json()) == ok
+    with pytest.raises(ValueError, match="physically impossible"):
+        Record.from_json(make(0, costs=(floor * 0.99,), arch=arch, provenance=dict(PROV_H100, gpu=gpu)).to_json())
+    failed = make(0, costs=(1e-12,), error_no=MeasureErrorNo.WRONG_RESULT, arch=arch)  # its costs claim nothing
+    assert Record.from_json(failed.to_json()) == failed
+
+
+def test_a_memory_bound_workload_is_held_to_the_memory_peak_beyond_l2():
+    wl = get("n=256,h=56,w=56,c=64,k=64,r=1")  # 103 MB in, 206 MB out (fp32), 6.6 GFLOP
+    assert peaks.min_bytes(wl) == 256 * 56 * 56 * 64 * (2 + 4) + 64 * 64 * 2
+    memory = (peaks.min_bytes(wl) - 50e6) / (3.35e12 * peaks.MARGIN)  # the H100's 50 MB of L2 aside
+    assert memory > 5 * wl.flops / (990e12 * peaks.MARGIN)
+    assert peaks.floor_seconds(wl, PROV_H100["gpu"], "sm_90") == pytest.approx(memory)
+    strided = get("n=1,h=14,w=14,c=1024,k=2048,r=1,stride=2")  # a 1x1 stride-2 conv reads 1 pixel in 4
+    assert peaks.min_bytes(strided) == 7 * 7 * 1024 * 2 + 1024 * 2048 * 2 + 7 * 7 * 2048 * 4
+
+
+def test_records_name_their_timer_and_old_ones_are_inferred():
+    graph = make(0, timer=CUDA_GRAPH)
+    assert json.loads(graph.to_json())["timer"] == "cuda_graph" and Record.from_json(graph.to_json()) == graph
+    assert json.loads(make(0).to_json())["timer"] == "time_evaluator"
+
+    def old(**kw):  # a line written before records named their timer
+        obj = json.loads(make(0, **kw).to_json())
+        del obj["timer"]
+        return Record.from_json(json.dumps(obj)).timer
+
+    assert old() == TIME_EVALUATOR
+    assert old(error_msg="nightly re-time", timestamp=1795476458.0 - 60) == TIME_EVALUATOR  # before graphs
+    assert old(error_msg="nightly re-time", timestamp=1795476458.0 + 60) == CUDA_GRAPH
+
+
+def test_load_best_compares_configs_by_a_timer_that_measured_both():
+    """A graph re-time of A is ~2 us faster for being graph-replayed: B, faster by
+    time_evaluator (the timer both have), must still win."""
+    a_te, a_graph = make(1, costs=(1.00e-4,)), make(1, costs=(0.95e-4,), timer=CUDA_GRAPH)
+    b_te = make(2, costs=(0.97e-4,))
+    assert rec.load_best([a_te, a_graph, b_te], WL) == (CONFIGS[2], pytest.approx(0.97e-4))
+    # with graph figures of both, those decide (nightly's re-times of a best beside the default)
+    b_graph = make(2, costs=(0.99e-4,), timer=CUDA_GRAPH)
+    assert rec.load_best([a_te, a_graph, b_te, b_graph], WL)[0] == CONFIGS[1]
+
+
+def _tight(seconds, spread=0.001):
+    """Five repeats around ``seconds``, ``spread`` apart (relative) in the middle three."""
+    return tuple(seconds * (1 + spread * f) for f in (-1, -0.5, 0, 0.5, 1))
+
+
+def test_merge_never_takes_a_slower_record(tmp_path):
+    held = _best_log(tmp_path, make(1, costs=_tight(1e-4)))
+    before = held.read_bytes()
+    changes = rec.merge_best(held, [make(2, costs=_tight(1.5e-4)), make(3, costs=(1.5e-4,))], PROV_H100["gpu"])
+    assert [(c.action, c.before_s, c.after_s) for c in changes] == [("kept", 1e-4, 1e-4)]
+    assert held.read_bytes() == before and not held.with_name("gpu.jsonl.bak").exists()
+    assert rec.load_best(held, WL) == (CONFIGS[1], pytest.approx(1e-4))
+
+
+@pytest.mark.parametrize("held_costs, new_costs, replaced", [
+    ((1e-4,), (0.99e-4,), False),                        # 1% faster, one repeat each: within 2%
+    ((1e-4,), (0.97e-4,), True),                         # 3%: faster
+    (_tight(2e-4, 0.1), _tight(1.9e-4, 0.1), False),     # 5% faster, but the repeats spread 10%
+    (_tight(2e-4, 0.1), _tight(1.7e-4, 0.1), True),      # 15%: beyond the spread
+    (_tight(1e-4), _tight(0.99e-4), True),               # 1%, repeats 0.1% apart: beyond the 0.5% floor
+    (_tight(1e-4), _tight(0.996e-4), False),             # 0.4%: under it
+])
+def test_merge_replaces_a_best_only_beyond_the_noise(tmp_path, held_costs, new_costs, replaced):
+    held = _best_log(tmp_path, make(1, costs=held_costs))
+    changes = rec.merge_best(held, [make(2, costs=new_costs)], PROV_H100["gpu"])
+    assert [c.action for c in changes] == (["faster"] if replaced else ["kept"])
+    assert rec.load_best(held, WL)[0] == (CONFIGS[2] if replaced else CONFIGS[1])
+
+
+def test_merge_never_compares_a_graph_retime_with_a_time_evaluator_record(tmp_path):
+    held = _best_log(tmp_path, make(1, costs=(1e-4,)))  # the tuner's best, by time_evaluator
+    before = held.read_bytes()
+    retime = make(2, costs=(0.98e-4,), timer=CUDA_GRAPH, error_msg="nightly re-time")  # 2 us of launches less
+    assert [c.action for c in rec.merge_best(held, [retime], PROV_H100["gpu"])] == ["kept"]
+    assert held.read_bytes() == before
+    # graph re-times of both, one process: like with like, and 10% apart
+    both = [make(1, costs=(1.0e-4,), timer=CUDA_GRAPH), make(2, costs=(0.9e-4,), timer=CUDA_GRAPH)]
+    changes = rec.merge_best(held, both, PROV_H100["gpu"])
+    assert [(c.action, c.before_s, c.after_s, c.timer) for c in changes] == [("faster", 1e-4, 0.9e-4, CUDA_GRAPH)]
+    assert "(cuda_graph)" in changes[0].describe()
+    assert [(r.config, r.timer) for r in rec.load(held)] == [(make(2).config, CUDA_GRAPH)]
+
+
+# ---- pick_best never empties a log (issue 33, item 8) ---------------------------------------
+def test_pick_best_refuses_a_missing_input_and_leaves_the_output(mixed_log, tmp_path):
+    out = tmp_path / "best.jsonl"
+    rec.pick_best(mixed_log, out)
+    before = out.read_bytes()
+    for typo in (tmp_path / "tune.jsnol", [mixed_log, tmp_path / "host-b.jsonl"]):
+        with pytest.raises(FileNotFoundError, match="no such log"):
+            rec.pick_best(typo, out)
+        assert out.read_bytes() == before
+
+
+def test_pick_best_refuses_to_compact_a_stale_history_to_nothing(tmp_path):
+    history = tmp_path / "history.jsonl"
+    rec.append(history, [make(i, costs=(1e-4 * (i + 1),), template=None) for i in range(4)])
+    before = history.read_bytes()
+    with pytest.raises(ValueError, match="nothing to write from 4 record.*4 stale.*include_stale"):
+        rec.pick_best(history, history)
+    assert history.read_bytes() == before
+    assert rec.pick_best(history, history, include_stale=True) == 1  # asked for: done, with a backup
+    assert history.with_name("history.jsonl.bak").read_bytes() == before
+
+
+def test_pick_best_says_what_it_left_out(mixed_log, caplog):
+    rec.append(mixed_log, [make(0, costs=(9e-5,), template=None)])
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert rec.pick_best(mixed_log, mixed_log) == 3
+    messages = [w.getMessage() for w in warnings_of(caplog)]
+    assert len(messages) == 1 and "writing 3 of the 8 record(s)" in messages[0]
+    assert "6 current record(s), 1 stale" in messages[0] and "1 failed" in messages[0]
+    assert len(mixed_log.with_name("tune.jsonl.bak").read_text().splitlines()) == 8
+
+
+# ---- a pathological line costs only itself (issue 33, item 8) ------------------------------
+PATHOLOGICAL = ["[" * 100_000, make(0).to_json().replace("[0.0001]", "[1" + "0" * 400 + "]")]
+
+
+@pytest.mark.parametrize("bad", PATHOLOGICAL, ids=["nested", "huge-int"])
+def test_a_pathological_line_is_skipped_with_a_warning(tmp_path, caplog, bad):
+    with pytest.raises(ValueError):
+        Record.from_json(bad)
+    log = tmp_path / "tune.jsonl"
+    log.write_text(make(1).to_json() + "\n" + bad + "\n" + make(2).to_json() + "\n")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert list(rec.load(log)) == [make(1), make(2)]
+        assert rec.load_best(log, WL)[0] in (CONFIGS[1], CONFIGS[2])
+    assert [f"{log}:2:" in w.getMessage() for w in warnings_of(caplog)] == [True, True]
+
+
+@pytest.mark.parametrize("bad", PATHOLOGICAL, ids=["nested", "huge-int"])
+def test_a_pathological_unterminated_last_line_is_fenced_by_the_next_append(tmp_path, bad):
+    log = tmp_path / "tune.jsonl"
+    log.write_text(make(1).to_json() + "\n" + bad)  # no newline: a writer died, or is writing
+    assert list(rec.load(log)) == [make(1)]
+    assert rec.append(log, [make(2)]) == 1
+    assert list(rec.load(log)) == [make(1), make(2)]
+    assert (tmp_path / "tune.jsonl.torn").read_text() == bad + "\n"

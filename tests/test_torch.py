@@ -56,7 +56,17 @@ def fake_torch(monkeypatch):
     module.Tensor, module.float16, module.float32 = FakeTensor, "torch.float16", "torch.float32"
     module.empty = lambda shape, dtype, device: FakeTensor(aligned(shape, dtype.removeprefix("torch.")))
     monkeypatch.setitem(sys.modules, "torch", module)
+    _pretend_a_gpu(monkeypatch)
     return module
+
+
+def _pretend_a_gpu(monkeypatch):
+    """GPU 0 "exists", so the checks that come after the no-GPU check run on a machine without one."""
+    import tvm
+
+    present = lambda dev=None: tvm.cuda(0) if dev is None else dev
+    monkeypatch.setattr(kernel, "require_gpu", present)
+    monkeypatch.setattr(functional, "require_gpu", present)
 
 
 def fake(shape, dtype="float16", fill=0.0, **kwargs):
@@ -115,6 +125,7 @@ def test_scale_without_bias_and_unknown_activations_are_errors():
 
 def test_conv2d_and_dense_pass_the_epilogue_inputs_in_kernel_order(monkeypatch):
     calls = []
+    _pretend_a_gpu(monkeypatch)
     monkeypatch.setattr(functional, "_cached_kernel", lambda wl, logs: lambda *args, out: calls.append((wl, args, out)))
     data, weight, scale, bias, residual = fake((2, 4, 4, 16)), fake((1, 1, 16, 32)), "s", "b", "r"
     tc.conv2d(data, weight, out_dtype="float16", scale=scale, bias=bias, residual=residual, activation="relu")

@@ -8,7 +8,8 @@ Workloads: --workload and --job, else tutorial, rfc-3x3-b1, rfc-3x3-b32, rfc-3x3
 rfc-1x1-b32, rfc-1x1-b256.  Every argument, path and workload is checked before the GPU is
 touched or a kernel is built.
 Exit codes: 0 done, 2 bad arguments or job file (one line naming the bad value),
-3 no CUDA GPU, 130 interrupted.
+3 no CUDA GPU, 9 a file or folder cannot be read or written (permission denied: one line),
+130 interrupted.
 """
 
 import json
@@ -35,8 +36,8 @@ def parse_args(argv, prog: str = PROG):
                    help="log(s) to draw tuning curves from (default: the --log files)")
     p.add_argument("--sweep", action="append", default=[], type=cli.knob_values, metavar="KNOB=V1,V2,...",
                    help="ablation: vary knobs of each workload's best (else default) config (repeatable)")
-    p.add_argument("--repeat", type=cli.positive_int, default=50, help="timed repeats per kernel (median; 50)")
-    p.add_argument("--min-repeat-ms", type=cli.non_negative_float, default=10,
+    p.add_argument("--repeat", type=cli.trial_count, default=50, help="timed repeats per kernel (median; 50)")
+    p.add_argument("--min-repeat-ms", type=cli.repeat_ms, default=10,
                    help="each repeat runs back-to-back launches for at least this long (10; 0: no minimum)")
     args = p.parse_args(argv)
     knobs = {}
@@ -60,13 +61,19 @@ def parse_args(argv, prog: str = PROG):
 
 
 def main(argv=None, prog: str = PROG) -> int:
+    with cli.io_errors_exit(prog):  # permission denied anywhere: one line, exit 9
+        return _main(argv, prog)
+
+
+def _main(argv, prog: str) -> int:
     parser, args = parse_args(argv, prog)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from ..gpu import local_gpu
+    from ..gpu import probe_local_gpu
 
-    if local_gpu() is None:
-        print(f"{prog}: no CUDA GPU found: the benchmark times kernels on the GPU, run it on a machine "
-              "with one", file=sys.stderr)
+    probe = probe_local_gpu()
+    if probe.gpu is None:
+        print(f"{prog}: {probe.no_gpu_message()}: the benchmark times kernels on the GPU, run it on a "
+              "machine with one", file=sys.stderr)
         return cli.EXIT_NO_GPU
     from .. import benchmark
 

@@ -8,7 +8,7 @@ the devices that measured each workload's records.
 Exit codes: 0 fine, 2 bad job file or arguments, 3 no CUDA GPU, 5 another run holds the lock,
 6 a workload regressed beyond the noise threshold, re-timed slower than the default config,
 or produced no valid record, 8 every device died or hung (the log keeps every finished
-measurement).
+measurement), 9 a file or folder cannot be read or written (permission denied).
 """
 
 import logging
@@ -44,9 +44,16 @@ def check_job_paths(job, report_only: bool) -> None:
             check(path)
         except cli.BadValue as err:
             raise cli.BadValue(f"job file {job.path}: {key}: {err}") from None
+        except cli.NoAccess as err:
+            raise cli.NoAccess(f"job file {job.path}: {key}: {err}") from None
 
 
 def main(argv=None, prog: str = PROG) -> int:
+    with cli.io_errors_exit(prog):  # permission denied anywhere: one line, exit 9
+        return _main(argv, prog)
+
+
+def _main(argv, prog: str) -> int:
     parser, args = parse_args(argv, prog)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
@@ -68,11 +75,12 @@ def main(argv=None, prog: str = PROG) -> int:
 
             gpu, options = None, None
             if not args.report_only:
-                from ..gpu import local_gpu
+                from ..gpu import probe_local_gpu
 
-                gpu = local_gpu()
+                probe = probe_local_gpu()
+                gpu = probe.gpu
                 if gpu is None:
-                    print(f"{prog}: no CUDA GPU found (use --report-only to rebuild the report)",
+                    print(f"{prog}: {probe.no_gpu_message()} (use --report-only to rebuild the report)",
                           file=sys.stderr)
                     return cli.EXIT_NO_GPU
                 try:

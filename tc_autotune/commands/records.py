@@ -6,7 +6,8 @@
 Installed, the same program is the command tc-records (tc-records LOG ... [--stale-only]).
 A record is stale when another version of the kernel generator (template_version) made the
 kernel it timed: apply-best skips it, the tuner learns from it and re-measures its config.
-Exit codes: 0 done, 2 bad arguments (a log that does not exist: one line).
+Exit codes: 0 done, 2 bad arguments (a log that does not exist: one line), 9 a log cannot be
+read (permission denied: one line).
 """
 
 import sys
@@ -27,7 +28,8 @@ def main(argv=None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
     from .. import records
 
-    rows = records.summarize(args.logs)
+    with cli.io_errors_exit(prog):  # a log in a folder of logs that cannot be read: one line, exit 9
+        rows = records.summarize(args.logs)
     if args.stale_only:
         rows = [r for r in rows if r.stale]
     print(records.summary_table(rows))

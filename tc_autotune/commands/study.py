@@ -7,8 +7,9 @@ Installed, the same program is the command tc-study (tc-study JOB [--report FILE
 Each workload of the job gets its own two logs in --out (default: the job's best_log_dir), so
 no held-out record trains anything else.  Tuning resumes where the logs stop; --report
 re-times every arm's config and cuDNN in one process and writes a markdown table.
-Exit codes: 0 done, 2 bad arguments, 3 no GPU, 7 the budget ran out before every workload
-was tuned (run it again to go on).
+Exit codes: 0 done, 2 bad arguments or job file, 3 no GPU, 7 the budget ran out before every
+workload was tuned (run it again to go on), 9 a file or folder cannot be read or written
+(permission denied: one line).
 """
 
 import json
@@ -26,8 +27,8 @@ def parse_args(argv, prog: str = PROG):
     p = cli.script_parser(prog, __doc__)
     p.add_argument("job", type=cli.existing_path, help="job file listing the held-out workloads")
     p.add_argument("--out", type=cli.writable_dir, help="folder of the study's logs (the job's best_log_dir)")
-    p.add_argument("--trials", type=cli.positive_int, default=256, help="trials of the transfer run (256)")
-    p.add_argument("--plain-trials", type=cli.positive_int, default=64, help="trials without transfer (64)")
+    p.add_argument("--trials", type=cli.trial_count, default=256, help="trials of the transfer run (256)")
+    p.add_argument("--plain-trials", type=cli.trial_count, default=64, help="trials without transfer (64)")
     p.add_argument("--tuner", choices=tuple(XGB_VARIANTS), default="xgb",
                    help="search of the transfer arm (xgb); another one gets a log of its own")
     p.add_argument("--budget-minutes", type=cli.positive_float, help="stop starting workloads after this")
@@ -39,11 +40,14 @@ def parse_args(argv, prog: str = PROG):
 
 
 def main(argv=None, prog: str = PROG) -> int:
+    with cli.io_errors_exit(prog):  # permission denied anywhere: one line, exit 9
+        return _main(argv, prog)
+
+
+def _main(argv, prog: str) -> int:
     args = parse_args(argv, prog)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    from .. import study
-    from ..gpu import local_gpu
-    from ..nightly import JobError, load_job
+    from ..jobs import JobError, load_job  # no TVM: a bad job file fails fast
 
     try:
         job = load_job(args.job)
@@ -51,9 +55,22 @@ def main(argv=None, prog: str = PROG) -> int:
         print(f"{prog}: {err}", file=sys.stderr)
         return cli.EXIT_BAD_INPUT
     out = args.out or job.best_log_dir
-    gpu = local_gpu()
+    if not args.out:  # the study's logs go there: checked now, as --out is
+        try:
+            cli.writable_dir(out)
+        except cli.BadValue as err:
+            print(f"{prog}: job file {job.path}: best_log_dir: {err}", file=sys.stderr)
+            return cli.EXIT_BAD_INPUT
+        except cli.NoAccess as err:
+            print(f"{prog}: job file {job.path}: best_log_dir: {err}", file=sys.stderr)
+            return cli.EXIT_IO_ERROR
+    from .. import study
+    from ..gpu import probe_local_gpu
+
+    probe = probe_local_gpu()
+    gpu = probe.gpu
     if gpu is None:
-        print(f"{prog}: no CUDA GPU found: the study measures on the GPU", file=sys.stderr)
+        print(f"{prog}: {probe.no_gpu_message()}: the study measures on the GPU", file=sys.stderr)
         return cli.EXIT_NO_GPU
     wls = [e.workload for e in job.entries]
     if args.report:

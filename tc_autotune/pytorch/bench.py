@@ -61,6 +61,19 @@ def _sync_ms(fn, iters: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def _host_ms(fn, iters: int, repeats: int) -> float:
+    """Median host time to issue one ``fn()`` in ms (``iters`` calls, then a sync outside the
+    clock): where it reaches the wall time per call, the host, not the GPU, sets the pace."""
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        samples.append((time.perf_counter() - start) / iters * 1e3)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def graph_of(fn, example):
     """``fn(example)`` captured in a CUDA graph (warmed up on a side stream first): returns
     ``replay()``, which reruns it on the captured input buffer."""
@@ -163,8 +176,10 @@ def _compiled_row(name, batch, mode, ours, model, x, expected) -> ModelRow:
     iters = 50 if batch <= 8 else 20
     ours_ms = _sync_ms(lambda: compiled_ours(x), iters, 15)
     torch_ms = _sync_ms(lambda: compiled_torch(x), iters, 15)
+    host = _host_ms(lambda: compiled_ours(x), iters, 5), _host_ms(lambda: compiled_torch(x), iters, 5)
     return ModelRow(name, batch, mode, ours_ms, torch_ms, f"err ours {err:.1e} / PyTorch {err_torch:.1e}; compile "
-                    f"ours {ours_compile:.0f} s / PyTorch {torch_compile:.0f} s")
+                    f"ours {ours_compile:.0f} s / PyTorch {torch_compile:.0f} s; host per call ours "
+                    f"{host[0]:.3f} / PyTorch {host[1]:.3f} ms")
 
 
 # ---- one call's host time ------------------------------------------------------------------------

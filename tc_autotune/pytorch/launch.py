@@ -11,6 +11,8 @@ and launches on torch's current stream of their device (so CUDA graphs and
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .. import tasks
@@ -38,8 +40,9 @@ class TorchLaunch:
         self.dtypes = tuple(getattr(torch, dtype) for _, _, dtype in inputs)
         self.out_shape, self.out_dtype = torch.Size(out_shape), getattr(torch, out_dtype)
         self.function = kernel._function()
-        self.workspaces = tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-                                for shape, dtype in kernel.workspaces)
+        self.workspaces = _allocated_outside_graph_pools(
+            lambda: tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+                          for shape, dtype in kernel.workspaces)) if kernel.workspaces else ()
         # A size-1 dimension's stride is arbitrary in a contiguous torch tensor (a batch-1
         # activation that torch.compile laid out), but TVM checks it: such tensors are passed as
         # views with the canonical strides (the same memory).
@@ -88,6 +91,29 @@ class TorchLaunch:
                 raise ValueError(f"{name} cannot be read in place: its address is not {ALIGNMENT}-byte aligned "
                                  "(a view at an offset)")
         raise AssertionError("a tensor was refused but none is wrong")  # pragma: no cover
+
+
+def _allocated_outside_graph_pools(allocate):
+    """``allocate()`` run on a thread of its own.  A launch is first bound where its first call
+    happens, which under ``torch.compile(mode="reduce-overhead")`` is the CUDA graphs' warm-up
+    run, while torch routes the calling thread's allocations to the graphs' private pool; kept
+    there, the workspaces would be memory the graphs do not track (they refuse to record).
+    Allocations of another thread go to the ordinary pool (per-call allocation would avoid this
+    too, at several microseconds per workspace per call)."""
+    result = []
+
+    def run():
+        try:
+            result.append(allocate())
+        except BaseException as err:  # noqa: BLE001 (raised again in the caller's thread)
+            result.append(err)
+
+    thread = threading.Thread(target=run, name="tc_autotune-workspaces")
+    thread.start()
+    thread.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:

@@ -90,7 +90,7 @@ def _bind(key: tuple, workload_of_call, device: torch.device) -> TorchLaunch | V
 
 
 def _hashable(value):
-    return tuple(value) if isinstance(value, list) else value
+    return value if value.__class__ is int else tuple(value)
 
 
 def _name(dtype) -> str:
@@ -99,8 +99,9 @@ def _name(dtype) -> str:
 
 def conv2d_key(stride, padding, dilation, activation, out_dtype) -> tuple:
     """The part of a conv call's cache key that a layer fixes (``FusedConv2d`` makes it once),
-    normalised, so that a layer's eager calls and its op's calls under torch.compile share it."""
-    return ("conv2d", tuple(_pair(stride)), tuple(_quad(padding)), tuple(_pair(dilation)), activation or "none",
+    normalised to the form the op's calls under torch.compile spell it, so that a layer's
+    eager calls and its op's calls share one bound kernel."""
+    return (tuple(_pair(stride)), tuple(_quad(padding)), tuple(_pair(dilation)), activation or "none",
             _dtype(out_dtype))
 
 
@@ -114,8 +115,11 @@ def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, pa
     if _is_compiling():
         return torch.ops.tc_autotune.conv2d(data, weight, scale, bias, residual, _pair(stride),
                                             _quad(padding), _pair(dilation), activation, _dtype(out_dtype))
-    key = (static_key or conv2d_key(stride, padding, dilation, activation, out_dtype), data.shape, data.dtype,
-           data.device, weight.shape, scale is None, bias is None, residual is None, user_logs())
+    # The arguments as given make the key (normalising them costs more than the rest of the
+    # call): two spellings of one conv are two keys bound to the same cached kernel.
+    key = (static_key or (_hashable(stride), _hashable(padding), _hashable(dilation), activation, out_dtype),
+           data.shape, data.dtype, data.device, weight.shape, scale is None, bias is None, residual is None,
+           user_logs())
     launch = _LAUNCHES.get(key)
     if launch is None:
         launch = _bind(key, lambda: workload_of(
@@ -232,18 +236,31 @@ def dense_reference(a, weight, scale, bias, residual, activation, out_dtype):
 
 
 # ---- the registered operators -------------------------------------------------------------------
-@torch.library.custom_op("tc_autotune::conv2d", mutates_args=())
-def conv2d_op(data: torch.Tensor, weight: torch.Tensor, scale: Optional[torch.Tensor],
-              bias: Optional[torch.Tensor], residual: Optional[torch.Tensor], stride: Sequence[int],
-              padding: Sequence[int], dilation: Sequence[int], activation: str,
-              out_dtype: torch.dtype) -> torch.Tensor:
+# Defined with torch.library's schema API rather than ``custom_op``: a compiled graph without
+# CUDA graphs (torch.compile's default mode) calls the op once per layer per forward, and
+# custom_op's Python wrappers cost ~30 us per call on the GPU machine against ~4 us for a
+# plain dispatcher kernel.  What custom_op would add is kept: a fake implementation, and an
+# autograd kernel that refuses to run where a gradient is wanted (the kernels have no backward).
+_LIB = torch.library.Library("tc_autotune", "DEF")
+_LIB.define("conv2d(Tensor data, Tensor weight, Tensor? scale, Tensor? bias, Tensor? residual, int[] stride, "
+            "int[] padding, int[] dilation, str activation, ScalarType out_dtype) -> Tensor")
+_LIB.define("dense(Tensor a, Tensor weight, Tensor? scale, Tensor? bias, Tensor? residual, str activation, "
+            "ScalarType out_dtype) -> Tensor")
+
+
+def _conv2d_impl(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
     """NHWC conv2d with a fused epilogue on a tuned Tensor Core kernel (see the module)."""
     _check_activation(activation)
-    return _uncompiled(conv2d_nhwc)(data, weight, scale, bias, residual, list(stride), list(padding),
-                                    list(dilation), activation, out_dtype)
+    return _uncompiled(conv2d_nhwc)(data, weight, scale, bias, residual, stride, padding, dilation, activation,
+                                    out_dtype)
 
 
-@conv2d_op.register_fake
+def _dense_impl(a, weight, scale, bias, residual, activation, out_dtype):
+    """``act(a @ weight.T * scale + bias + residual)`` on a tuned Tensor Core kernel."""
+    _check_activation(activation)
+    return _uncompiled(dense_nk)(a, weight, scale, bias, residual, activation, out_dtype)
+
+
 def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
     _check_activation(activation)
     n, h, w, _ = data.shape
@@ -254,18 +271,37 @@ def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation,
     return data.new_empty((n, oh, ow, k), dtype=out_dtype)
 
 
-@torch.library.custom_op("tc_autotune::dense", mutates_args=())
-def dense_op(a: torch.Tensor, weight: torch.Tensor, scale: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-             residual: Optional[torch.Tensor], activation: str, out_dtype: torch.dtype) -> torch.Tensor:
-    """``act(a @ weight.T * scale + bias + residual)`` on a tuned Tensor Core kernel."""
-    _check_activation(activation)
-    return _uncompiled(dense_nk)(a, weight, scale, bias, residual, activation, out_dtype)
-
-
-@dense_op.register_fake
 def _dense_fake(a, weight, scale, bias, residual, activation, out_dtype):
     _check_activation(activation)
     return a.new_empty((*a.shape[:-1], weight.shape[0]), dtype=out_dtype)
+
+
+def _inference_only(name: str):
+    """The op's autograd kernel: runs the op below autograd, or refuses where a gradient of
+    the result would be wanted (it would silently be missing)."""
+    op = getattr(torch.ops.tc_autotune, name).default
+
+    def autograd_kernel(*args):
+        if torch.is_grad_enabled():
+            for arg in args:
+                if isinstance(arg, torch.Tensor) and arg.requires_grad:
+                    raise RuntimeError(f"tc_autotune::{name} has no backward (inference kernels): call it under "
+                                       "torch.no_grad() or torch.inference_mode(), or on tensors that do not "
+                                       "require grad")
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
+
+    return autograd_kernel
+
+
+def _register(op_name: str, impl, fake) -> None:
+    _LIB.impl(op_name, impl, "CompositeExplicitAutograd")
+    _LIB.impl(op_name, _inference_only(op_name), "Autograd")
+    torch.library.register_fake(f"tc_autotune::{op_name}", fake, lib=_LIB)
+
+
+_register("conv2d", _conv2d_impl, _conv2d_fake)
+_register("dense", _dense_impl, _dense_fake)
 
 
 _UNCOMPILED: dict = {}
