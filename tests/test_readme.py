@@ -57,19 +57,24 @@ def test_the_spaces_and_layers_are_counted_right():
 def test_the_shipped_logs_hold_what_the_readme_says():
     match = re.search(r"all (\d+) workloads of `tuning_logs/nightly.toml` and the (\d+) fused layers of "
                       r"`tuning_logs/resnet50-fused-b32.toml` on each GPU, and on the H100 the (\d+) LLM dense shapes "
-                      r"of `tuning_logs/llm-dense.toml` and (\d+) of them fused \([^)]*\); every record current "
+                      r"of `tuning_logs/llm-dense.toml` and (\d+) of them fused \([^)]*\), and the (\d+) fp16-output\s+"
+                      r"fused layers of ResNet-50 at each of batch 1 and 32 \(`tuning_logs/resnet50-fp16-b1.toml` and\s+"
+                      r"`tuning_logs/resnet50-fp16-b32.toml`, written by `tc.extract_workloads`\); every record current "
                       r"\(conv2d template version (\d+), dense template version (\d+)\)", TEXT)
     assert match, "the README's sentence on the shipped logs changed (update this test with it)"
-    plain, fused, llm, llm_fused, conv_version, dense_version = map(int, match.groups())
+    plain, fused, llm, llm_fused, model_layers, conv_version, dense_version = map(int, match.groups())
     assert (conv_version, dense_version) == (tasks.CONV2D.template_version, tasks.DENSE.template_version)
 
     def shapes(job):
         return {e.workload for e in jobs.load_job(ROOT / "tuning_logs" / job).entries}
 
     nightly, resnet_fused, dense = shapes("nightly.toml"), shapes("resnet50-fused-b32.toml"), shapes("llm-dense.toml")
+    model_b1, model_b32 = shapes("resnet50-fp16-b1.toml"), shapes("resnet50-fp16-b32.toml")
     assert (len(nightly), len(resnet_fused), len(dense)) == (plain, fused, llm)
+    assert len(model_b1) == len(model_b32) == model_layers
+    assert all(w.out_dtype == "float16" and w.epilogue != "none" for w in model_b1 | model_b32)
     for log, expected in (("nvidia-h200.jsonl", nightly | resnet_fused),
-                          ("nvidia-h100-80gb-hbm3.jsonl", nightly | resnet_fused | dense)):
+                          ("nvidia-h100-80gb-hbm3.jsonl", nightly | resnet_fused | dense | model_b1 | model_b32)):
         held = list(records.load(ROOT / "tuning_logs" / log))
         assert not [str(r.workload) for r in held if r.stale], f"{log}: not every record is current"
         found = {r.workload for r in held}
