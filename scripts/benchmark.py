@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``python scripts/benchmark.py ...`` from a checkout: the tc-benchmark command (tc_autotune.commands.benchmark),
+"""``python scripts/benchmark.py ...`` from a checkout: the tc-benchmark command (tc_autotune.cli.benchmark),
 which an installed package has on PATH.  ``--help`` gives its usage and exit codes."""
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
-from tc_autotune.commands import benchmark as command  # noqa: E402  (no TVM import: fast argument errors)
+from tc_autotune.cli import benchmark as command  # noqa: E402  (no TVM import: fast argument errors)
 
 
 def main(argv=None) -> int:

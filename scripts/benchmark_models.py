@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
-from tc_autotune import cli  # noqa: E402  (no TVM import: fast argument errors)
+from tc_autotune.cli import common as cli  # noqa: E402  (no TVM import: fast argument errors)
 
 MODES = ("eager", "graph", "kernels", "default", "reduce-overhead", "max-autotune")
 
@@ -55,7 +55,7 @@ def _main(argv) -> int:
         return 3
     import contextlib
 
-    from tc_autotune import apply
+    from tc_autotune.database import apply
     from tc_autotune.pytorch import bench
 
     with apply.apply_history_best(args.log) if args.log else contextlib.nullcontext():

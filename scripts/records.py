@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""``python scripts/records.py ...`` from a checkout: the tc-records command (tc_autotune.commands.records),
+"""``python scripts/records.py ...`` from a checkout: the tc-records command (tc_autotune.cli.records),
 which an installed package has on PATH.  ``--help`` gives its usage and exit codes."""
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
 
-from tc_autotune.commands import records as command  # noqa: E402  (no TVM import: fast argument errors)
+from tc_autotune.cli import records as command  # noqa: E402  (no TVM import: fast argument errors)
 
 
 def main(argv=None) -> int:

@@ -37,9 +37,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
-from tc_autotune import cost_model, generator, workloads  # noqa: E402
-from tc_autotune.gpu import gpu_for_arch  # noqa: E402
-from tc_autotune.space import KNOB_DEFAULTS, KNOBS, ConfigSpace, Conv2dConfig  # noqa: E402
+from tc_autotune.search import cost_model  # noqa: E402
+from tc_autotune.templates.tc_gemm import generator
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.gpu import gpu_for_arch  # noqa: E402
+from tc_autotune.core.space import KNOB_DEFAULTS, KNOBS, ConfigSpace, Conv2dConfig  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "arch_fingerprint.json"
 SEED = 20261123

@@ -2,7 +2,7 @@ import pytest
 
 
 def _gpu_probe():
-    from tc_autotune.gpu import probe_local_gpu
+    from tc_autotune.backends.cuda.gpu import probe_local_gpu
 
     return probe_local_gpu()
 

@@ -1,8 +1,8 @@
 """The workload x Tensor Core variant x config matrix shared by the codegen (CPU) and GPU tests."""
 
-from tc_autotune import workloads
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.space import INTRINSIC_REQUIRES, KNOBS, WMMA_SHAPES, ConfigSpace
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.core.space import INTRINSIC_REQUIRES, KNOBS, WMMA_SHAPES, ConfigSpace
 
 WORKLOADS = {
     "tutorial": "tutorial",

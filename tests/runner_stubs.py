@@ -7,8 +7,8 @@ import os
 import time
 from pathlib import Path
 
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.runner_protocol import serve  # not tc_autotune.runner: no TVM, a fast start
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.measure.runner_protocol import serve  # not tc_autotune.measure.runner: no TVM, a fast start
 
 GPU = gpu_for_arch("sm_90")
 

@@ -2,7 +2,7 @@
 
 import math
 
-from tc_autotune.measure import MeasureErrorNo, MeasureResult
+from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 
 
 class SyntheticMeasurer:

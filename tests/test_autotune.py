@@ -3,12 +3,13 @@ transfer and the deadline are real."""
 
 import pytest
 
-from tc_autotune import records, workloads
-from tc_autotune.autotune import tune_workload
-from tc_autotune.generator import TEMPLATE_VERSION
-from tc_autotune.gpu import GpuInfo
-from tc_autotune.measure import MeasureErrorNo, MeasureResult
-from tc_autotune.space import conv2d_space
+from tc_autotune.database import records
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.tuning.autotune import tune_workload
+from tc_autotune.templates.tc_gemm.generator import TEMPLATE_VERSION
+from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
+from tc_autotune.core.space import conv2d_space
 
 from synthetic import SyntheticMeasurer
 
@@ -73,7 +74,7 @@ def test_another_gpu_of_the_same_arch_is_transfer_data_not_history(tmp_path):
     as training data; the H200 log holds H200 measurements only."""
     from dataclasses import replace
 
-    from tc_autotune.space import conv2d_space
+    from tc_autotune.core.space import conv2d_space
 
     h100_log, h200_log = tmp_path / "h100.jsonl", tmp_path / "h200.jsonl"
     h100 = replace(GPU, name="Synthetic H100")
@@ -124,7 +125,7 @@ def test_first_batch_on_hopper_measures_the_warp_specialized_starting_tilings(tm
     persistent, with B multicast), 128x128 along M (also in 4 K slices), ping-pong at 128x128 and 64x256, and
     with A by TMA im2col 128x256 persistent along M and 128x128, which a short search rarely reaches; on an
     A100 none exist; split-K only where the tiles leave SMs idle; im2col only for a conv that takes it."""
-    from tc_autotune.warp_specialized import starting_configs
+    from tc_autotune.templates.tc_gemm.warp_specialized import starting_configs
 
     space = conv2d_space(WL, GPU)
     starts = starting_configs(space)
@@ -152,12 +153,12 @@ def test_first_batch_on_hopper_measures_the_warp_specialized_starting_tilings(tm
 def test_no_transfer_measures_no_zero_shot_pick_first(tmp_path, monkeypatch):
     """--no-transfer means nothing learnt from other workloads: not even the zero-shot pick
     (trained on the shipped histories) is in the first batch; the default still is."""
-    import tc_autotune.zero_shot
+    import tc_autotune.search.zero_shot
 
     space = conv2d_space(WL, GPU)
     default = space.default_config()
     predicted = next(c for c in space.sample(8, seed=7) if c != default)
-    monkeypatch.setattr(tc_autotune.zero_shot, "zero_shot_config", lambda workload, gpu, logs=None: predicted)
+    monkeypatch.setattr(tc_autotune.search.zero_shot, "zero_shot_config", lambda workload, gpu, logs=None: predicted)
     tune(tmp_path / "with.jsonl", 8)
     assert [i for _, i in SyntheticMeasurer.calls][:2] == [space.index(predicted), space.index(default)]
     SyntheticMeasurer.calls = []

@@ -6,10 +6,12 @@ split-K kernels included."""
 import numpy as np
 import pytest
 
-from tc_autotune import checker, tasks, workloads
-from tc_autotune.cuda import compile_cubin, find_nvcc
-from tc_autotune.results import TOLERANCE, relative_l2_error
-from tc_autotune.runner import Bench
+from tc_autotune.backends.cuda import checker
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.nvcc import compile_cubin, find_nvcc
+from tc_autotune.core.results import TOLERANCE, relative_l2_error
+from tc_autotune.measure.runner import Bench
 
 OUTPUTS = ["n=2,h=14,c=64,k=64,r=3,pad=1", "n=2,h=8,c=16,k=32,r=3,pad=1,dtype=float32,out_dtype=float16",
            "dense:m=33,n=70,k=64,b=nk", "dense:batch=3,m=5,n=48,k=32,out_dtype=float16"]
@@ -80,7 +82,7 @@ def test_cuda_checker_agrees_with_numpy_on_real_kernels(tmp_path, spec, knobs):
 
     import tvm
 
-    from tc_autotune.kernel import build
+    from tc_autotune.api.kernel import build
 
     workload, shape, dtype = _output_of(spec)
     task = tasks.of(workload)

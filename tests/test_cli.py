@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import cli, nightly
-from tc_autotune.gpu import local_gpu
+from tc_autotune.cli import common as cli
+from tc_autotune.tuning import nightly
+from tc_autotune.backends.cuda.gpu import local_gpu
+from command_paths import script_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -19,7 +21,7 @@ AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root writes read-only 
 
 
 def run(script, *args, cwd=None, env=None):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)], capture_output=True,
+    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env=None if env is None else {**os.environ, **env})
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -251,7 +253,7 @@ def test_study_bad_job_exits_2(tmp_path):
 
 @pytest.mark.skipif(local_gpu() is not None, reason="needs a machine without a GPU")
 def test_study_without_a_gpu_exits_3_and_writes_nothing(tmp_path):
-    code, out, err = run("study.py", ROOT / "tuning_logs" / "heldout.toml", "--out", tmp_path / "s")
+    code, out, err = run("study.py", ROOT / "lab" / "heldout.toml", "--out", tmp_path / "s")
     assert code == 3
     assert_one_line(err, "no CUDA GPU")
     assert not (tmp_path / "s").exists()

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import build_conv2d, workloads
-from tc_autotune.cuda import find_nvcc
-from tc_autotune.gpu import gpu_for_arch
+from tc_autotune import build_conv2d
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
 
 from matrix import cases
 
@@ -104,7 +105,7 @@ def test_pipeline_knobs_are_refused_where_they_cannot_work():
     from dataclasses import replace
 
     from tc_autotune import conv2d_space
-    from tc_autotune.gpu import gpu_for_arch
+    from tc_autotune.backends.cuda.gpu import gpu_for_arch
 
     wl = workloads.get("n=1,h=8,c=32,k=32,r=1")  # K = 32: two k-steps of 16 at most
     config = replace(conv2d_space(wl).default_config(), chunk=1, wmma="m16n16k16", split_k=1)
@@ -129,7 +130,7 @@ def test_split_k_adds_a_summing_kernel_over_the_k_slices():
     # The partial sums are the caller's fp32 workspace (allocated once), not a per-call allocation.
     assert kernel.workspace_shape == (4, -(-196 // config.block_m) * config.block_m,
                                       -(-256 // config.block_n) * config.block_n)
-    from tc_autotune.template import schedule_conv2d
+    from tc_autotune.templates.tc_gemm.schedule import schedule_conv2d
     assert len(schedule_conv2d(wl, config)["main"].params) == 4
     assert len(schedule_conv2d(wl, replace(config, split_k=1))["main"].params) == 3
     kernels = re.findall(r'extern "C" __global__ void __launch_bounds__\(\d+\) (\w+)\(([^)]*)\) \{', src)
@@ -177,7 +178,7 @@ def test_mma_intrinsic_is_refused_where_it_cannot_work():
     from dataclasses import replace
 
     from tc_autotune import conv2d_space
-    from tc_autotune.gpu import gpu_for_arch
+    from tc_autotune.backends.cuda.gpu import gpu_for_arch
 
     wl = workloads.get("tutorial")
     space = conv2d_space(wl)
@@ -192,7 +193,7 @@ def test_mma_intrinsic_is_refused_where_it_cannot_work():
 
 
 def test_mma_fragment_layout_is_the_m16n8k16_register_layout():
-    from tc_autotune.intrinsics import mma_fragment_layout
+    from tc_autotune.templates.tc_gemm.intrinsics import mma_fragment_layout
 
     places = {mma_fragment_layout(i, j): (i, j) for i in range(16) for j in range(16)}
     assert len(places) == 256 and {lane for lane, _ in places} == set(range(32))
@@ -221,7 +222,7 @@ def test_wgmma_intrinsic_is_refused_where_it_cannot_work():
     from dataclasses import replace
 
     from tc_autotune import conv2d_space
-    from tc_autotune.gpu import gpu_for_arch
+    from tc_autotune.backends.cuda.gpu import gpu_for_arch
 
     wl = workloads.get("tutorial")
     space = conv2d_space(wl)
@@ -305,8 +306,9 @@ def test_wgmma_in_flight_computes_each_step_before_the_copies_that_reuse_its_buf
     barrier, wgmma(k) reading buffer k % stages, barrier (every warpgroup waited for wgmma(k - 1)),
     copies of step k + stages - 1 into buffer (k - 1) % stages; after the loop the drain waits
     for the last groups before the barrier in front of the accumulator store."""
-    from tc_autotune import generator, tasks
-    from tc_autotune.kernel import build
+    from tc_autotune.templates.tc_gemm import generator
+    from tc_autotune.core import tasks
+    from tc_autotune.api.kernel import build
 
     [(workload, config)] = generator.probe_kernels([case])
     assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
@@ -344,7 +346,7 @@ def _ptxas_report(source: str) -> str:
     import subprocess
     import tempfile
 
-    from tc_autotune.cuda import NVCC_FLAGS
+    from tc_autotune.backends.cuda.nvcc import NVCC_FLAGS
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cu"
@@ -360,8 +362,9 @@ def test_wgmma_in_flight_probes_have_their_fingerprint_and_are_not_serialized(wh
     """ptxas keeps the wgmma pipeline across k-steps only when nothing but wgmma touches the
     accumulators between an instruction and its wait; else it serializes them ("C7514 Potential
     Performance Loss ... serialized") or injects waits (C7517/C7519), and the knob buys nothing."""
-    from tc_autotune import generator, tasks
-    from tc_autotune.kernel import build
+    from tc_autotune.templates.tc_gemm import generator
+    from tc_autotune.core import tasks
+    from tc_autotune.api.kernel import build
 
     probes = getattr(generator, f"{which}_PROBES")
     version = generator.TEMPLATE_VERSION if which == "IN_FLIGHT" else generator.DENSE_TEMPLATE_VERSION

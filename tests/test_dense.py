@@ -8,15 +8,17 @@ import re
 import numpy as np
 import pytest
 
-from tc_autotune import records, tasks, workloads
-from tc_autotune.autotune import tune_workload
-from tc_autotune.cuda import find_nvcc
-from tc_autotune.dense_workloads import DenseWorkload
-from tc_autotune.gemm import COL_MAJOR, ROW_MAJOR, Transposed, dense_view, view_of
-from tc_autotune.gpu import GpuInfo, gpu_for_arch
-from tc_autotune.reference import dense_inputs, dense_reference
-from tc_autotune.results import MeasureResult
-from tc_autotune.space import KNOB_NAMES, dense_space
+from tc_autotune.database import records
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.tuning.autotune import tune_workload
+from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.workloads.dense import DenseWorkload
+from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, ROW_MAJOR, Transposed, dense_view, view_of
+from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
+from tc_autotune.workloads.reference import dense_inputs, dense_reference
+from tc_autotune.core.results import MeasureResult
+from tc_autotune.core.space import KNOB_NAMES, dense_space
 
 from synthetic import SyntheticMeasurer
 from test_gemm import _matrix
@@ -46,7 +48,7 @@ def test_specs_and_presets_resolve_and_round_trip(text, expected):
 
 
 def test_every_documented_preset_resolves_and_conv_specs_are_unchanged():
-    from tc_autotune import dense_workloads
+    from tc_autotune.workloads import dense as dense_workloads
 
     for name in dense_workloads.preset_names():
         assert workloads.preset_name(workloads.get(name)) == name
@@ -134,7 +136,7 @@ def test_an_nk_weights_vector_loads_run_along_k(k, widest):
 
 def test_offset_b_pads_a_col_major_b_along_k():
     """An (N, K) weight's tile is [n][k] in shared memory: offset_b pads its K rows."""
-    from tc_autotune.rules import derive, values_of_config
+    from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
 
     config = dense_space(workloads.get("llm-4096x4096-m128"), SM90).default_config()
     found = {}
@@ -178,7 +180,7 @@ def test_tune_workload_writes_dense_records(tmp_path, monkeypatch):
     assert '"dense_tensorcore.cuda"' in log.read_text().splitlines()[0]
     assert summary.best_config is not None
     assert any(r.config["entity"][KNOB_NAMES.index("vec_b")][2] > 1 for r in written)
-    from tc_autotune.apply import apply_history_best, best_config
+    from tc_autotune.database.apply import apply_history_best, best_config
 
     with apply_history_best(log):
         assert best_config(wl, gpu)[0] == summary.best_config
@@ -191,8 +193,8 @@ nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @nvcc
 @pytest.mark.parametrize("index", range(8))
 def test_dense_kernels_compile_for_every_path_and_weight_layout(index):
-    from tc_autotune import generator
-    from tc_autotune.kernel import build_dense
+    from tc_autotune.templates.tc_gemm import generator
+    from tc_autotune.api.kernel import build_dense
 
     workload, config = generator.probe_kernels(generator.DENSE_PROBES)[index]
     kernel = build_dense(workload, config, target="sm_90")
@@ -225,8 +227,8 @@ def test_an_nk_weight_is_copied_along_k_and_fed_k_major(case):
     """16-byte copies of the weight (cp.async in a pipeline, uint4 loads without), never one
     element at a time; col_major matrix_b fragments, ldmatrix without .trans, or a K-major
     wgmma B (no transpose)."""
-    from tc_autotune import generator
-    from tc_autotune.kernel import build_dense
+    from tc_autotune.templates.tc_gemm import generator
+    from tc_autotune.api.kernel import build_dense
 
     [(workload, config)] = generator.probe_kernels([case])
     assert dense_space(workload, SM90).why_invalid(config) is None
@@ -250,7 +252,7 @@ def test_an_nk_weight_is_copied_along_k_and_fed_k_major(case):
 
 @nvcc
 def test_dense_generated_code_has_the_fingerprint_of_its_version():
-    from tc_autotune import generator
+    from tc_autotune.templates.tc_gemm import generator
 
     assert len(generator.DENSE_PROBES) == 8  # each compiled by the test above
     found = generator.fingerprint(generator.DENSE_PROBES)
@@ -260,7 +262,7 @@ def test_dense_generated_code_has_the_fingerprint_of_its_version():
 
 def test_build_dense_refuses_a_conv_workload():
     pytest.importorskip("tvm")
-    from tc_autotune.kernel import build_dense
+    from tc_autotune.api.kernel import build_dense
 
     with pytest.raises(ValueError, match="expected a DenseWorkload, got Conv2dWorkload"):
         build_dense("tutorial")

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from tc_autotune import devices
-from tc_autotune.devices import LocalDevice, choose_local, local_devices, parse_smi
+from tc_autotune.measure import devices
+from tc_autotune.measure.devices import LocalDevice, choose_local, local_devices, parse_smi
 
 H200 = "NVIDIA H200"
 TWO = "0, NVIDIA H200, GPU-8f3c0a\n1, NVIDIA H200, GPU-77aa01\n"

@@ -10,13 +10,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import epilogue, records, tasks, workloads
-from tc_autotune.cuda import find_nvcc
-from tc_autotune.dense_workloads import DenseWorkload
-from tc_autotune.epilogue import Epilogue
-from tc_autotune.gpu import GpuInfo, gpu_for_arch
-from tc_autotune.results import MeasureResult
-from tc_autotune.workloads import Conv2dWorkload
+from tc_autotune.workloads import epilogue, conv2d as workloads
+from tc_autotune.database import records
+from tc_autotune.core import tasks
+from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.workloads.dense import DenseWorkload
+from tc_autotune.workloads.epilogue import Epilogue
+from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
+from tc_autotune.core.results import MeasureResult
+from tc_autotune.workloads.conv2d import Conv2dWorkload
 
 SM90 = gpu_for_arch("sm_90")
 NAMED = ("bias", "bias_relu", "bias_gelu", "scale_bias", "scale_bias_relu", "bias_residual_relu",
@@ -97,7 +99,7 @@ def test_resnet50_fused_presets_follow_the_network():
 def test_the_fused_resnet50_job_tunes_those_presets():
     from pathlib import Path
 
-    from tc_autotune.jobs import load_job
+    from tc_autotune.tuning.jobs import load_job
 
     job = load_job(Path(__file__).resolve().parent.parent / "tuning_logs" / "resnet50-fused-b32.toml")
     assert [(e.name, e.workload) for e in job.entries] == list(workloads.resnet50_fused_layers(32).items())
@@ -188,8 +190,8 @@ def test_gelu_is_the_tanh_approximation_of_the_exact_one():
 # ---- the template -------------------------------------------------------------------------
 def test_the_kernel_takes_the_signature_then_its_workspaces():
     pytest.importorskip("tvm")
-    from tc_autotune.gemm import view_of
-    from tc_autotune.template import schedule_gemm, workspaces
+    from tc_autotune.templates.tc_gemm.gemm import view_of
+    from tc_autotune.templates.tc_gemm.schedule import schedule_gemm, workspaces
 
     for spec in (CONV, DENSE):
         wl = _workload(spec, "scale_bias_residual_relu")
@@ -208,10 +210,10 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
     tvm = pytest.importorskip("tvm")
     from tvm import te
 
-    from tc_autotune.gemm import view_of
-    from tc_autotune.reference import relative_l2_error
-    from tc_autotune.space import Conv2dConfig
-    from tc_autotune.template import gemm_compute, workspaces
+    from tc_autotune.templates.tc_gemm.gemm import view_of
+    from tc_autotune.workloads.reference import relative_l2_error
+    from tc_autotune.core.space import Conv2dConfig
+    from tc_autotune.templates.tc_gemm.schedule import gemm_compute, workspaces
 
     wl = replace(workloads.get(base), epilogue=name)
     config = Conv2dConfig(**{**BASE, "block_row_warps": 1, "block_col_warps": 1, "split_k": split_k})
@@ -227,7 +229,7 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
 
 def test_a_call_with_the_wrong_inputs_says_which_it_takes():
     pytest.importorskip("tvm")
-    from tc_autotune.kernel import Conv2dKernel
+    from tc_autotune.api.kernel import Conv2dKernel
 
     wl = _workload(CONV, "bias_residual_relu")
     kernel = Conv2dKernel(wl, tasks.of(wl).space(wl, SM90).default_config(), None, None, b"")
@@ -252,7 +254,7 @@ MARKERS = {"wmma": "wmma::mma_sync", "mma": "mma.sync.aligned.m16n8k16", "wgmma"
 
 
 def _config(wl, variant: str, split_path: str):
-    from tc_autotune.space import Conv2dConfig
+    from tc_autotune.core.space import Conv2dConfig
 
     if variant == "split-k":
         config = Conv2dConfig(**{**BASE, **VARIANTS[split_path], "split_k": 2})
@@ -289,7 +291,7 @@ def _addresses(src: str, tensor: str) -> set[str]:
 @pytest.mark.parametrize("index", range(len(NAMED)), ids=NAMED)
 @pytest.mark.parametrize("base", [CONV, DENSE], ids=["conv2d", "dense"])
 def test_the_epilogue_is_fused_into_the_output_store(base, index, variant):
-    from tc_autotune.kernel import build
+    from tc_autotune.api.kernel import build
 
     name = NAMED[index]
     split = variant == "split-k"
@@ -322,7 +324,7 @@ def test_the_epilogue_is_fused_into_the_output_store(base, index, variant):
 @nvcc
 @pytest.mark.parametrize("which", ["FUSED", "DENSE_FUSED"])
 def test_fused_generated_code_has_the_fingerprint_of_its_version(which):
-    from tc_autotune import generator
+    from tc_autotune.templates.tc_gemm import generator
 
     probes = getattr(generator, f"{which}_PROBES")
     version = generator.TEMPLATE_VERSION if which == "FUSED" else generator.DENSE_TEMPLATE_VERSION
@@ -344,7 +346,7 @@ class InputsRunner:
         self.inputs_dir, self.seen = inputs_dir, []
 
     def run(self, so_path, key, tensors):
-        from tc_autotune.runner import load_inputs
+        from tc_autotune.measure.runner import load_inputs
 
         self.seen.append((load_inputs(self.inputs_dir(), key), tensors))
         return "ok", [1e-5]
@@ -355,7 +357,7 @@ class InputsRunner:
 
 @nvcc
 def test_the_measurer_stores_every_input_and_the_fused_reference():
-    from tc_autotune.measure import LocalMeasurer, MeasureOptions
+    from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
 
     wl = _workload(CONV, "scale_bias_residual_relu", "float16")
     space = tasks.of(wl).space(wl, SM90)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import cuda
+from tc_autotune.backends.cuda import nvcc as cuda
 
 ROOT = Path(__file__).resolve().parent.parent
 

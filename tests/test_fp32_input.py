@@ -11,10 +11,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import build_conv2d, conv2d_space, workloads
-from tc_autotune.cuda import find_nvcc
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.template import schedule_conv2d, workspace_shape, workspaces
+from tc_autotune import build_conv2d, conv2d_space
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.templates.tc_gemm.schedule import schedule_conv2d, workspace_shape, workspaces
 
 from matrix import variant_space
 
@@ -95,7 +96,7 @@ def test_conv2d_kernel_allocates_its_workspaces_once():
     """Conv2dKernel passes (and keeps) one tensor per workspace; checked on the CPU device."""
     import tvm
 
-    from tc_autotune.kernel import Conv2dKernel
+    from tc_autotune.api.kernel import Conv2dKernel
 
     config = replace(conv2d_space(FP16, SM90).default_config(), split_k=2)
     kernel = Conv2dKernel(FP32, config, None, None, b"")
@@ -111,7 +112,7 @@ def test_conv2d_kernel_allocates_its_workspaces_once():
 # ---- CPU: generated CUDA -----------------------------------------------------------------
 @pytest.mark.parametrize("wl", [FP32, RFC_FP32, FP32.replace(out_dtype="float16")], ids=str)
 def test_cast_kernel_converts_both_operands_with_vector_accesses(wl):
-    from tc_autotune.template import CAST_THREADS
+    from tc_autotune.templates.tc_gemm.schedule import CAST_THREADS
 
     config = replace(conv2d_space(wl, SM90).default_config(), split_k=1)
     src = build_conv2d(wl, config, target="sm_90").cuda_source
@@ -133,7 +134,7 @@ def test_cast_kernel_converts_both_operands_with_vector_accesses(wl):
 def test_cast_kernel_grid_covers_the_larger_operand():
     """One block per CAST_THREADS vectors of the larger operand; the smaller operand's part is
     predicated on whole vectors (blockIdx/threadIdx only), so it stays vectorised."""
-    from tc_autotune.template import CAST_THREADS
+    from tc_autotune.templates.tc_gemm.schedule import CAST_THREADS
 
     config = replace(conv2d_space(RFC_FP32, SM90).default_config(), split_k=1)
     func = schedule_conv2d(RFC_FP32, config)["main"]
@@ -206,7 +207,7 @@ def test_wgmma_with_fp32_input_and_split_k_compiles_for_sm90a():
 # ---- GPU -------------------------------------------------------------------------------------
 def gpu_configs(wl):
     """The default config, a split-K one, an mma one and (on Hopper) a wgmma one."""
-    from tc_autotune.gpu import default_gpu
+    from tc_autotune.backends.cuda.gpu import default_gpu
 
     gpu = default_gpu()
     space = conv2d_space(wl, gpu)
@@ -227,7 +228,7 @@ def gpu_configs(wl):
 def test_gpu_fp32_input_matches_the_reference(spec):
     import tvm
 
-    from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_error
+    from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
 
     wl = workloads.get(spec)
     dev = tvm.cuda(0)
@@ -253,9 +254,9 @@ def test_gpu_fp32_input_matches_the_reference(spec):
 def test_gpu_fp32_input_through_the_runner_and_the_timing_path():
     """LocalMeasurer checks against the reference and times with the workspaces allocated;
     time_kernel and checked_kernel_time pass them through Conv2dKernel.time_evaluator."""
-    from tc_autotune.benchmark import checked_kernel_time
-    from tc_autotune.measure import LocalMeasurer, MeasureOptions, time_kernel
-    from tc_autotune.reference import conv2d_reference, random_inputs
+    from tc_autotune.tuning.benchmark import checked_kernel_time
+    from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions, time_kernel
+    from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 
     wl = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1,dtype=float32")
     configs = gpu_configs(wl)

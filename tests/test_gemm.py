@@ -7,11 +7,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import cost_model, gemm, tasks, workloads
-from tc_autotune.gemm import COL_MAJOR, GemmView, Im2col, Operand, RowMajor, Transposed, conv2d_view, view_of
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.reference import conv2d_reference, random_inputs
-from tc_autotune.space import ConfigSpace, Conv2dConfig, conv2d_space
+from tc_autotune.search import cost_model
+from tc_autotune.templates.tc_gemm import gemm
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.templates.tc_gemm.gemm import (COL_MAJOR, GemmView, Im2col, Operand, RowMajor, Transposed,
+    conv2d_view, view_of)
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+from tc_autotune.core.space import ConfigSpace, Conv2dConfig, conv2d_space
 
 SM90 = gpu_for_arch("sm_90")
 
@@ -137,7 +141,7 @@ def test_a_dense_view_lowers_to_a_tensor_core_kernel():
     pytest.importorskip("tvm")
     import tvm
 
-    from tc_autotune.template import lower_gemm
+    from tc_autotune.templates.tc_gemm.schedule import lower_gemm
 
     view = dense_view(200, 96, 72)
     space = ConfigSpace(view, SM90)
@@ -156,7 +160,7 @@ def test_a_col_major_b_is_copied_along_k_and_read_col_major():
     pytest.importorskip("tvm")
     import tvm
 
-    from tc_autotune.template import lower_gemm
+    from tc_autotune.templates.tc_gemm.schedule import lower_gemm
 
     m, n, k = 200, 96, 72
     rows = dense_view(m, n, k)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from tc_autotune import generator
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.space import KNOBS, WMMA_SHAPES, conv2d_space
+from tc_autotune.templates.tc_gemm import generator
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.core.space import KNOBS, WMMA_SHAPES, conv2d_space
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def test_generated_code_is_the_one_the_template_version_names(fingerprint):
 
 
 def test_a_generator_change_without_a_bump_is_caught(monkeypatch, fingerprint):
-    from tc_autotune import cuda
+    from tc_autotune.backends.cuda import nvcc as cuda
 
     monkeypatch.setattr(cuda, "NVCC_FLAGS", cuda.NVCC_FLAGS + ("-lineinfo",))  # other binaries
     message = generator.version_check()
@@ -53,7 +53,7 @@ def test_the_cover_probes_are_valid_and_meet_every_pair_of_knob_values(family, p
     some probe of that path (so every value of every knob is, on every path where it is valid):
     a code change only some value's kernels see, even only where one other knob has some value
     (the fragment pipeline at stages=4 and frag_buffers=2 before), changes the fingerprint."""
-    from tc_autotune import probe_cover
+    from tc_autotune.templates.tc_gemm import probe_cover
 
     gpu = gpu_for_arch(generator.PROBE_ARCH)
     kernels = generator.probe_kernels(probes)
@@ -63,7 +63,7 @@ def test_the_cover_probes_are_valid_and_meet_every_pair_of_knob_values(family, p
     assert {probe_cover.path_of(c)[0] for c in configs} == {family}
     missing = probe_cover.uncovered(configs, [c for _, c in probe_cover.sampled(family)])
     assert not missing, (f"{len(missing)} pairs of knob values no probe has, e.g. {sorted(missing, key=str)[:3]}: "
-                         "add a probe set from `python -m tc_autotune.probe_cover`")
+                         "add a probe set from `python -m tc_autotune.templates.tc_gemm.probe_cover`")
     if family == "plain":  # the case that slipped through: a pipelined k-loop with 4 stages
         for path in ("wmma", "mma"):
             assert any(c.intrinsic == path and c.stages == 4 and c.frag_buffers == 2 for c in configs), path

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from tc_autotune import build_conv2d, workloads
-from tc_autotune.reference import conv2d_reference, random_inputs, relative_l2_error
+from tc_autotune import build_conv2d
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
 
 from matrix import WORKLOADS, cases, variant_space
 
@@ -17,7 +18,7 @@ DTYPE_VARIANTS = [("float16", "float16"), ("float32", "float32"), ("float32", "f
 def check(workload, config, seed=0):
     import tvm
 
-    from tc_autotune.gpu import default_gpu
+    from tc_autotune.backends.cuda.gpu import default_gpu
 
     if config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")
@@ -95,7 +96,7 @@ def test_swizzled_paths_pipelined_and_split_match_reference(name, variant):
     """ldmatrix + mma.sync and wgmma (each k-step's groups waited for, or kept in flight) on
     swizzled tiles: one config per stage count and split/unsplit K, the first two also with
     fp16 output."""
-    from tc_autotune.gpu import default_gpu
+    from tc_autotune.backends.cuda.gpu import default_gpu
 
     arch = default_gpu().arch
     if variant.startswith("wgmma") and arch != "sm_90":

@@ -5,8 +5,9 @@ benchmark's timing and the PyTorch baseline take the epilogue's inputs and check
 import numpy as np
 import pytest
 
-from tc_autotune import tasks, workloads
-from tc_autotune.reference import relative_l2_error
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.workloads.reference import relative_l2_error
 
 from test_epilogue import CONV, DENSE, NAMED, SPLIT_PATHS, VARIANTS, _config, _workload
 
@@ -18,8 +19,8 @@ def run(workload, config=None, seed=0):
     the kernel's config)."""
     import tvm
 
-    from tc_autotune.gpu import default_gpu
-    from tc_autotune.kernel import build
+    from tc_autotune.backends.cuda.gpu import default_gpu
+    from tc_autotune.api.kernel import build
 
     if config is not None and config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")
@@ -75,9 +76,9 @@ def test_presets_and_odd_shapes_match_the_reference(spec):
 
 
 def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
-    from tc_autotune.benchmark import checked_kernel_time, task_arrays
-    from tc_autotune.kernel import build
-    from tc_autotune.measure import LocalMeasurer, MeasureOptions
+    from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
+    from tc_autotune.api.kernel import build
+    from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
 
     wl = _workload(CONV, "scale_bias_residual_relu", "float16")
     space = tasks.of(wl).space(wl)
@@ -94,8 +95,8 @@ def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
                                   f"{CONV},epilogue=scale_bias_relu,out_dtype=float16",
                                   f"{DENSE},epilogue=bias_gelu", f"{DENSE},b=nk,epilogue=scale_bias_residual_relu"])
 def test_the_pytorch_baseline_applies_the_epilogue_and_matches_the_reference(spec):
-    from tc_autotune import baseline
-    from tc_autotune.benchmark import task_arrays
+    from tc_autotune.measure import baseline
+    from tc_autotune.tuning.benchmark import task_arrays
 
     if not baseline.available():
         pytest.skip("needs PyTorch with CUDA")

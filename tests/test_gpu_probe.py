@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import gpu
+from tc_autotune.backends.cuda import gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
@@ -46,7 +46,7 @@ def test_a_gpu_that_fails_is_told_apart_and_logged(monkeypatch, fresh_probe, cap
 
     monkeypatch.setattr(tvm, "cuda", _FailingCuda())
     monkeypatch.setattr(gpu, "gpu_hardware", lambda: "GPU device node /dev/nvidia0 exists")
-    with caplog.at_level(logging.WARNING, logger="tc_autotune.gpu"):
+    with caplog.at_level(logging.WARNING, logger="tc_autotune.backends.cuda.gpu"):
         probe = gpu.probe_local_gpu()
     assert probe.gpu is None and gpu.local_gpu() is None
     assert probe.problem == f"GPU device node /dev/nvidia0 exists, but RuntimeError: {BROKEN}"
@@ -86,7 +86,7 @@ TINY = textwrap.dedent("""\
 # Loaded with -p before the repo's conftest: the host has a GPU whose driver fails.
 BROKEN_PLUGIN = textwrap.dedent(f"""\
     import tvm
-    from tc_autotune import gpu
+    from tc_autotune.backends.cuda import gpu
 
     def _cuda(index=0):
         raise RuntimeError({BROKEN!r})

@@ -6,14 +6,14 @@ pipeline, give numpy's C."""
 import pytest
 
 from probes import tma_wgmma_probe as probe
-from tc_autotune.cuda import find_nvcc
+from tc_autotune.backends.cuda.nvcc import find_nvcc
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def binary(tmp_path_factory):
-    from tc_autotune.gpu import default_gpu
+    from tc_autotune.backends.cuda.gpu import default_gpu
 
     if default_gpu().arch != "sm_90":
         pytest.skip(f"TMA + wgmma need a Hopper GPU, this one is {default_gpu().arch}")

@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import tasks, workloads
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
 
 from test_gpu_epilogue import check, run
 from test_warp_specialized import FUSED_VIEWS, MAXNREG_VIEWS, WS

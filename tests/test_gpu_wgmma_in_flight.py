@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune.generator import DENSE_IN_FLIGHT_PROBES, IN_FLIGHT_PROBES, probe_kernels
+from tc_autotune.templates.tc_gemm.generator import DENSE_IN_FLIGHT_PROBES, IN_FLIGHT_PROBES, probe_kernels
 
 from test_gpu_epilogue import check, run
 
@@ -32,7 +32,7 @@ def test_in_flight_probes_match_the_reference_and_the_waiting_kernel(index):
 @pytest.mark.parametrize("name", ["b1-7x7-s2-c3", "odd-channels", "dilation2"])
 def test_split_k_with_fp16_output_matches_the_waiting_kernel(name):
     """Small grids: one config per (stages, split_k) of the in-flight variant, fp16 output."""
-    from tc_autotune import workloads
+    from tc_autotune.workloads import conv2d as workloads
 
     from matrix import WORKLOADS, variant_space
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import cli
-from tc_autotune.commands import records as records_command
-from tc_autotune.commands import tune as tune_command
+from tc_autotune.cli import common as cli
+from tc_autotune.cli import records as records_command
+from tc_autotune.cli import tune as tune_command
+from command_paths import script_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -46,7 +47,7 @@ needs_chmod = pytest.mark.skipif(not _chmod_restricts(), reason="root: chmod 000
 
 
 def run(script, *args):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)], capture_output=True,
+    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
                           text=True, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -152,7 +153,7 @@ def test_a_log_the_access_check_refuses_is_exit_9_not_2(tmp_path, monkeypatch, c
 
 def test_an_io_error_inside_a_command_is_one_line_and_exit_9(tmp_path, monkeypatch, capsys):
     """records.py on a folder with a log it may not read: raised while reading, after the checks."""
-    from tc_autotune import records
+    from tc_autotune.database import records
 
     def unreadable(logs):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "a.jsonl"))

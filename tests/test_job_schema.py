@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import jobs
+from tc_autotune.tuning import jobs
+from command_paths import script_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -18,7 +19,7 @@ WORKLOADS = 'workloads = ["rfc-3x3-b1"]\n'
 
 
 def run(script, *args):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)], capture_output=True,
+    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
                           text=True, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
 

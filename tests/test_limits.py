@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tc_autotune import workloads
-from tc_autotune.dense_workloads import MAX_ELEMENTS, DenseWorkload
-from tc_autotune.gpu import NoGpuError, local_gpu
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.workloads.dense import MAX_ELEMENTS, DenseWorkload
+from tc_autotune.backends.cuda.gpu import NoGpuError, local_gpu
+from command_paths import script_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
@@ -22,7 +23,7 @@ INT32 = "the kernels index with 32-bit integers, at most 2147483647 elements per
 
 
 def run(script, *args):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / script), *map(str, args)], capture_output=True,
+    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
                           text=True, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -79,7 +80,7 @@ def test_tune_refuses_an_absurd_workload_with_one_line():
     ("benchmark.py", ["--min-repeat-ms", "1e15"], "'1e15' is more than the limit of 60000"),
 ])
 def test_counts_and_times_past_any_real_run_exit_2(tmp_path, script, args, needle):
-    job = ROOT / "tuning_logs" / "heldout.toml"
+    job = ROOT / "lab" / "heldout.toml"
     extra = ["--workload", "rfc-3x3-b1", "--log", str(tmp_path / "t.jsonl")] if script == "tune.py" else []
     code, out, err = run(script, *[str(job) if a == "{job}" else a for a in args], *extra)
     assert code == 2
@@ -90,7 +91,7 @@ def test_counts_and_times_past_any_real_run_exit_2(tmp_path, script, args, needl
 # ---- targets ------------------------------------------------------------------------------
 @pytest.mark.parametrize("target", ["llvm", {"kind": "llvm"}, "c"])
 def test_a_non_cuda_target_is_refused(target):
-    from tc_autotune.kernel import build_conv2d
+    from tc_autotune.api.kernel import build_conv2d
 
     with pytest.raises(ValueError) as err:
         build_conv2d("rfc-3x3-b1", target=target)
@@ -114,8 +115,9 @@ class _Unreachable:
 def test_an_unreachable_tracker_fails_within_the_configured_connect_timeout(monkeypatch):
     import tvm.rpc
 
-    from tc_autotune import autotune, rpc_runner
-    from tc_autotune.measure import MeasureOptions
+    from tc_autotune.tuning import autotune
+    from tc_autotune.measure import rpc_runner
+    from tc_autotune.measure.measurer import MeasureOptions
 
     unreachable = _Unreachable()
     monkeypatch.setattr(rpc_runner.socket, "create_connection", unreachable)
@@ -129,10 +131,10 @@ def test_an_unreachable_tracker_fails_within_the_configured_connect_timeout(monk
 
 
 def test_the_runner_uses_the_connect_timeout_of_its_options(monkeypatch):
-    from tc_autotune import rpc_runner
-    from tc_autotune.devices import RpcDevice
-    from tc_autotune.dispatch import RunnerFault
-    from tc_autotune.measure import MeasureOptions
+    from tc_autotune.measure import rpc_runner
+    from tc_autotune.measure.devices import RpcDevice
+    from tc_autotune.measure.dispatch import RunnerFault
+    from tc_autotune.measure.measurer import MeasureOptions
 
     unreachable = _Unreachable()
     monkeypatch.setattr(rpc_runner.socket, "create_connection", unreachable)
@@ -145,9 +147,9 @@ def test_the_runner_uses_the_connect_timeout_of_its_options(monkeypatch):
 
 def test_a_refused_tracker_fails_at_once_with_the_reason():
     """A closed port: TVM's own connect would retry it for 60 s."""
-    from tc_autotune import rpc_runner
-    from tc_autotune.devices import RpcDevice
-    from tc_autotune.dispatch import RunnerFault
+    from tc_autotune.measure import rpc_runner
+    from tc_autotune.measure.devices import RpcDevice
+    from tc_autotune.measure.dispatch import RunnerFault
 
     with socket.socket() as probe:  # a port nobody listens on (bound, then closed)
         probe.bind(("127.0.0.1", 0))
@@ -158,8 +160,8 @@ def test_a_refused_tracker_fails_at_once_with_the_reason():
 
 
 def test_tune_passes_its_connect_timeout_on(monkeypatch, tmp_path, capsys):
-    from tc_autotune import autotune
-    from tc_autotune.commands import tune
+    from tc_autotune.tuning import autotune
+    from tc_autotune.cli import tune
 
     seen = []
 
@@ -182,7 +184,7 @@ MESSAGE = ("no CUDA GPU found: running a kernel needs one; building works withou
 
 @no_gpu
 def test_calling_a_kernel_without_a_gpu_says_no_cuda_gpu():
-    from tc_autotune.kernel import Conv2dKernel, require_gpu
+    from tc_autotune.api.kernel import Conv2dKernel, require_gpu
 
     wl = workloads.get("n=1,h=8,c=16,k=16,r=3,pad=1")
     kernel = Conv2dKernel(wl, config=None, target=None, executable=None, cubin=b"")  # never reaches them
@@ -199,7 +201,7 @@ def test_calling_a_kernel_without_a_gpu_says_no_cuda_gpu():
 @no_gpu
 def test_tc_conv2d_without_a_gpu_says_so_before_building(monkeypatch):
     import tc_autotune as tc
-    from tc_autotune import build_cache
+    from tc_autotune.backends.cuda import build_cache
 
     monkeypatch.setattr(build_cache, "kernel", lambda *a, **k: pytest.fail("built a kernel it cannot run"))
     with pytest.raises(NoGpuError) as err:

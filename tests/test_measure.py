@@ -7,10 +7,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import conv2d_space, workloads
-from tc_autotune.gpu import gpu_for_arch, local_gpu
-from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
-from tc_autotune.template import workspaces
+from tc_autotune import conv2d_space
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.gpu import gpu_for_arch, local_gpu
+from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
+from tc_autotune.templates.tc_gemm.schedule import workspaces
 
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1")
 
@@ -40,7 +41,7 @@ def test_invalid_configs_are_recorded_not_built():
 def _export(tmp_path, prim_func, name):
     import tvm
 
-    from tc_autotune.gpu import cuda_target
+    from tc_autotune.backends.cuda.gpu import cuda_target
 
     path = str(tmp_path / f"{name}.so")
     tvm.compile(prim_func, cuda_target()).export_library(path)

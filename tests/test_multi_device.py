@@ -21,12 +21,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tc_autotune import autotune, conv2d_space, records, workloads
-from tc_autotune.devices import LocalDevice, RpcDevice, choose_local, parse_indices
-from tc_autotune.dispatch import AllDevicesLost, RunnerFault
-from tc_autotune.gpu import GpuInfo, gpu_for_arch
-from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions
-from tc_autotune.template import workspaces
+from tc_autotune.tuning import autotune
+from tc_autotune import conv2d_space
+from tc_autotune.database import records
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.measure.devices import LocalDevice, RpcDevice, choose_local, parse_indices
+from tc_autotune.measure.dispatch import AllDevicesLost, RunnerFault
+from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
+from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions
+from tc_autotune.templates.tc_gemm.schedule import workspaces
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=1")
@@ -286,7 +289,7 @@ def test_a_build_timeout_restarts_the_pool_and_the_next_batch_still_builds(tmp_p
     it in the pool: the hung one is a build timeout, the others are built by the new pool."""
     import cloudpickle
 
-    from tc_autotune.measure import _run_pickled
+    from tc_autotune.measure.measurer import _run_pickled
 
     space = conv2d_space(SMALL, GPU)
     measurer = LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=0.5), runners=[FakeRunner("cuda:0")])
@@ -314,7 +317,7 @@ def test_a_build_timeout_restarts_the_pool_and_the_next_batch_still_builds(tmp_p
 
 
 def test_runs_go_by_batch_and_cancelled_ones_are_skipped():
-    from tc_autotune.dispatch import Dispatcher
+    from tc_autotune.measure.dispatch import Dispatcher
 
     gate, order, done = threading.Event(), [], []
 
@@ -467,8 +470,8 @@ def _cpu_conv(path, workload, wrong=False):
 
 
 def test_rpc_runner_checks_and_times_on_the_remote_device(tmp_path, monkeypatch, rpc_servers):
-    from tc_autotune import rpc_runner
-    from tc_autotune.rpc_runner import RpcRunner
+    from tc_autotune.measure import rpc_runner
+    from tc_autotune.measure.rpc_runner import RpcRunner
 
     port, start_server = rpc_servers
     server = start_server()
@@ -551,7 +554,7 @@ def test_rpc_candidates_send_no_output_sized_data(tmp_path, monkeypatch, rpc_ser
     """The inputs, reference, NaN template and checker go to the server once per session; per
     candidate only the kernel's library goes up and a few numbers come back (counted by a proxy
     between this process and the server: the server tells the tracker the proxy's address)."""
-    from tc_autotune.rpc_runner import RpcRunner
+    from tc_autotune.measure.rpc_runner import RpcRunner
 
     port, start_server = rpc_servers
     server_port = _free_port()
@@ -591,7 +594,7 @@ def test_rpc_candidates_send_no_output_sized_data(tmp_path, monkeypatch, rpc_ser
 
 
 def test_a_remote_cuda_init_error_is_one_line_with_the_fix():
-    from tc_autotune.rpc_runner import _one_line
+    from tc_autotune.measure.rpc_runner import _one_line
 
     err = RuntimeError("Error caught from RPC call:\nCUDA Runtime Error: cudaErrorInitializationError (3): "
                        "initialization error\n")

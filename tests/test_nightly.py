@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import nightly, records, workloads
-from tc_autotune.autotune import Retimed
-from tc_autotune.gpu import GpuInfo
+from tc_autotune.tuning import nightly
+from tc_autotune.database import records
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.tuning.autotune import Retimed
+from tc_autotune.backends.cuda.gpu import GpuInfo
 
 from synthetic import SyntheticMeasurer
 
@@ -71,7 +73,7 @@ SHIPPED_JOBS = sorted((Path(__file__).resolve().parent.parent / "tuning_logs").g
 def test_every_shipped_job_names_each_workload_once(path):
     """A shape listed twice (under two preset names) was tuned, re-timed and reported twice a
     night: nightly.toml had rfc-1x1-b1 and resnet50-res4-1x1-1024-256-b1, one workload."""
-    from tc_autotune.jobs import _toml
+    from tc_autotune.tuning.jobs import _toml
 
     items = _toml().loads(path.read_text())["workloads"]
     names = [item if isinstance(item, str) else item["name"] for item in items]
@@ -83,7 +85,7 @@ def test_every_shipped_job_names_each_workload_once(path):
 
 
 def test_a_workload_named_twice_is_tuned_once_with_a_warning(tmp_path):
-    from tc_autotune.duplicates import DuplicateWorkloadWarning
+    from tc_autotune.tuning.duplicates import DuplicateWorkloadWarning
 
     path = tmp_path / "job.toml"
     path.write_text('log = "logs/n.jsonl"\nreport_dir = "reports"\nbest_log_dir = "best"\ntrials = 16\n'
@@ -102,7 +104,8 @@ def test_a_workload_named_twice_is_tuned_once_with_a_warning(tmp_path):
 
 
 def test_shipped_dense_job_lists_every_llm_shape_as_a_dense_task():
-    from tc_autotune import dense_workloads, tasks
+    from tc_autotune.workloads import dense as dense_workloads
+    from tc_autotune.core import tasks
 
     job = nightly.load_job(Path(__file__).resolve().parent.parent / "tuning_logs" / "llm-dense.toml")
     names = [e.name for e in job.entries]
@@ -204,7 +207,7 @@ def test_no_valid_record_is_a_failure(tmp_path, monkeypatch):
 
     class AllCrash(SyntheticMeasurer):
         def __call__(self, configs):
-            from tc_autotune.measure import MeasureErrorNo, MeasureResult
+            from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
             return [MeasureResult((), MeasureErrorNo.RUN_ERROR, "crash") for _ in configs]
 
     report = nightly.run_nightly(job, gpu=GPU, measurer_factory=AllCrash, retime=fixed_retime({}))
@@ -290,7 +293,7 @@ def test_a_best_that_loses_to_the_default_is_a_failure(tmp_path):
     assert [r.status for r in report.failed] == ["slower than default"] and len(calls) == 2
     assert report.rows[0].default_ratio == pytest.approx(0.5)
     # the re-timings are records: the best log now holds the default, which won
-    from tc_autotune.space import conv2d_space
+    from tc_autotune.core.space import conv2d_space
 
     best_log = job.best_log_dir / "synthetic-gpu.jsonl"
     config, seconds = records.load_best(best_log, workloads.get("rfc-3x3-b1"))
@@ -334,7 +337,7 @@ def test_the_report_names_the_baseline_it_timed(tmp_path, names, label):
 
 # ---- like with like, and a bad previous report (issue 33) -------------------------------------
 def test_retimes_carry_their_timer_and_the_best_log_keeps_each_timers_figure(tmp_path):
-    from tc_autotune.results import CUDA_GRAPH, TIME_EVALUATOR
+    from tc_autotune.core.results import CUDA_GRAPH, TIME_EVALUATOR
 
     job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
     run(job, retime=lambda w, c: Retimed(1e-4, 1e-3, 5e-5, timer=CUDA_GRAPH))
@@ -386,8 +389,8 @@ def test_a_previous_report_with_a_wrong_typed_field_is_treated_as_absent(tmp_pat
     spec = str(workloads.get("rfc-3x3-b1"))
     run(job, retime=fixed_retime({spec: 1e-4}))  # a good report first: the fallback
     path = _previous(job, json.loads(json.dumps(bad).replace("SPEC", spec)) if isinstance(bad, list) else bad)
-    with caplog.at_level("WARNING", logger="tc_autotune.nightly"):
+    with caplog.at_level("WARNING", logger="tc_autotune.tuning.nightly"):
         report = run(job, retime=fixed_retime({spec: 1.5e-4}))
-    warned = [r.getMessage() for r in caplog.records if r.name == "tc_autotune.nightly" and r.levelname == "WARNING"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "tc_autotune.tuning.nightly" and r.levelname == "WARNING"]
     assert len(warned) == 1 and f"skipping unreadable report {path}" in warned[0]
     assert report.rows[0].previous_s == 1e-4 and [r.status for r in report.failed] == ["regression"]

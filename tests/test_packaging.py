@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import records
+from tc_autotune.database import records
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = {f"tc-{name}": f"tc_autotune.commands.{name}:main"
-            for name in ("tune", "nightly", "benchmark", "records", "study")}
-STUDY_FOLDERS = ("heldout", "validation")  # the studies' logs: 9 MB that nothing installed reads
+COMMANDS = {f"tc-{name}": f"tc_autotune.cli.{name}:main"
+            for name in ("tune", "nightly", "benchmark", "records")}
+STUDY_FOLDERS = ("heldout", "validation")  # the studies' logs (lab/): 9 MB that nothing installed reads
 # What a build of a fresh clone would not see (and what must not be copied back and forth).
 NOT_SOURCES = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache")
 
@@ -92,13 +92,13 @@ def test_a_checkout_finds_the_repositorys_logs(monkeypatch):
 def test_the_wheel_carries_the_shipped_logs_and_not_the_studies(wheel):
     names = _wheel_names(wheel)
     shipped = _shipped_in_checkout()
-    assert {"nvidia-h100-80gb-hbm3.jsonl", "nvidia-h200.jsonl", "heldout.toml", "nightly.toml"} <= set(shipped)
+    assert {"nvidia-h100-80gb-hbm3.jsonl", "nvidia-h200.jsonl", "nightly.toml"} <= set(shipped)
     assert any(name.startswith("history/") for name in shipped)
     in_wheel = sorted(n.removeprefix("tc_autotune/tuning_logs/") for n in names
                       if n.startswith("tc_autotune/tuning_logs/"))
     assert in_wheel == shipped  # every shipped log and job file, nothing else (no study logs)
     assert not [n for n in names for folder in STUDY_FOLDERS if f"/{folder}/" in n]
-    assert not [n for n in names if n.startswith(("tuning_logs/", "tests/", "scripts/"))]
+    assert not [n for n in names if n.startswith(("tuning_logs/", "tests/", "scripts/", "lab/"))]
 
 
 def test_the_wheel_holds_every_module(wheel):
@@ -123,7 +123,8 @@ def test_an_installed_copy_finds_its_logs_inside_itself(site):
     code = """if True:
         import json, os
         import tc_autotune
-        from tc_autotune import records, zero_shot
+        from tc_autotune.database import records
+        from tc_autotune.search import zero_shot
         found = dict(package=tc_autotune.__file__, packaged=str(records.packaged_logs_dir()),
                      shipped=str(records.shipped_logs_dir()),
                      files=[str(f) for f in records.shipped_log_files()],
@@ -141,7 +142,8 @@ def test_an_installed_copy_finds_its_logs_inside_itself(site):
     files = sorted(Path(f).relative_to(logs).as_posix() for f in found["files"])
     assert files == [f for f in _shipped_in_checkout() if f.endswith(".jsonl")]
     assert "nvidia-h100-80gb-hbm3.jsonl" in files and any(f.startswith("history/") for f in files)
-    assert Path(found["heldout"]) == logs / "heldout.toml" and found["heldout_workloads"] > 0
+    # the held-out shapes are the lab's (a checkout's): an installed copy has none to skip
+    assert not Path(found["heldout"]).exists() and found["heldout_workloads"] == 0
     assert found["overridden"] == [None, []]
 
 

@@ -14,8 +14,12 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import tc_autotune as tc  # noqa: E402
-from tc_autotune import apply, build_cache, jobs, tasks, workloads  # noqa: E402
-from tc_autotune.dense_workloads import DenseWorkload  # noqa: E402
+from tc_autotune.database import apply  # noqa: E402
+from tc_autotune.backends.cuda import build_cache
+from tc_autotune.tuning import jobs
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.workloads.dense import DenseWorkload  # noqa: E402
 from tc_autotune.pytorch import FusedConv2d, FusedLinear, fallbacks, ops, reset_fallbacks  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -205,7 +209,7 @@ def test_a_call_finds_its_launch_by_a_cheap_key(monkeypatch):
 
 
 def test_a_launch_refuses_what_it_cannot_read_in_place():
-    from tc_autotune import kernel
+    from tc_autotune.api import kernel
     from tc_autotune.pytorch.launch import TorchLaunch
     import tvm
 
@@ -282,7 +286,7 @@ def test_the_build_server_leaves_torch_out_only_where_it_is_asked_to(tmp_path):
     import os
     import subprocess
 
-    code = ("import tc_autotune.build_server, importlib.util\n"
+    code = ("import tc_autotune.backends.cuda.build_server, importlib.util\n"
             "try:\n    import torch\n    print('torch', torch.__version__)\nexcept ImportError:\n    print('no torch')\n")
     env = {k: v for k, v in os.environ.items() if k != "TC_AUTOTUNE_BUILD_SERVER"}
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

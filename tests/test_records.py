@@ -1,4 +1,4 @@
-"""Tests of the JSONL tuning log (tc_autotune.records): format, robustness, selection."""
+"""Tests of the JSONL tuning log (tc_autotune.database.records): format, robustness, selection."""
 
 from __future__ import annotations
 
@@ -14,19 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune import journal, peaks
-from tc_autotune import records as rec
-from tc_autotune.generator import TEMPLATE_VERSION
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.measure import MeasureErrorNo, MeasureResult
-from tc_autotune.records import Record
-from tc_autotune.results import CUDA_GRAPH, TIME_EVALUATOR
-from tc_autotune.knobs import KNOBS
-from tc_autotune.space import conv2d_space
-from tc_autotune.workloads import get
+from tc_autotune.database import journal
+from tc_autotune.backends.cuda import peaks
+from tc_autotune.database import records as rec
+from tc_autotune.templates.tc_gemm.generator import TEMPLATE_VERSION
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
+from tc_autotune.database.records import Record
+from tc_autotune.core.results import CUDA_GRAPH, TIME_EVALUATOR
+from tc_autotune.templates.tc_gemm.knobs import KNOBS
+from tc_autotune.core.space import conv2d_space
+from tc_autotune.workloads.conv2d import get
 
 REPO = Path(__file__).resolve().parents[1]
-LOGGER = "tc_autotune.records"
+LOGGER = "tc_autotune.database.records"
 
 WL = get("tutorial")
 OTHER_WL = get("rfc-1x1-b32")
@@ -286,18 +287,18 @@ def test_invalid_utf8_line_is_skipped(tmp_path, caplog):
     assert [f"{log}:2:" in w.getMessage() for w in warnings_of(caplog)] == [True]
 
 
-# The writers import no module that imports tvm (tc_autotune.results, not .measure, holds
+# The writers import no module that imports tvm (tc_autotune.core.results, not .measure, holds
 # MeasureResult; tasks holds the template versions): they start in a fraction of a second.
 _WRITER = textwrap.dedent("""
     import os
     import sys
     import time
-    from tc_autotune import records as rec
-    from tc_autotune.gpu import gpu_for_arch
-    from tc_autotune.results import MeasureResult
-    from tc_autotune.records import Record
-    from tc_autotune.space import conv2d_space
-    from tc_autotune.workloads import get
+    from tc_autotune.database import records as rec
+    from tc_autotune.backends.cuda.gpu import gpu_for_arch
+    from tc_autotune.core.results import MeasureResult
+    from tc_autotune.database.records import Record
+    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.workloads.conv2d import get
 
     path, tag = sys.argv[1], sys.argv[2]
     space = conv2d_space(get("tutorial"), gpu_for_arch("sm_90"))
@@ -543,7 +544,7 @@ def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
 def test_records_written_before_the_newer_knobs_read_back_with_their_defaults():
     from dataclasses import replace
 
-    from tc_autotune.space import KNOB_DEFAULTS
+    from tc_autotune.core.space import KNOB_DEFAULTS
 
     config = replace(CONFIGS[0], **KNOB_DEFAULTS)
     entity = SPACE.to_entity(config)
@@ -597,13 +598,13 @@ def _stride(knob: str) -> int:
 _KILLABLE_WRITER = textwrap.dedent("""
     import os
     import sys
-    from tc_autotune import records as rec
-    from tc_autotune.gpu import gpu_for_arch
-    from tc_autotune.records import Record
-    from tc_autotune.results import MeasureResult
-    from tc_autotune.space import conv2d_space
-    from tc_autotune.tasks import CONV2D
-    from tc_autotune.workloads import get
+    from tc_autotune.database import records as rec
+    from tc_autotune.backends.cuda.gpu import gpu_for_arch
+    from tc_autotune.database.records import Record
+    from tc_autotune.core.results import MeasureResult
+    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.core.tasks import CONV2D
+    from tc_autotune.workloads.conv2d import get
 
     TEMPLATE_VERSION = CONV2D.template_version  # generator.TEMPLATE_VERSION, without importing tvm
     path, tag = sys.argv[1], sys.argv[2]

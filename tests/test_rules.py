@@ -5,11 +5,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune import intrinsic_paths, workloads
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.knobs import KNOBS, Conv2dConfig
-from tc_autotune.rules import derive, values_of_config
-from tc_autotune.space import ConfigSpace, positions_from_configs, positions_from_indices, valid_mask
+from tc_autotune.templates.tc_gemm import intrinsic_paths
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.templates.tc_gemm.knobs import KNOBS, Conv2dConfig
+from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
+from tc_autotune.core.space import ConfigSpace, positions_from_configs, positions_from_indices, valid_mask
 
 SPACE = ConfigSpace(workloads.get("tutorial"), gpu_for_arch("sm_90"))
 
@@ -166,7 +167,7 @@ def test_the_default_config_is_never_warp_specialized():
     """A default is the kernel for shapes nobody tuned: it must be one measured across many shapes.
     Even a table of unpadded wgmma tiles, where the prior's best valid config is a
     warp-specialized one (found by brute force here), defaults to a config without the knob."""
-    from tc_autotune.prior import prior_score
+    from tc_autotune.templates.tc_gemm.prior import prior_score
 
     assert SPACE.default_config().intrinsic == "wmma"
     space = ConfigSpace(SPACE.workload, SPACE.gpu, _path_table("wgmma", offset_c=0, vec_c=1))

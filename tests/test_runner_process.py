@@ -11,12 +11,14 @@ from dataclasses import replace
 import pytest
 
 import runner_stubs
-from tc_autotune import conv2d_space, runner, workloads
-from tc_autotune.devices import LocalDevice
-from tc_autotune.dispatch import RunnerFault
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.measure import LocalMeasurer, MeasureErrorNo, MeasureOptions
-from tc_autotune.runner import LocalRunner
+from tc_autotune import conv2d_space
+from tc_autotune.measure import runner
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.measure.devices import LocalDevice
+from tc_autotune.measure.dispatch import RunnerFault
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions
+from tc_autotune.measure.runner import LocalRunner
 
 OPTIONS = MeasureOptions(build_workers=1, run_timeout=600)  # only a hung stand-in reaches it
 

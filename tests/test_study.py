@@ -4,10 +4,11 @@ import math
 
 import pytest
 
-from tc_autotune import records, study
-from tc_autotune.gpu import GpuInfo
-from tc_autotune.space import conv2d_space
-from tc_autotune.workloads import Conv2dWorkload
+from tc_autotune.database import records
+from lab import study
+from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.core.space import conv2d_space
+from tc_autotune.workloads.conv2d import Conv2dWorkload
 
 from synthetic import SyntheticMeasurer
 
@@ -58,12 +59,12 @@ def test_best_after_n_is_the_best_of_the_first_n_records(tmp_path):
 
 
 def test_arm_configs_and_report_from_timed_rows(tmp_path, monkeypatch):
-    import tc_autotune.zero_shot
+    import tc_autotune.search.zero_shot
 
     tune(tmp_path)
     space = conv2d_space(A, GPU)
     predicted = space.sample(1, seed=3)[0]
-    monkeypatch.setattr(tc_autotune.zero_shot, "zero_shot_config", lambda w, gpu, logs=None: predicted)
+    monkeypatch.setattr(tc_autotune.search.zero_shot, "zero_shot_config", lambda w, gpu, logs=None: predicted)
     configs, logged = study.arm_configs(A, tmp_path, GPU, checkpoints=(8, 24), plain_trials=16)
     assert configs["zero-shot"] == predicted and configs["default"] == space.default_config()
     assert set(logged) == {"8 transfer", "24 transfer", "16 no transfer"}
@@ -89,9 +90,9 @@ def test_arm_configs_and_report_from_timed_rows(tmp_path, monkeypatch):
 
 
 def test_another_tuner_gets_a_transfer_log_of_its_own_and_its_own_columns(tmp_path, monkeypatch):
-    import tc_autotune.zero_shot
+    import tc_autotune.search.zero_shot
 
-    monkeypatch.setattr(tc_autotune.zero_shot, "zero_shot_config", lambda w, gpu, logs=None: None)
+    monkeypatch.setattr(tc_autotune.search.zero_shot, "zero_shot_config", lambda w, gpu, logs=None: None)
     tune(tmp_path)
     tune(tmp_path, tuner="xgb-joint")
     joint, plain = study.arm_logs(tmp_path, A, "xgb-joint")
@@ -104,14 +105,15 @@ def test_another_tuner_gets_a_transfer_log_of_its_own_and_its_own_columns(tmp_pa
 
 @pytest.mark.parametrize("folder", ["heldout", "validation"])
 def test_the_shipped_study_logs_are_read_by_nothing_that_learns(monkeypatch, folder):
-    """The held-out and validation studies' logs (tuning_logs/heldout/, validation/) must never
+    """The held-out and validation studies' logs (lab/heldout/, lab/validation/) must never
     become shipped logs: apply, transfer and the zero-shot model read only shipped_log_files()."""
     from pathlib import Path
 
-    from tc_autotune.apply import shipped_log_files
+    from tc_autotune.database.apply import shipped_log_files
 
     monkeypatch.delenv("TC_AUTOTUNE_SHIPPED_LOGS")
-    study_dir = (Path(__file__).resolve().parent.parent / "tuning_logs" / folder).resolve()
+    root = Path(__file__).resolve().parent.parent
+    study_dir = (root / "lab" / folder).resolve()
     files = [f.resolve() for f in shipped_log_files()]
-    assert files and study_dir.parent in [f.parent for f in files]
-    assert not [f for f in files if study_dir in f.parents]
+    assert study_dir.is_dir() and files and (root / "tuning_logs").resolve() in [f.parent for f in files]
+    assert not [f for f in files if study_dir in f.parents or "lab" in f.relative_to(root).parts]

@@ -14,9 +14,13 @@ import tvm
 
 import fake_cuda
 from synthetic import SyntheticMeasurer
-from tc_autotune import autotune, baseline, benchmark, nightly, records, tasks, workloads
-from tc_autotune.gpu import GpuInfo
-from tc_autotune.results import CUDA_GRAPH, MeasureResult
+from tc_autotune.tuning import autotune, benchmark, nightly
+from tc_autotune.measure import baseline
+from tc_autotune.database import records
+from tc_autotune.core import tasks
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.core.results import CUDA_GRAPH, MeasureResult
 
 WL = workloads.get("n=1,h=8,c=16,k=16,r=3,pad=1")
 
@@ -62,7 +66,7 @@ def test_where_capture_fails_eager_launches_are_timed_with_a_warning(monkeypatch
     gpu = fake_cuda.FakeCuda(fail_capture=True)
     monkeypatch.setitem(sys.modules, "torch", fake_cuda.fake_torch(gpu))
     run = Launches(gpu, 0.05)
-    with caplog.at_level(logging.WARNING, logger="tc_autotune.baseline"):
+    with caplog.at_level(logging.WARNING, logger="tc_autotune.measure.baseline"):
         times = baseline.time_launches(run, number=20, repeat=4, warmup=2, min_repeat_ms=10)
     assert times == pytest.approx([5e-5] * 4)
     assert run.calls == 2 + 20 + (1 + 4) * 200  # each repeat launches all 200 itself
@@ -223,7 +227,7 @@ def test_retiming_times_each_distinct_config_once_beside_the_baseline_on_the_sam
     timed, cudnn_s = autotune.time_configs(WL, {"tuned": default, "default": default}, repeat=5)
     assert timed == {"tuned": pytest.approx(3e-5), "default": pytest.approx(3e-5)} and len(retiming["built"]) == 1
     retiming["seconds"][wrong] = "wrong"
-    with caplog.at_level(logging.ERROR, logger="tc_autotune.autotune"):
+    with caplog.at_level(logging.ERROR, logger="tc_autotune.tuning.autotune"):
         timed, _ = autotune.time_configs(WL, {"tuned": wrong, "default": default}, repeat=5)
     assert timed["tuned"] is None and timed["default"] == pytest.approx(3e-5)
     assert "gives a wrong result" in caplog.text

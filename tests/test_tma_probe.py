@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from probes import tma_wgmma_probe as probe
-from tc_autotune.cuda import find_nvcc
+from tc_autotune.backends.cuda.nvcc import find_nvcc
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (set CUDA_HOME or put nvcc on PATH)")
 def test_probe_compiles_and_links_for_sm_90a_with_the_packages_wgmma(tmp_path):
-    from tc_autotune.intrinsics import COL_MAJOR, ROW_MAJOR, _wgmma_source
+    from tc_autotune.templates.tc_gemm.intrinsics import COL_MAJOR, ROW_MAJOR, _wgmma_source
 
     binary, ptxas = probe.build(tmp_path, find_nvcc())
     assert binary.read_bytes()[:4] == b"\x7fELF"  # a linked host executable
@@ -63,9 +63,9 @@ def test_tvm_passes_a_host_encoded_tensor_map_to_the_packages_wgmma_kernel():
     from tvm.backend.cuda.op import cuda_func_call
     from tvm.script import tirx as T
 
-    from tc_autotune import cuda
-    from tc_autotune.generator import DENSE_IN_FLIGHT_PROBES, probe_kernels
-    from tc_autotune.template import PASS_CONFIG, dense_view, schedule_gemm
+    from tc_autotune.backends.cuda import nvcc as cuda
+    from tc_autotune.templates.tc_gemm.generator import DENSE_IN_FLIGHT_PROBES, probe_kernels
+    from tc_autotune.templates.tc_gemm.schedule import PASS_CONFIG, dense_view, schedule_gemm
 
     workload, config = next((w, c) for w, c in probe_kernels(DENSE_IN_FLIGHT_PROBES) if w.b_layout == "nk")
     func = schedule_gemm(dense_view(workload), config)["main"]

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 import tc_autotune as tc
-from tc_autotune import epilogue, functional, kernel, tasks, workloads
-from tc_autotune.apply import dense_workload_of, workload_of
-from tc_autotune.dense_workloads import DenseWorkload
+from tc_autotune.workloads import epilogue, conv2d as workloads
+from tc_autotune.api import functional, kernel
+from tc_autotune.core import tasks
+from tc_autotune.database.apply import dense_workload_of, workload_of
+from tc_autotune.workloads.dense import DenseWorkload
 
 CONV = workloads.get("n=2,h=4,c=16,k=32,r=1,out_dtype=float16,epilogue=bias_residual_relu")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune.gpu import local_gpu
+from tc_autotune.backends.cuda.gpu import local_gpu
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "tune.py"
 

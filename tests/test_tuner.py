@@ -16,13 +16,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from tc_autotune import workloads
-from tc_autotune.cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, config_features,
-                                    normalise_per_group, positions_from_indices, valid_mask)
-from tc_autotune.gpu import gpu_for_arch
-from tc_autotune.measure import MeasureErrorNo, MeasureResult
-from tc_autotune.space import ConfigSpace, Conv2dConfig, conv2d_space
-from tc_autotune.tuner import GridTuner, RandomTuner, XGBTuner, progress_logger
+from tc_autotune.workloads import conv2d as workloads
+from tc_autotune.search.cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, config_features,
+    normalise_per_group, positions_from_indices, valid_mask)
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
+from tc_autotune.core.space import ConfigSpace, Conv2dConfig, conv2d_space
+from tc_autotune.search.tuner import GridTuner, RandomTuner, XGBTuner, progress_logger
 
 GPU = gpu_for_arch("sm_90")
 TUNERS = (RandomTuner, GridTuner, XGBTuner)
@@ -39,7 +39,7 @@ def space_of(name: str) -> ConfigSpace:
 def plain_space_of(name: str) -> ConfigSpace:
     """``space_of`` without warp-specialized configs: the synthetic objective has no model of that
     kernel, so they would time as their warp_specialized=0 twins (duplicates a GPU tells apart)."""
-    from tc_autotune.knobs import KNOBS
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     return ConfigSpace(workloads.get(name), GPU, {**KNOBS, "warp_specialized": (0,)})
 
@@ -126,7 +126,7 @@ def small_space() -> ConfigSpace:
 def test_features_are_vectorised_finite_and_transferable(monkeypatch):
     """Featurising is cheap because it is vectorised: 10k configs go through the rule table's
     derivation once, as one block of rows (counted, not timed: CI machines are loaded)."""
-    from tc_autotune import cost_model
+    from tc_autotune.search import cost_model
 
     space = space_of("tutorial")
     configs = [space.get(int(i)) for i in np.random.default_rng(0).integers(0, len(space), 10_000)]
@@ -164,7 +164,7 @@ def test_vectorised_validity_agrees_with_the_space(name):
 def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
     """Near the mma and wgmma paths (16x16x16, unpadded; the warpgroup, chunk and fragment
     knobs left free), where uniform samples of the whole space rarely land."""
-    from tc_autotune.space import KNOBS
+    from tc_autotune.core.space import KNOBS
 
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
@@ -182,7 +182,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     """The warp-specialized kernel's own knobs (consumers along M, B multicast, ping-pong, TMA im2col,
     setmaxnreg, split-K, stages, tilings) free around its required values, where their rules interact."""
-    from tc_autotune.space import KNOBS
+    from tc_autotune.core.space import KNOBS
 
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
@@ -431,7 +431,7 @@ def test_transfer_runs_hedge_with_the_prior_until_their_own_results_arrive(monke
 
 
 def test_tuner_names_build_their_variants():
-    from tc_autotune.tuner import XGB_VARIANTS, make_tuner
+    from tc_autotune.search.tuner import XGB_VARIANTS, make_tuner
     space = space_of("tutorial")
     made = {name: make_tuner(name, space, seed=0) for name in XGB_VARIANTS}
     assert made["xgb"].transfer == "residual" and made["xgb"].model.half_life == 64
@@ -445,7 +445,7 @@ def test_annealing_one_batch_costs_steps_times_chains_not_the_space(monkeypatch)
     """One batch on a 1.6G-config space is one annealing run: one vectorised prediction per
     step for all chains at once (n_steps + 1 calls of at most n_chains rows), and no full-space
     scan.  Counted, not timed (CI machines are loaded)."""
-    from tc_autotune import tuner as tuner_module
+    from tc_autotune.search import tuner as tuner_module
 
     space = space_of("tutorial")
     assert len(space) > 2_000_000
@@ -504,8 +504,8 @@ def test_a_move_onto_the_mma_or_wgmma_path_lands_on_a_valid_config():
     step must give its twin on that path, not an invalid point the search would reject."""
     from dataclasses import replace
 
-    from tc_autotune.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.tuner import _with_intrinsic_requirements
+    from tc_autotune.search.cost_model import indices_from_positions, positions_from_configs
+    from tc_autotune.search.tuner import _with_intrinsic_requirements
 
     space = space_of("tutorial")
     wmma = replace(space.default_config(), wmma="m32n8k16", warp_row_tiles=4, warp_col_tiles=4,
@@ -528,8 +528,8 @@ def test_a_move_off_the_wgmma_path_leaves_its_knobs_behind(knobs):
     """wgmma_in_flight and warp_specialized belong to the wgmma path: a move off it resets them."""
     from dataclasses import replace
 
-    from tc_autotune.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.tuner import _with_intrinsic_requirements
+    from tc_autotune.search.cost_model import indices_from_positions, positions_from_configs
+    from tc_autotune.search.tuner import _with_intrinsic_requirements
 
     space = space_of("tutorial")
     wgmma = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
@@ -560,7 +560,7 @@ def test_fragment_load_conflict_features_rate_swizzled_and_padded_tiles():
 def test_a_workload_with_few_valid_configs_is_sampled_never_scanned(monkeypatch):
     """ResNet-50's conv1 (3 input channels: vec_a=1 only) made the tuner scan all 268M
     configs when its draws came up short: two minutes per nightly workload on an H100."""
-    from tc_autotune import tuner as tuner_module
+    from tc_autotune.search import tuner as tuner_module
 
     def no_scan(self):
         raise AssertionError("full-space scan")
@@ -578,7 +578,7 @@ def test_draws_that_come_up_short_scan_a_small_space_but_never_a_large_one(monke
     """The whole-space scan guard (``len(space) <= _SCAN_LIMIT``): when every random draw comes up
     empty, a small space is listed whole and picked from; a large one (1.6G configs) never is.
     Draws are made to come up empty (the mask rejects every drawn row), so each guard is reached."""
-    from tc_autotune import tuner as tuner_module
+    from tc_autotune.search import tuner as tuner_module
 
     scans = []
     small, large = small_space(), space_of("tutorial")
@@ -610,7 +610,7 @@ def test_default_config_is_cheap_and_small_uncached(monkeypatch):
     offset-fixed configs (let alone the space): rows counted, memory traced, no clock."""
     import tracemalloc
 
-    from tc_autotune import space as space_module
+    from tc_autotune.core import space as space_module
 
     space_module._default_config.cache_clear()
     space = space_of("tutorial")
@@ -663,7 +663,7 @@ def test_tuning_32_trials_with_a_fake_runner_does_bounded_work(tuner_cls, name, 
     """32 trials are 2 batches of 16, each measured once, and the configs the search checks
     are bounded by its draw budget (a few rounds of _CHUNK draws a batch), never a scan of the
     space (268M configs for conv1, whose valid configs are rare).  Counted, not timed."""
-    from tc_autotune import tuner as tuner_module
+    from tc_autotune.search import tuner as tuner_module
 
     space = space_of(name)
     checked, batches = [], []

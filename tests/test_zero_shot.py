@@ -1,4 +1,4 @@
-"""Zero-shot configs for untuned workloads (tc_autotune.zero_shot): CPU only, shipped logs.
+"""Zero-shot configs for untuned workloads (tc_autotune.search.zero_shot): CPU only, shipped logs.
 
 Validity, determinism (repeat calls, cold vs warm cache), the GPU -> arch fallback, no data,
 the disk cache (reused, invalidated by a log's content), the held-out shapes kept out of
@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tc_autotune import records, zero_shot
-from tc_autotune.apply import packaged_logs_dir
-from tc_autotune.gpu import GpuInfo
-from tc_autotune.nightly import load_job
-from tc_autotune.space import conv2d_space
-from tc_autotune.workloads import Conv2dWorkload, get
+from tc_autotune.database import records
+from tc_autotune.search import zero_shot
+from tc_autotune.database.apply import packaged_logs_dir
+from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.tuning.nightly import load_job
+from tc_autotune.core.space import conv2d_space
+from tc_autotune.workloads.conv2d import Conv2dWorkload, get
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "sm_90", 132)
 H200_NAME = "NVIDIA H200"

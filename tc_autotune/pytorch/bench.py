@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from .. import build_cache, functional, workloads
+from ..backends.cuda import build_cache
+from ..api import functional
+from .. import workloads
 from . import models, ops
 from .modules import FusedConv2d
 from .optimize import optimize

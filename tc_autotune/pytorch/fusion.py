@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from ..dense_workloads import DenseWorkload
-from ..workloads import Conv2dWorkload
+from ..workloads.dense import DenseWorkload
+from ..workloads.conv2d import Conv2dWorkload
 
 _ADDS = (operator.add, operator.iadd, torch.add)
 _RELUS = (F.relu, torch.relu, torch.relu_)

@@ -15,7 +15,7 @@ import threading
 
 import torch
 
-from .. import tasks
+from ..core import tasks
 
 ALIGNMENT = 64  # bytes: what TVM's buffers assume of every pointer (torch's allocator gives 512)
 

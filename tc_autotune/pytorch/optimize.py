@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import torch
 from torch import fx, nn
 
-from .. import build_cache
+from ..backends.cuda import build_cache
 from . import fusion
 from .modules import FusedConv2d, FusedLinear
 

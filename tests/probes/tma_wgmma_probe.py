@@ -39,11 +39,11 @@ def package_header() -> str:
     waiting call for 128 columns of an MN-major (row_major) B, two 64-column atoms."""
     import tvm
 
-    from tc_autotune.intrinsics import COL_MAJOR, ROW_MAJOR, _wgmma_source, wgmma_drain
+    from tc_autotune.templates.tc_gemm.intrinsics import COL_MAJOR, ROW_MAJOR, _wgmma_source, wgmma_drain
 
     drain = wgmma_drain(tvm.tirx.Var("c", "handle"), 4).value.args[-1].value
     return "\n".join([
-        "// Written by tests/probes/tma_wgmma_probe.py from tc_autotune.intrinsics: do not edit.",
+        "// Written by tests/probes/tma_wgmma_probe.py from tc_autotune.templates.tc_gemm.intrinsics: do not edit.",
         "#pragma once", "#include <mma.h>",
         _wgmma_source(64, COL_MAJOR), _wgmma_source(64, COL_MAJOR, in_flight=True), drain,
         _wgmma_source(128, ROW_MAJOR)])
@@ -145,7 +145,7 @@ def mismatches(got: dict, want: dict) -> list[str]:
 def main() -> int:
     import tempfile
 
-    from tc_autotune.cuda import find_nvcc
+    from tc_autotune.backends.cuda.nvcc import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:

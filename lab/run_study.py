@@ -1,0 +1,18 @@
+#!/usr/bin/env python
+"""``python scripts/study.py ...`` from a checkout: the tc-study command (lab.study_cli),
+which an installed package has on PATH.  ``--help`` gives its usage and exit codes."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a checkout
+
+from lab import study_cli as command  # noqa: E402  (no TVM import: fast argument errors)
+
+
+def main(argv=None) -> int:
+    return command.main(argv, prog="study.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

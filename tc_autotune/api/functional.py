@@ -1,0 +1,73 @@
+"""``tc.conv2d`` and ``tc.dense``: a tuned kernel called on arrays, the workload read from them.
+
+The kernel of a workload is the one ``build`` would make with no config (best record of the
+active logs, else zero-shot), taken from the disk cache (``build_cache``) and kept for the
+process.  torch tensors on a GPU take the cached launch of ``pytorch.ops`` (no workload is made
+or parsed per call, and ``torch.compile`` sees the ``tc_autotune`` custom ops); numpy, TVM and
+other DLPack arrays go through ``Conv2dKernel.__call__``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ..backends.cuda import build_cache
+from ..database.apply import active_logs, dense_workload_of, workload_of
+from ..workloads.epilogue import of_inputs as epilogue_of
+from .kernel import _gpu_of, _is_torch, require_gpu
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_kernel(workload, logs: tuple[tuple[str, bool], ...]):
+    return build_cache.kernel(workload, logs=logs)
+
+
+def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *,
+           scale=None, bias=None, residual=None, activation=None, out=None):
+    """NHWC conv2d on Tensor Cores with the fused epilogue that the given ``scale``, ``bias``,
+    ``residual`` and ``activation`` ("relu", "gelu") spell: the workload comes from the arrays,
+    the kernel from the best record (built once per workload and log set).  Returns ``out``
+    (written in place) or a new torch tensor for torch inputs, else a TVM tensor."""
+    if _on_torch_gpu(data):  # the cached launch: no spec parsed, no workload made per call
+        from ..pytorch import ops
+
+        return ops.conv2d_nhwc(data, weight, scale, bias, residual, stride, padding, dilation, activation,
+                               out_dtype, out=out, fallback=False)
+    fused = epilogue_of(scale, bias, residual, activation)
+    workload = workload_of(data, weight, stride, padding, dilation, out_dtype, str(fused))
+    return _run(workload, out, data, weight, scale, bias, residual)
+
+
+def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bias=None, residual=None,
+          activation=None, out=None):
+    """``a @ weight.T`` for an (N, K) ``weight`` (``weight_layout="nk"``, nn.Linear's) or
+    ``a @ weight`` for a (K, N) one ("kn"), ``a`` (M, K) or (batch, M, K), with a fused
+    epilogue, as ``conv2d``."""
+    if weight_layout == "nk" and len(a.shape) == 2 and _on_torch_gpu(a):
+        from ..pytorch import ops
+
+        return ops.dense_nk(a, weight, scale, bias, residual, activation, out_dtype, out=out, fallback=False)
+    fused = epilogue_of(scale, bias, residual, activation)
+    workload = dense_workload_of(a, weight, weight_layout, out_dtype, str(fused))
+    return _run(workload, out, a, weight, scale, bias, residual)
+
+
+@functools.cache
+def _torch_ops():
+    """``tc_autotune.pytorch.ops``, imported on first use (it imports torch), then looked up
+    for a few tens of nanoseconds instead of an import statement's ~0.4 us per call."""
+    from ..pytorch import ops
+
+    return ops
+
+
+def _on_torch_gpu(tensor) -> bool:
+    return getattr(tensor, "is_cuda", False) and _is_torch(tensor)
+
+
+def _run(workload, out, *inputs):
+    """The cached kernel of ``workload`` on the operands and the epilogue's given inputs."""
+    if _gpu_of(inputs) is None:
+        require_gpu()  # host operands go to GPU 0: say there is none before building a kernel
+    kernel = _cached_kernel(workload, active_logs())
+    return kernel(*(x for x in inputs if x is not None), out=out)

@@ -1,0 +1,288 @@
+"""``build_conv2d`` and ``build_dense``: the template applied to one workload and config,
+ready to run.  One kernel class serves every task: its tensors are the task's signature."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+import tvm_ffi
+
+from ..backends.cuda import nvcc, tensormap
+from ..core import tasks
+from ..database.apply import best_or_default_config
+from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, gpu_for_arch, probe_local_gpu
+from ..templates.tc_gemm.intrinsic_paths import get as intrinsic_path
+from ..workloads.dense import DenseWorkload
+from ..core.space import Conv2dConfig
+from ..templates.tc_gemm.schedule import workspace_shape, workspaces
+from ..workloads.conv2d import Conv2dWorkload, get
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Conv2dKernel:
+    """A built kernel of any task: call it with the task's inputs (numpy, TVM or torch
+    tensors): conv2d NHWC data and HWIO weights, dense A and weight, then a fused epilogue's
+    (scale, bias, residual: ``tasks.Task.signature``)."""
+
+    workload: Conv2dWorkload | DenseWorkload
+    config: Conv2dConfig
+    target: tvm.target.Target
+    executable: object  # tvm.runtime.Executable, or the runtime Module loaded from the build cache
+    cubin: bytes
+    source_path: str | None = None  # the CUDA source of a loaded module (its library keeps none)
+    _workspaces: tuple = field(default=(), repr=False, compare=False)
+    _main: object = field(default=None, repr=False, compare=False)
+    _torch_launches: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def module(self):
+        """The runtime module (host code importing the CUDA module)."""
+        return getattr(self.executable, "mod", self.executable)
+
+    @property
+    def workspace_shape(self) -> tuple[int, int, int] | None:
+        """fp32 split-K partial sums (the first workspace), None without split-K."""
+        return workspace_shape(self.workload, self.config)
+
+    @property
+    def workspaces(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype) of each buffer the kernel takes after ``out``: split-K partial sums,
+        fp16 copies of fp32 data and weight.  Allocated on first use, reused by every call."""
+        return workspaces(self.workload, self.config)
+
+    def _extra_args(self, dev) -> tuple:
+        specs = self.workspaces
+        if len(self._workspaces) != len(specs) or any(w.device != dev for w in self._workspaces):
+            self._workspaces = tuple(tvm.runtime.empty(shape, dtype, device=dev) for shape, dtype in specs)
+        return self._workspaces
+
+    @property
+    def cuda_source(self) -> str:
+        if self.source_path is not None:
+            with open(self.source_path) as f:
+                return f.read()
+        return self.module.imports[0].inspect_source()
+
+    @property
+    def arch(self) -> str:
+        return str(self.target.attrs["arch"])
+
+    def _function(self):
+        """The kernel's host function, looked up once (loading compiles: our callback serves
+        the cached cubin for this kernel's arch, sm_90a for wgmma)."""
+        if self._main is None:
+            nvcc.install_compile_callback()
+            tensormap.register()  # what TMA im2col kernels' host code calls (a loaded module too)
+            with self.target:
+                self._main = self.module["main"]
+        return self._main
+
+    def torch_launch(self, device):
+        """The kernel bound to torch's CUDA ``device`` (``pytorch.launch.TorchLaunch``): the
+        fast path for torch tensors, made once per device."""
+        launch = self._torch_launches.get(device)
+        if launch is None:
+            from ..pytorch.launch import TorchLaunch
+
+            launch = self._torch_launches[device] = TorchLaunch(self, device)
+        return launch
+
+    def __call__(self, *args, out=None, device=None):
+        """Run once on the task's inputs (``args``; the output may follow them) and return
+        ``out``, allocated when not given.
+
+        numpy arrays are copied to the GPU; TVM, torch and other DLPack tensors are used in
+        place, so one that would need a copy (non-contiguous, misaligned, on another device,
+        another dtype or shape) is a ValueError.  With a torch tensor among them the kernel
+        runs on torch's current stream and returns a torch tensor (``out`` itself, else one
+        torch allocates); numpy arrays do not mix with torch tensors (a hidden copy per call).
+        """
+        if device is None and args and getattr(args[0], "is_cuda", False) and _is_torch(args[0]):
+            launch = self.torch_launch(args[0].device)  # the fast path: checks, then the call
+            if len(args) == len(launch.shapes) + 1 and out is None:
+                *args, out = args
+            return launch(*args, out=out)
+        *specs, (name, shape, dtype) = tasks.of(self.workload).signature(self.workload)
+        if len(args) == len(specs) + 1 and out is None:
+            *args, out = args
+        if len(args) != len(specs):
+            raise TypeError(f"the kernel of {self.workload} takes {', '.join(s[0] for s in specs)} "
+                            f"[, out], got {len(args)} arrays")
+        torch_in = next((a for a in (*args, out) if _is_torch(a)), None)
+        if torch_in is not None:
+            if any(isinstance(a, np.ndarray) for a in (*args, out)):
+                raise ValueError("torch tensors and numpy arrays do not mix: pass every input as a torch "
+                                 "tensor on the GPU (numpy arrays would be copied to it on every call)")
+            if out is None:
+                torch = sys.modules["torch"]
+                out = torch.empty(shape, dtype=getattr(torch, dtype), device=torch_in.device)
+        dev = require_gpu(device or _gpu_of(args) or tvm.cuda(0))
+        inputs = [_as_tensor(value, *spec, dev) for value, spec in zip(args, specs)]
+        result = tvm.runtime.empty(shape, dtype, device=dev) if out is None else out
+        out_tensor = _as_tensor(result, name, shape, dtype, dev)
+        with _torch_stream(dev) if torch_in is not None else contextlib.nullcontext():
+            self._function()(*inputs, out_tensor, *self._extra_args(dev))
+        return out_tensor if isinstance(result, np.ndarray) else result
+
+    def time_evaluator(self, device=None, **kwargs):
+        """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
+        dev = require_gpu(device or tvm.cuda(0))
+        self._function()
+        evaluator = self.module.time_evaluator("main", dev, **kwargs)
+        extra = self._extra_args(dev)
+        return lambda *args: evaluator(*args, *extra)  # args: the inputs, then out
+
+
+def require_gpu(dev=None):
+    """``dev`` (default: CUDA GPU 0), when it is a CUDA device that exists; else NoGpuError with
+    the package's message (TVM's own, "Device API cuda is not enabled", comes from deep inside
+    its runtime, after the kernel was built for nothing)."""
+    dev = tvm.cuda(0) if dev is None else dev
+    if dev.dlpack_device_type() == tvm_ffi.DLDeviceType.kDLCUDA and not dev.exist:
+        probe = probe_local_gpu()
+        if probe.gpu is not None:
+            raise NoGpuError(f"there is no CUDA GPU {dev.index} here (GPU 0 is a {probe.gpu.name})")
+        raise NoGpuError(f"{probe.no_gpu_message()}: running a kernel needs one; building works without "
+                         "(build_conv2d(workload, target='sm_90'))")
+    return dev
+
+
+def _is_torch(value) -> bool:
+    torch = sys.modules.get("torch")  # a torch tensor means torch is imported: never import it here
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _gpu_of(values):
+    """The GPU of the first DLPack tensor on one (a tensor on cuda:1 runs there), else None."""
+    for value in values:
+        kind, index = getattr(value, "__dlpack_device__", lambda: (None, None))()
+        if kind == tvm_ffi.DLDeviceType.kDLCUDA:
+            return tvm.cuda(index)
+    return None
+
+
+def _torch_stream(dev):
+    """Launch on torch's current stream of GPU ``dev``: ordered with torch's work on it."""
+    if dev.dlpack_device_type() != tvm_ffi.DLDeviceType.kDLCUDA:
+        return contextlib.nullcontext()
+    torch = sys.modules["torch"]
+    return tvm_ffi.use_raw_stream(dev, torch.cuda.current_stream(dev.index).cuda_stream)
+
+
+def _as_tensor(value, name, shape, dtype, dev):
+    """``value`` as the TVM tensor the kernel takes: numpy copied to ``dev``, a DLPack tensor
+    viewed in place; ValueError (naming the argument) for anything that does not fit."""
+    if isinstance(value, np.ndarray):
+        value = tvm.runtime.tensor(value, device=dev)
+    elif not isinstance(value, tvm.runtime.Tensor):
+        value = _from_dlpack(value, name)
+    if tuple(value.shape) != tuple(shape) or str(value.dtype) != dtype:
+        raise ValueError(f"{name} must be {dtype}{list(shape)}, got {value.dtype}{list(value.shape)}")
+    if value.device != dev:
+        raise ValueError(f"{name} is on {value.device} but the kernel runs on {dev}: move it there "
+                         "(nothing is copied for you)")
+    return value
+
+
+def _from_dlpack(value, name):
+    """A zero-copy TVM view of a torch (or other DLPack) tensor; ValueError where that is impossible."""
+    if _is_torch(value) and value.requires_grad:
+        value = value.detach()  # inference only: DLPack refuses tensors that require grad
+    if not getattr(value, "is_contiguous", lambda: True)():
+        raise ValueError(f"{name} is not contiguous (a permuted or sliced view): the kernel reads it in "
+                         "place, call .contiguous() first")
+    try:
+        return tvm.runtime.from_dlpack(value)
+    except (RuntimeError, ValueError, TypeError, BufferError) as err:
+        raise ValueError(f"{name} cannot be read in place: {err}") from None
+
+
+DenseKernel = Conv2dKernel  # what build_dense returns: the same class
+
+
+def resolve_config(workload, config, gpu: GpuInfo) -> Conv2dConfig:
+    """A Conv2dConfig from a config, a knob dict or a space index; ValueError if invalid."""
+    space = tasks.of(workload).space(workload, gpu)
+    if isinstance(config, int):
+        config = space.get(config)
+    elif isinstance(config, dict):
+        config = space.from_entity(config) if "entity" in config else space.from_dict(config)
+    elif not isinstance(config, Conv2dConfig):
+        raise ValueError(f"config must be a Conv2dConfig, a dict or an index, got {type(config).__name__}")
+    space.index(config)  # raises for values outside the space
+    reason = space.why_invalid(config)
+    if reason:
+        raise ValueError(f"config is invalid for {workload}: {reason}")
+    return config
+
+
+def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
+    """Build the Tensor Core conv2d for ``workload`` (a Conv2dWorkload, preset name or spec).
+
+    ``config=None`` takes the best record of the active tuning logs, else the
+    space's default config.  ``target`` defaults to CUDA for the local GPU
+    (sm_90 without one); a TVM target or an arch string ("sm_80") is accepted.
+    """
+    return build(_of_type(workload, Conv2dWorkload), config, target)
+
+
+def build_dense(workload, config=None, target=None) -> DenseKernel:
+    """Build the Tensor Core dense for ``workload`` (a DenseWorkload, dense preset or
+    "dense:..." spec); ``config`` and ``target`` as ``build_conv2d`` takes them."""
+    return build(_of_type(workload, DenseWorkload), config, target)
+
+
+def _of_type(workload, workload_type: type):
+    workload = get(workload)
+    if not isinstance(workload, workload_type):
+        raise ValueError(f"expected a {workload_type.__name__}, got {type(workload).__name__} {workload}")
+    return workload
+
+
+def build(workload, config=None, target=None) -> Conv2dKernel:
+    """Build the kernel of any task's ``workload`` (see ``build_conv2d``)."""
+    workload = get(workload)
+    if target is None:
+        gpu = default_gpu()
+    else:
+        if isinstance(target, str) and target.startswith("sm_"):
+            target = {"kind": "cuda", "arch": target}
+        target = tvm.target.Target(target)
+        if target.kind.name != "cuda":  # an llvm target would silently have built for sm_90
+            raise ValueError(f"target {target.kind.name!r} is not a CUDA target: the kernels are Tensor Core "
+                             "CUDA kernels (give an arch such as 'sm_90', or a cuda target)")
+        arch = str(target.attrs.get("arch", "sm_90"))
+        local = default_gpu()
+        gpu = local if local.arch == arch else gpu_for_arch(arch)
+    if config is None:
+        config = best_or_default_config(workload, gpu)
+    return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
+
+
+def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
+    """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
+    return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
+
+
+def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
+                   nvcc_timeout: float | None = None) -> Conv2dKernel:
+    """Lower a resolved config and compile its cubin (into the disk cache).
+
+    Our nvcc callback is installed before building: where TVM has a CUDA runtime it compiles
+    at build time through whatever callback is registered then (else NVRTC), and the binary
+    must not depend on what the process happened to build or run before (BENCHMARKS 7e).
+    """
+    target = tvm.target.Target({"kind": "cuda", "arch": build_arch(config, gpu)})
+    nvcc.install_compile_callback()
+    with target:  # the callback compiles for this target's arch
+        executable = tasks.of(workload).lower(workload, config, target)
+    cubin = nvcc.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
+                               nvcc_timeout)
+    return Conv2dKernel(workload, config, target, executable, cubin)

@@ -1,0 +1,1 @@
+"""Where kernels are compiled and run."""

@@ -1,0 +1,243 @@
+"""Applying the best record: which config ``build_conv2d`` (``build_dense``) uses when none is given.
+
+Logs given with ``apply_history_best`` come first, then the shipped logs (the checkout's
+tuning_logs/ folder, or its copy inside an installed package: ``records.shipped_logs_dir``).
+The first log set that has a successful, current-version record for the workload on this
+GPU's architecture wins (stale records, made by another template version, only where
+``include_stale=True`` was asked for); without one, the space's default config is used and
+a warning names the workload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import records
+from ..core import tasks
+from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
+from .records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from ..core.space import Conv2dConfig
+from ..workloads.dense import DenseWorkload
+from ..workloads.epilogue import NONE as NO_EPILOGUE
+from ..workloads.conv2d import Conv2dWorkload
+from ..search import zero_shot
+
+log = logging.getLogger(__name__)
+
+# (log path, include stale records) of the enclosing apply_history_best blocks, innermost first
+_active_logs: contextvars.ContextVar[tuple[tuple[str, bool], ...]] = contextvars.ContextVar(
+    "tc_autotune_logs", default=())
+
+
+class NoTunedConfigWarning(UserWarning):
+    """build_conv2d fell back to the default config: no record for this workload."""
+
+
+def _as_paths(logs) -> tuple[str, ...]:
+    if isinstance(logs, (str, os.PathLike)):
+        logs = [logs]
+    return tuple(str(Path(p)) for p in logs)
+
+
+@contextlib.contextmanager
+def apply_history_best(logs, include_stale: bool = False):
+    """Within the block, ``build_conv2d(workload)`` uses the best record of ``logs``
+    (a log file, a directory of logs, or a list of those) before the shipped logs.
+
+    ``include_stale`` also accepts records made by another template version: their
+    times described another kernel, so they are skipped unless you ask.
+    """
+    paths = _as_paths(logs)
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"tuning log not found: {missing[0]}")
+    token = _active_logs.set(tuple((p, bool(include_stale)) for p in paths) + _active_logs.get())
+    try:
+        yield paths
+    finally:
+        _active_logs.reset(token)
+
+
+def active_logs() -> tuple[tuple[str, bool], ...]:
+    """The log sets consulted, in order, with whether each may give stale records: those of
+    enclosing apply_history_best blocks, then this GPU's shipped log, then all shipped logs.
+    Cheap (every ``tc.conv2d`` call reads it): the shipped part is found once per location."""
+    return _active_logs.get() + _shipped_log_sets(os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS"))
+
+
+def user_logs() -> tuple[tuple[str, bool], ...]:
+    """The log sets of the enclosing apply_history_best blocks: what ``active_logs`` adds to
+    the shipped ones, which are fixed for the process (a cheap key for cached kernels)."""
+    return _active_logs.get()
+
+
+@functools.lru_cache(maxsize=8)
+def _shipped_log_sets(_location: str | None) -> tuple[tuple[str, bool], ...]:
+    shipped = shipped_logs_dir()
+    if shipped is None:
+        return ()
+    gpu = local_gpu()  # this GPU's own shipped log first, then any of the same arch
+    own = shipped / gpu_log_name(gpu.name) if gpu else None
+    return (((str(own), False),) if own and own.exists() else ()) + ((str(shipped), False),)
+
+
+@functools.lru_cache(maxsize=128)
+def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[records.Record]]:
+    """The successful records of one log file by (workload, arch); read once per process
+    and version of the file (its path, mtime and size key the cache)."""
+    index: dict[tuple, list[records.Record]] = {}
+    for record in records.load(path):
+        if record.ok:
+            index.setdefault((record.workload, record.arch), []).append(record)
+    return index
+
+
+def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.Record]:
+    """The successful records of ``workload`` on ``arch`` in ``logs`` (files or folders), from
+    the per-file index: a log is parsed again only after it changed."""
+    found = []
+    for file in records.log_files(logs):
+        try:
+            stat = file.stat()
+        except OSError:  # removed since it was listed
+            continue
+        found += _log_index(str(file), stat.st_mtime_ns, stat.st_size).get((workload, arch), [])
+    return found
+
+
+def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
+    """(config, seconds, log) of the best valid record for the workload, first log set first
+    (``logs``: (path, include stale) pairs, default ``active_logs()``)."""
+    space = tasks.of(workload).space(workload, gpu)
+    for path, include_stale in active_logs() if logs is None else logs:
+        found = records.load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
+                                  include_stale=include_stale)
+        if found and space.is_valid(found[0]):
+            return found[0], found[1], path
+    return None
+
+
+def same_gemm(a, b) -> bool:
+    """Whether two workloads differ at most in their epilogue and output dtype: one GEMM, so a
+    config tuned for either is valid for both where the space says so."""
+    return type(a) is type(b) and dataclasses.replace(a, epilogue=b.epilogue, out_dtype=b.out_dtype) == b
+
+
+def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
+    """(config, seconds, workload) of the fastest current record of the same GEMM with another
+    epilogue or output dtype (``same_gemm``) that is valid for ``workload``, first log set first:
+    a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
+    space = tasks.of(workload).space(workload, gpu)
+    for path, _ in active_logs() if logs is None else logs:
+        found = []
+        for file in records.log_files(path):
+            try:
+                stat = file.stat()
+            except OSError:
+                continue
+            index = _log_index(str(file), stat.st_mtime_ns, stat.st_size)
+            found += [r for (w, arch), recs in index.items() if arch == gpu.arch and w != workload
+                      and same_gemm(w, workload) for r in recs if not r.stale]
+        for record in sorted(found, key=lambda r: r.seconds):
+            try:
+                config = space.from_entity(record.config)
+            except ValueError:
+                continue
+            if space.is_valid(config):
+                return config, record.seconds, str(record.workload)
+    return None
+
+
+@dataclass(frozen=True)
+class ConfigChoice:
+    """The config ``build_conv2d`` uses and where it comes from: a tuning record, a zero-shot
+    prediction from the shipped histories, or the default config."""
+
+    config: Conv2dConfig
+    source: str  # record; sibling (a record of the same GEMM, another epilogue/output), zero-shot, default
+    seconds: float | None = None  # the record's time
+    log: str | None = None  # the log set the record came from
+
+
+def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, logs=None) -> ConfigChoice:
+    """The best record of the active logs (or of ``logs``, as ``best_config`` takes them);
+    without one, the config the shipped histories' cost model predicts for this unseen shape
+    (``zero_shot``); without training data for this GPU's arch, the default config.  The last
+    two warn (``NoTunedConfigWarning``)."""
+    found = best_config(workload, gpu, logs)
+    if found:
+        log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
+        return ConfigChoice(found[0], "record", found[1], found[2])
+    sibling = sibling_config(workload, gpu, logs)
+    if sibling is not None:
+        if warn:
+            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned for "
+                          f"{sibling[2]} (the same GEMM; tune it for the best kernel)", NoTunedConfigWarning,
+                          stacklevel=3)
+        return ConfigChoice(sibling[0], "sibling", None, sibling[2])
+    predicted = zero_shot.zero_shot_config(workload, gpu)
+    if predicted is not None:
+        if warn:
+            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using a zero-shot config "
+                          "predicted from the shipped tuning histories (tune it for the best kernel)",
+                          NoTunedConfigWarning, stacklevel=3)
+        return ConfigChoice(predicted, "zero-shot")
+    if warn:
+        warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the default config",
+                      NoTunedConfigWarning, stacklevel=3)
+    return ConfigChoice(tasks.of(workload).space(workload, gpu).default_config(), "default")
+
+
+def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConfig:
+    """The config ``build_conv2d`` uses when given none (``choose_config``'s)."""
+    return choose_config(workload, gpu).config
+
+
+def dtype_name(array) -> str:
+    """An array's dtype as workloads name it: numpy's and TVM's already do, torch's reads
+    "torch.float16"."""
+    return str(array.dtype).removeprefix("torch.")
+
+
+def _operands_dtype(data, weight) -> str:
+    dtype = dtype_name(data)
+    if dtype_name(weight) != dtype:
+        raise ValueError(f"data is {dtype} but weight is {dtype_name(weight)}")
+    return dtype
+
+
+def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32",
+                epilogue=NO_EPILOGUE) -> Conv2dWorkload:
+    """The workload of NHWC ``data`` and HWIO ``weight`` (numpy, TVM or torch tensors)."""
+    if len(data.shape) != 4 or len(weight.shape) != 4:
+        raise ValueError(f"expected 4-D NHWC data and HWIO weight, got {list(data.shape)} and {list(weight.shape)}")
+    n, h, w, c = (int(x) for x in data.shape)
+    r, s, c_w, k = (int(x) for x in weight.shape)
+    if c_w != c:
+        raise ValueError(f"weight has {c_w} input channels, data has {c}")
+    return Conv2dWorkload(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
+                          dtype=_operands_dtype(data, weight), out_dtype=out_dtype, epilogue=epilogue)
+
+
+def dense_workload_of(a, weight, weight_layout="nk", out_dtype="float32", epilogue=NO_EPILOGUE) -> DenseWorkload:
+    """The workload of an (M, K) or (batch, M, K) ``a`` and an (N, K) (``weight_layout="nk"``,
+    as nn.Linear holds it) or (K, N) ("kn") ``weight`` (numpy, TVM or torch tensors)."""
+    if len(a.shape) not in (2, 3) or len(weight.shape) != 2:
+        raise ValueError(f"expected an (M, K) or (batch, M, K) A and a 2-D weight, "
+                         f"got {list(a.shape)} and {list(weight.shape)}")
+    *lead, m, k = (int(x) for x in a.shape)
+    if lead == [1]:  # a DenseWorkload of batch 1 has a 2-D A
+        raise ValueError(f"A is {list(a.shape)}: pass a[0], its (M, K) view")
+    n, k_w = (int(x) for x in (weight.shape if weight_layout == "nk" else weight.shape[::-1]))
+    if k_w != k:
+        raise ValueError(f"weight {list(weight.shape)} (weight_layout={weight_layout!r}) has K={k_w}, A has K={k}")
+    return DenseWorkload(m=m, n=n, k=k, batch=lead[0] if lead else 1, b_layout=weight_layout,
+                         dtype=_operands_dtype(a, weight), out_dtype=out_dtype, epilogue=epilogue)

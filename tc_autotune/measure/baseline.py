@@ -1,0 +1,197 @@
+"""cuDNN (conv2d, channels-last fp16) and cuBLAS (dense, ``torch.matmul``) through PyTorch:
+the figures every tuned kernel is judged by.
+
+A fused workload's baseline is the conv (matmul) followed by its epilogue as PyTorch ops,
+unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplace=True)``):
+``mul_`` by scale, ``add_`` bias, ``add_`` the residual, ``relu_`` or ``gelu(approximate=
+"tanh")``, each its own kernel, in fp16 (the conv's output dtype, with fp16 copies of the
+epilogue's inputs, as an fp16 model holds them), timed with the conv as one unit.
+
+PyTorch is optional: ``available()`` says whether it can run here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+
+import numpy as np
+
+from ..workloads import epilogue
+from ..core.results import TOLERANCE, check_then_time
+from ..workloads.dense import DenseWorkload
+from ..workloads.conv2d import Conv2dWorkload
+
+log = logging.getLogger(__name__)
+
+
+def available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def torch_epilogue(workload, arrays, channel_view, tensor_view):
+    """``finish(y)``: the workload's epilogue applied to PyTorch's fp16 output ``y`` (see the
+    module), on fp16 device copies of ``arrays`` (its inputs); ``channel_view`` shapes a
+    per-channel vector and ``tensor_view`` the residual like ``y``."""
+    import torch
+    import torch.nn.functional as F
+
+    fused = epilogue.parse(workload.epilogue)
+    held = {name: torch.from_numpy(np.asarray(a)).to(device="cuda", dtype=torch.float16)
+            for name, a in zip(fused.inputs, arrays)}
+    held = {name: (tensor_view if name == "residual" else channel_view)(t) for name, t in held.items()}
+
+    def finish(y):
+        if fused.scale:
+            y = y.mul_(held["scale"])
+        if fused.bias:
+            y = y.add_(held["bias"])
+        if fused.residual:
+            y = y.add_(held["residual"])
+        if fused.activation == "relu":
+            y = F.relu_(y)
+        elif fused.activation == "gelu":
+            y = F.gelu(y, approximate="tanh")
+        return y
+
+    return finish
+
+
+def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
+    """(run, output) for the workload on cuDNN: ``run()`` launches the conv once, then the
+    epilogue's ops; inputs are fp16 NHWC (the residual NHWC too)."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = False
+    wl = workload
+    dev = torch.device("cuda")
+    x = torch.from_numpy(data.astype(np.float16)).to(dev).permute(0, 3, 1, 2)  # NCHW view of NHWC
+    x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.from_numpy(weight.astype(np.float16)).to(dev).permute(3, 2, 0, 1)  # OIHW
+    w = w.contiguous(memory_format=torch.channels_last)
+    top, left, bottom, right = wl.padding
+    if (top, left) != (bottom, right):
+        x = F.pad(x, (left, right, top, bottom))
+        padding = 0
+    else:
+        padding = (top, left)
+
+    finish = torch_epilogue(wl, epilogue_inputs, lambda t: t.reshape(1, -1, 1, 1),
+                            lambda t: t.permute(0, 3, 1, 2))  # NCHW views, as the conv's output
+
+    def run():
+        return finish(F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation))
+
+    out = run()
+    torch.cuda.synchronize()
+    return run, out.permute(0, 2, 3, 1).float().cpu().numpy()
+
+
+def checked_cudnn_time(workload: Conv2dWorkload, *arrays, number: int = 20, repeat: int = 30,
+                       min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error) of ``cudnn_conv2d`` on ``arrays`` (the task's
+    inputs, then the reference): cuDNN is timed only when its result is right."""
+    *inputs, reference = arrays
+    return _checked_time(cudnn_conv2d(workload, *inputs), reference, number, repeat, min_repeat_ms)
+
+
+def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
+    """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 tensors with fp16
+    output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing), then the
+    epilogue's ops."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    dev = torch.device("cuda")
+    a = torch.from_numpy(data.astype(np.float16)).to(dev)
+    b = torch.from_numpy(weight.astype(np.float16)).to(dev)
+    if workload.b_layout == "nk":
+        b = b.t()  # a transposed view: cuBLAS reads the (N, K) weight as is
+
+    finish = torch_epilogue(workload, epilogue_inputs, lambda t: t, lambda t: t)
+
+    def run():
+        return finish(torch.matmul(a, b))
+
+    out = run()
+    torch.cuda.synchronize()
+    return run, out.float().cpu().numpy()
+
+
+def checked_cublas_time(workload: DenseWorkload, *arrays, number: int = 20, repeat: int = 30,
+                        min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error) of ``cublas_dense`` on ``arrays`` (the task's
+    inputs, then the reference): cuBLAS is timed only when its result is right."""
+    *inputs, reference = arrays
+    return _checked_time(cublas_dense(workload, *inputs), reference, number, repeat, min_repeat_ms)
+
+
+def _checked_time(run_out, reference, number, repeat, min_repeat_ms) -> tuple[float | None, float]:
+    run, out = run_out  # ran once: its output is fresh
+    return check_then_time(lambda: None, lambda: out, reference,
+                           lambda: median(time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms)),
+                           TOLERANCE)
+
+
+def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10,
+                  min_repeat_ms: float = 0) -> list[float]:
+    """Seconds per ``run()``, one entry per repeat (each the mean of ``number`` launches,
+    raised until a repeat lasts ``min_repeat_ms``, as TVM's time_evaluator does for ours).
+
+    The launches are captured in a CUDA graph and replayed, so small convolutions are
+    timed on the GPU rather than on PyTorch's per-call host overhead (~15-20 us).  The
+    benchmark times our kernels with it too (``benchmark.checked_kernel_time``), so both
+    sides of a ratio are launched alike.  Falls back to eager launches, with a warning,
+    where capture fails.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (and cuDNN's algorithm search) off the capture
+        for _ in range(warmup):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    if min_repeat_ms > 0:  # steady state: enough back-to-back launches per timed repeat
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(number):
+            run()
+        end.record()
+        end.synchronize()
+        per_launch_ms = max(start.elapsed_time(end) / number, 1e-4)
+        number = min(max(number, math.ceil(min_repeat_ms / per_launch_ms)), 4096)
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(number):
+                run()
+        launch = graph.replay
+    except Exception as err:  # capture unsupported here: time eager launches
+        log.warning("CUDA graph capture failed (%s): timing eager launches, host overhead included", err)
+        def launch():
+            for _ in range(number):
+                run()
+    launch()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / number)
+    return times
+
+
+def median(values) -> float:
+    return statistics.median(values)

@@ -1,0 +1,676 @@
+"""Tuners: choose which configs to measure next, measure them, keep the best.
+
+``Tuner.tune`` owns the loop (batches, trial budget, early stopping, callbacks);
+subclasses only say which configs come next.  With a streaming measurer (``submit``,
+``collect``, ``cancel``) the loop keeps one batch in flight ahead: batch i+1 is proposed
+(from the model as of batch i-1) and submitted before batch i is collected, so it builds
+while batch i runs; configs in flight are never proposed again.  ``XGBTuner`` (the default) fits a
+cost model on everything measured so far -- plus records of other workloads, for
+transfer learning -- and picks the next batch by simulated annealing on the
+model's predictions.  Nothing here imports TVM: measuring is the caller's
+``measure`` callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, block_tiles, features_from_positions,
+    indices_from_positions, positions_from_configs, positions_from_indices, prior_score, radices, valid_mask)
+from ..core.results import MeasureResult
+from ..templates.tc_gemm.intrinsic_paths import PATHS
+from ..core.space import ConfigSpace, Conv2dConfig
+from ..workloads.conv2d import get as get_workload
+
+_log = logging.getLogger(__name__)
+TUNERS = ("xgb", "xgb-joint", "random", "grid")  # names of make_tuner's strategies
+# XGBTuner variants by name (its keyword arguments).  "xgb" is the default search, the one
+# the validation set chose (BENCHMARKS 16); the others stay so that the study can compare.
+XGB_VARIANTS = {
+    "xgb": {},
+    "xgb-joint": {"transfer": "joint", "hedge": False},  # the pooled fit (BENCHMARKS 11)
+    "xgb-unhedged": {"hedge": False},  # residual transfer, no hedge (BENCHMARKS 13)
+    "xgb-hedged": {"hedge": True},  # residual transfer with the hedge (see XGBTuner)
+    "xgb-fast-fade": {"hedge": True, "half_life": 16.0},  # the hedge, the base fading 4x faster
+}
+# How XGBTuner learns from other workloads: "residual" corrects a model of them with the
+# workload's own measurements; "joint" pools both in one fit (own rows weighted up).
+TRANSFER_MODES = ("residual", "joint")
+_CHUNK = 1 << 16  # configs decoded and pre-filtered at once
+_DRAW_ROUNDS = 24  # random draws of up to _CHUNK configs before giving up on more picks
+_SCAN_LIMIT = _CHUNK  # spaces up to one draw's size may be listed whole; larger ones (the real
+# ones have ~1G configs) are only ever sampled
+
+
+class Tuner:
+    """Base tuner: the measure loop, the history, the best so far.
+
+    Subclasses implement ``next_batch(n)``: up to ``n`` valid configs that are neither
+    measured nor in the history (fewer, or none, once the space is exhausted).
+    """
+
+    def __init__(self, space: ConfigSpace, seed: int | None = None):
+        self.space = space
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.history: list[tuple[Conv2dConfig, MeasureResult]] = []
+        self.best_config: Conv2dConfig | None = None
+        self.best_cost = math.inf
+        self.trials = 0
+        self.other_records = 0  # records of other workloads or GPUs seen by load_history
+        self.started_at: float | None = None  # time.monotonic() when tune() began
+        self._measured: set[int] = set()  # indices in the history
+        self._invalid: set[int] = set()  # passed the vectorised pre-filter, rejected by the space
+        self._trials_at_best = 0
+        self._all_valid: np.ndarray | None = None
+        self._first: list[Conv2dConfig] = []  # must be measured before anything the search picks
+        self._reserved: set[int] = set()  # indices of this batch's queued configs: not to be picked
+        self._in_flight: set[int] = set()  # indices submitted and not measured yet: not to be picked
+
+    @property
+    def workload(self):
+        return self.space.workload
+
+    @property
+    def best_flops(self) -> float:
+        """FLOP/s of the best config (0 before any successful measurement)."""
+        return self.workload.flops / self.best_cost if self.best_cost < math.inf else 0.0
+
+    def best(self) -> tuple[Conv2dConfig, float] | None:
+        return None if self.best_config is None else (self.best_config, self.best_cost)
+
+    # ---- the loop ---------------------------------------------------------------
+    def measure_first(self, configs) -> list[Conv2dConfig]:
+        """Queue configs that the next batches start with, e.g. the default config and
+        what apply would pick today, so the tuned best can never lose to them.  None,
+        repeats, invalid and already measured configs are dropped; returns the queue."""
+        queued = {self.space.index(c) for c in self._first}
+        for config in configs:
+            if config is None or not self.space.is_valid(config):
+                continue
+            i = self.space.index(config)
+            if i not in self._measured and i not in queued:
+                queued.add(i)
+                self._first.append(config)
+        return list(self._first)
+
+    def tune(self, n_trial: int, measure, batch_size: int = 16, early_stopping: int | None = None,
+             callbacks=()) -> tuple[Conv2dConfig, float] | None:
+        """Measure up to ``n_trial`` new configs; return the best (config, seconds) or None.
+
+        ``measure(configs) -> results``, or a stream with ``submit(configs) -> handle``,
+        ``collect(handle) -> results`` and ``cancel(handle) -> results so far (None where not
+        finished)``: then one batch more is kept in flight (see the module doc).  Stops when
+        the space has no unmeasured valid config left, after ``early_stopping`` trials that did
+        not improve the best, or when a callback ``cb(tuner, configs, results)`` returns True
+        (e.g. a wall-clock deadline).  Batches are sized so that the trials measured and in
+        flight never pass ``n_trial`` or the early-stopping allowance.  On a stop, an error or
+        an interrupt the batches in flight are cancelled; what they finished joins the history.
+        """
+        self.trials = 0
+        self._trials_at_best = 0
+        self.started_at = time.monotonic()
+        stream = measure if hasattr(measure, "submit") else _OneAtATime(measure)
+        depth = getattr(stream, "depth", 2)  # a stream: one batch in flight ahead
+        flight: deque = deque()  # (configs, handle), oldest first
+        stopped = False
+        try:
+            while True:
+                while len(flight) < depth:
+                    configs = self._propose(n_trial, batch_size, early_stopping)
+                    if not configs:
+                        break
+                    flight.append((configs, stream.submit(configs)))
+                    self._in_flight.update(self.space.index(c) for c in configs)
+                if not flight:
+                    self._log_end(n_trial, early_stopping)
+                    break
+                configs, handle = flight[0]
+                results = list(stream.collect(handle))
+                flight.popleft()
+                self._in_flight.difference_update(self.space.index(c) for c in configs)
+                if len(results) != len(configs):
+                    raise ValueError(f"measure returned {len(results)} results for {len(configs)} configs")
+                self.update(configs, results)
+                stop = [callback(self, configs, results) is True for callback in callbacks]
+                if any(stop):
+                    stopped = True
+                    break
+        finally:
+            self._cancel(stream, flight, log=stopped)
+        return self.best()
+
+    def _propose(self, n_trial: int, batch_size: int, early_stopping: int | None) -> list[Conv2dConfig]:
+        """The next batch: queued first configs, then the search's picks; as many as the trial
+        budget and the early-stopping allowance leave once everything in flight is counted
+        (as if none of it improved the best)."""
+        n = min(batch_size, n_trial - self.trials - len(self._in_flight))
+        if early_stopping is not None:
+            n = min(n, early_stopping - (self.trials - self._trials_at_best) - len(self._in_flight))
+        if n <= 0:
+            return []
+        first, self._first = self._first[:n], self._first[n:]
+        self._reserved = {self.space.index(c) for c in first}
+        picks = self.next_batch(n - len(first)) if len(first) < n else []
+        self._reserved = set()
+        return self._checked(first + picks)[:n]
+
+    def _log_end(self, n_trial: int, early_stopping: int | None) -> None:
+        if self.trials >= n_trial:
+            return
+        if early_stopping is not None and self.trials - self._trials_at_best >= early_stopping:
+            _log.info("%s: early stop, no improvement in %d trials", self.workload, early_stopping)
+        else:
+            _log.info("%s: no unmeasured valid config left", self.workload)
+
+    def _cancel(self, stream, flight, log: bool) -> None:
+        """Cancel the batches still in flight (after a stop, an error or an interrupt); what
+        they finished counts (the stream recorded it)."""
+        for configs, handle in flight:
+            finished = [(c, r) for c, r in zip(configs, stream.cancel(handle)) if r is not None]
+            if finished:
+                self.update(*map(list, zip(*finished)))
+            if log:
+                _log.info("%s: stopped with %d configs in flight: %d measured, %d cancelled", self.workload,
+                          len(configs), len(finished), len(configs) - len(finished))
+        flight.clear()
+        self._in_flight.clear()
+
+    def _checked(self, configs: list[Conv2dConfig]) -> list[Conv2dConfig]:
+        """Safety net for the next_batch contract: drop repeats and invalid configs."""
+        out, seen = [], set()
+        for config in configs:
+            i = self.space.index(config)
+            if i in self._measured or i in self._in_flight or i in seen or not self.space.is_valid(config):
+                _log.warning("%s: dropping a repeated or invalid pick (index %d)", type(self).__name__, i)
+                continue
+            seen.add(i)
+            out.append(config)
+        return out
+
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        raise NotImplementedError
+
+    def update(self, configs: list[Conv2dConfig], results: list[MeasureResult]) -> None:
+        """Take the results of measured configs into the history (counted as trials)."""
+        for config, result in zip(configs, results):
+            self.trials += 1
+            if self._record(config, result):
+                self._trials_at_best = self.trials
+
+    def _record(self, config: Conv2dConfig, result: MeasureResult) -> bool:
+        """Add to the history; True when it improves the best."""
+        self.history.append((config, result))
+        self._measured.add(self.space.index(config))
+        if result.ok and result.seconds < self.best_cost:
+            self.best_config, self.best_cost = config, result.seconds
+            return True
+        return False
+
+    # ---- earlier measurements ----------------------------------------------------
+    def load_history(self, records) -> int:
+        """Take records (``.workload``, ``.config`` entity dict, ``.result``, ``.gpu``,
+        ``.stale``) of the log being resumed.
+
+        Current-version records of this workload measured on this GPU join the history:
+        never re-measured, and the best counts.  "This GPU" is the GPU's name; a record
+        without one (older logs, bare records) is taken by arch.  Everything else (other
+        workloads, this workload on other GPUs, stale records made by another template
+        version) goes to ``_add_transfer`` (used by model-based tuners) and is counted in
+        ``other_records``.  Returns how many joined the history.
+        """
+        added = 0
+        for record in records:
+            parsed = self._parse(record)
+            if parsed is None:
+                continue
+            workload, source, index = parsed
+            if (workload == self.workload and source in (self.space.gpu.name, self.space.gpu.arch, None)
+                    and not getattr(record, "stale", False)):
+                config = self.space.get(index)
+                if not _entity_matches(record.config, config):
+                    continue  # logged with another knob table: the index means another config
+                self._record(config, record.result)
+                added += 1
+            else:
+                self._add_transfer(workload, _group_source(record, source), index, record.result)
+                self.other_records += 1
+        return added
+
+    def load_transfer(self, records) -> int:
+        """Take records of other logs (e.g. the shipped histories) as training data only:
+        even this workload's on this GPU are measured again if picked, so the best of a
+        tuning log is always one of its own records.  Returns how many were taken."""
+        taken = 0
+        for record in records:
+            parsed = self._parse(record)
+            if parsed is not None:
+                workload, source, index = parsed
+                self._add_transfer(workload, _group_source(record, source), index, record.result)
+                taken += 1
+        self.other_records += taken
+        return taken
+
+    def _parse(self, record) -> tuple | None:
+        """(workload, source GPU, index) of a record whose index fits its workload's space."""
+        try:
+            workload = get_workload(record.workload)
+            index = int(record.config["index"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+        if not 0 <= index < len(self.space):  # every workload's space has the same knob table
+            return None
+        return workload, _measured_on(record), index
+
+    def _add_transfer(self, workload, source, index: int, result: MeasureResult) -> None:
+        """A record of another workload or GPU; plain tuners have no use for it."""
+
+    # ---- shared pickers ----------------------------------------------------------
+    def _free(self, i: int, taken: set[int]) -> bool:
+        return (i not in self._measured and i not in taken and i not in self._invalid
+                and i not in self._reserved and i not in self._in_flight)
+
+    def _confirm(self, i: int) -> Conv2dConfig | None:
+        """The config at index ``i`` if the space says it is valid (the pre-filter is only a hint)."""
+        config = self.space.get(i)
+        if self.space.is_valid(config):
+            return config
+        self._invalid.add(i)
+        return None
+
+    def _random_configs(self, n: int, taken: set[int] | None = None) -> list[Conv2dConfig]:
+        """Up to ``n`` distinct valid unmeasured configs drawn uniformly (not in ``taken``)."""
+        taken = set() if taken is None else taken
+        picks: list[Conv2dConfig] = []
+        size = max(4 * n, 64)
+        for _ in range(_DRAW_ROUNDS):  # rejection sampling, in growing draws: workloads whose
+            need = n - len(picks)      # valid fraction is tiny (3 input channels: vec_a=1) need many
+            if need <= 0:
+                return picks
+            draw = self.space.drawn(self.rng.integers(0, self.space.draw_bound, size=size))
+            draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
+            picks += self._take(draw, need, taken)
+            size = min(2 * size, _CHUNK)
+        if len(picks) < n and len(self.space) <= _SCAN_LIMIT:  # small, nearly exhausted space:
+            rest = self._valid_indices()                       # the remaining valid configs
+            rest = rest[~np.isin(rest, np.fromiter(self._measured | self._in_flight | taken | self._invalid,
+                                                   np.int64))]
+            picks += self._take(self.rng.permutation(rest), n - len(picks), taken)
+        return picks
+
+    def _take(self, indices, n: int, taken: set[int]) -> list[Conv2dConfig]:
+        """The first ``n`` free, confirmed-valid configs of ``indices``; marks them taken."""
+        out = []
+        for i in map(int, indices):
+            if len(out) == n:
+                break
+            if self._free(i, taken) and (config := self._confirm(i)) is not None:
+                taken.add(i)
+                out.append(config)
+        return out
+
+    def _valid_indices(self) -> np.ndarray:
+        """Every index that passes the pre-filter (computed once; only for spaces of at most
+        ``_SCAN_LIMIT`` configs: one draw's work)."""
+        if self._all_valid is None:
+            parts = []
+            for start in range(0, len(self.space), _CHUNK):
+                idx = np.arange(start, min(start + _CHUNK, len(self.space)), dtype=np.int64)
+                parts.append(idx[valid_mask(self.space, positions_from_indices(self.space, idx))])
+            self._all_valid = np.concatenate(parts)
+        return self._all_valid
+
+
+class _OneAtATime:
+    """A plain ``measure(configs)`` as a stream with nothing in flight ahead: each batch is
+    measured when it is collected."""
+
+    depth = 1
+
+    def __init__(self, measure):
+        self.measure = measure
+
+    def submit(self, configs):
+        return configs
+
+    def collect(self, configs):
+        return self.measure(configs)
+
+    def cancel(self, configs):
+        return [None] * len(configs)
+
+
+def _measured_on(record) -> str | None:
+    """The GPU a record was measured on: its name, else its arch ("sm_90"), else None."""
+    gpu = getattr(record, "gpu", None)
+    if isinstance(gpu, str) and gpu:
+        return gpu
+    arch = getattr(record, "arch", None)
+    return arch if isinstance(arch, str) and arch.startswith("sm_") else None
+
+
+def _group_source(record, source):
+    """The ranking group of a transfer record: its GPU, and whether it is stale (times of
+    another generator version are only compared with each other)."""
+    return (source, bool(getattr(record, "stale", False)))
+
+
+def _entity_matches(entity: dict, config: Conv2dConfig) -> bool:
+    try:
+        values = {name: value for name, _kind, value in entity.get("entity", ())}
+    except (TypeError, ValueError):
+        return False
+    return all(getattr(config, k) == v for k, v in values.items() if hasattr(config, k))
+
+
+class RandomTuner(Tuner):
+    """Uniformly random valid unmeasured configs: the baseline every tuner must beat."""
+
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        return self._random_configs(n)
+
+
+class GridTuner(Tuner):
+    """Valid configs in index order (exhaustive on small spaces, reproducible anywhere)."""
+
+    def __init__(self, space: ConfigSpace, seed: int | None = None):
+        super().__init__(space, seed)
+        self._cursor = 0
+
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        picks: list[Conv2dConfig] = []
+        taken: set[int] = set()
+        while len(picks) < n and self._cursor < len(self.space):
+            idx = np.arange(self._cursor, min(self._cursor + _CHUNK, len(self.space)), dtype=np.int64)
+            idx = idx[valid_mask(self.space, positions_from_indices(self.space, idx))]
+            got = self._take(idx, n - len(picks), taken)
+            picks += got
+            if len(picks) < n or not got:
+                self._cursor = min(self._cursor + _CHUNK, len(self.space))
+            else:  # stop right after the last pick; measured ones are skipped next time anyway
+                self._cursor = self.space.index(got[-1]) + 1
+        return picks
+
+
+class XGBTuner(Tuner):
+    """Model-guided tuner: XGBoost cost model + simulated annealing + some exploration.
+
+    After every batch the model is refitted on the whole history and on records
+    of other workloads (``load_history``), whose features come from their own
+    spaces.  The next batch is the top of a simulated annealing run on the
+    model's scores, plus ``explore_ratio`` of uniformly random configs so that
+    a wrong model cannot trap the search.
+
+    ``hedge``: while the model knows only other workloads (the batches proposed before this
+    workload's first results), half of its picks are the prior's diverse picks, the batch a
+    run without transfer starts with.  The histories can rank a whole region low that this
+    shape needs (split-K 8 on a batch-2 1280-channel 3x3, BENCHMARKS 13); once measured, such
+    configs correct the model, while configs it never proposes never can.
+    """
+
+    def __init__(self, space: ConfigSpace, seed: int | None = None, explore_ratio: float = 0.15,
+                 n_chains: int = 128, n_steps: int = 100, temperature: float = 1.0,
+                 transfer: str = "residual", hedge: bool = True, half_life: float = 64.0):
+        super().__init__(space, seed)
+        if transfer not in TRANSFER_MODES:
+            raise ValueError(f"unknown transfer mode {transfer!r} (one of {', '.join(TRANSFER_MODES)})")
+        self.explore_ratio = explore_ratio
+        self.n_chains = n_chains
+        self.n_steps = n_steps
+        self.temperature = temperature
+        self.transfer = transfer
+        self.hedge = hedge
+        model_seed = 0 if seed is None else seed
+        self.model = (TransferCostModel(seed=model_seed, half_life=half_life) if transfer == "residual"
+                      else XGBCostModel(seed=model_seed))
+        self._history_x = np.zeros((0, len(FEATURE_NAMES)), np.float32)  # features of history[:len]
+        self._transfer = _TransferSet()
+        self._base_rows = -1  # transfer rows the base model was fitted on (residual mode)
+
+    # ---- training ---------------------------------------------------------------
+    def update(self, configs, results) -> None:
+        super().update(configs, results)
+        self._refit()
+
+    def load_history(self, records) -> int:
+        added = super().load_history(records)
+        self._refit()
+        return added
+
+    def load_transfer(self, records) -> int:
+        taken = super().load_transfer(records)
+        self._refit()
+        return taken
+
+    def _add_transfer(self, workload, source, index, result) -> None:
+        self._transfer.add(workload, source, index, result)
+
+    def _refit(self) -> None:
+        done = len(self._history_x)
+        if done < len(self.history):
+            new = features_from_positions(
+                self.space, positions_from_configs(self.space, [c for c, _ in self.history[done:]]))
+            self._history_x = np.concatenate([self._history_x, new])
+        flops = self.workload.flops
+        y = np.array([flops / r.seconds if r.ok else 0.0 for _, r in self.history], dtype=np.float64)
+        tx, ty, tg = self._transfer.arrays(self.space.gpu)
+        if self.transfer == "residual":
+            if self._base_rows != len(ty):  # the transfer set changed: refit the base once
+                self.model.fit_base(tx, ty, tg)
+                self._base_rows = len(ty)
+            self.model.fit(self._history_x, y)
+            return
+        groups = np.concatenate([np.zeros(len(y), np.int64), tg])  # 0: this workload
+        # This workload's own measurements count as much as all transfer data together.
+        own = max(1.0, len(ty) / max(len(y), 1))
+        weights = np.concatenate([np.full(len(y), own), np.ones(len(ty))])
+        self.model.fit(np.concatenate([self._history_x, tx]), np.concatenate([y, ty]), groups, weights)
+
+    # ---- choosing ---------------------------------------------------------------
+    def next_batch(self, n: int) -> list[Conv2dConfig]:
+        n_random = min(n, int(round(n * self.explore_ratio)))
+        taken: set[int] = set()
+        picks = []
+        if not self.history:  # the default config is the baseline every search should beat
+            picks = self._take([self.space.index(self.space.default_config())], 1, taken)
+        n_model = n - n_random - len(picks)
+        if not self.model.fitted:  # nothing to learn from yet: all from the prior
+            n_prior = n_model
+        elif self.hedge and not self.history:  # only other workloads' records so far: hedge
+            n_prior = n_model // 2
+        else:
+            n_prior = 0
+        if n_prior:  # diverse configs the prior likes
+            picks += self._anneal(n_prior, taken, score=self._prior, diverse=True)
+        if n_model > n_prior:
+            picks += self._anneal(n_model - n_prior, taken)
+        return picks + self._random_configs(n - len(picks), taken)
+
+    def _prior(self, pos: np.ndarray) -> np.ndarray:
+        return prior_score(self.space, pos)
+
+    def _score(self, pos: np.ndarray) -> np.ndarray:
+        return self.model.predict(features_from_positions(self.space, pos))
+
+    def _anneal(self, n: int, taken: set[int], score=None, diverse: bool = False) -> list[Conv2dConfig]:
+        """Simulated annealing on predicted scores; the best ``n`` unmeasured configs it saw.
+
+        All chains step at once (one vectorised featurise + predict per step).  Every
+        visited valid point is kept and the top ``n`` unmeasured ones taken at the end,
+        which is what a top-k heap would hold, in one sort.  ``score`` replaces the
+        model's predictions; ``diverse`` prefers configs of distinct block tiles.
+        """
+        score = score or self._score
+        if n <= 0:
+            return []
+        space = self.space
+        starts = positions_from_indices(space, self._starts(self.n_chains))
+        pos, values = anneal_walk(space, score, starts, self.rng, self.n_steps, temperature=self.temperature)
+        if len(pos) == 0:
+            return []
+        idx = indices_from_positions(space, pos)
+        order = np.lexsort((idx, -values))  # best score first, ties by index: deterministic
+        ranked = np.unique(idx[order], return_index=True)
+        ranked = idx[order][np.sort(ranked[1])]
+        if diverse:  # one config per block-tile shape first, then the rest in score order
+            first = np.unique(block_tiles(space, positions_from_indices(space, ranked)), axis=0,
+                              return_index=True)[1]
+            head = np.sort(first)
+            ranked = np.concatenate([ranked[head], np.delete(ranked, head)])
+        return self._take(ranked, n, taken)
+
+    def _starts(self, chains: int) -> np.ndarray:
+        """Chain starts: the best measured configs (half at most), then random valid points."""
+        ok = sorted((r.seconds, self.space.index(c)) for c, r in self.history if r.ok)
+        starts = np.array(list(dict.fromkeys(i for _, i in ok))[: chains // 2], dtype=np.int64)
+        for _ in range(8):
+            if len(starts) >= chains:
+                return starts[:chains]
+            draw = self.space.drawn(self.rng.integers(0, self.space.draw_bound, size=4 * chains))
+            draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
+            starts = np.concatenate([starts, draw[: chains - len(starts)]])
+        for _ in range(_DRAW_ROUNDS):  # few valid configs: larger draws, never a full-space scan
+            if len(starts) >= chains:
+                return starts[:chains]
+            draw = self.space.drawn(self.rng.integers(0, self.space.draw_bound, size=_CHUNK))
+            draw = draw[valid_mask(self.space, positions_from_indices(self.space, draw))]
+            starts = np.concatenate([starts, draw[: chains - len(starts)]])
+        if len(starts) < chains and len(self.space) <= _SCAN_LIMIT:
+            pool = self._valid_indices()
+            if pool.size:
+                starts = np.concatenate([starts, self.rng.choice(pool, chains - len(starts))])
+        return starts[:chains]
+
+
+def make_tuner(name: str, space: ConfigSpace, seed: int | None = None) -> Tuner:
+    """The tuner called ``name`` (one of ``TUNERS`` or ``XGB_VARIANTS``) on ``space``."""
+    if name in XGB_VARIANTS:
+        return XGBTuner(space, seed=seed, **XGB_VARIANTS[name])
+    classes = {"random": RandomTuner, "grid": GridTuner}
+    if name not in classes:
+        raise ValueError(f"unknown tuner {name!r} (choose from {', '.join(dict.fromkeys((*TUNERS, *XGB_VARIANTS)))})")
+    return classes[name](space, seed=seed)
+
+
+def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: float = 1.0,
+                min_scale: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated annealing on ``score`` (knob-position rows -> scores, higher is better), all
+    chains stepping at once: each step moves one random knob of every chain (onto an
+    intrinsic path with the knob values it requires) and accepts by the Metropolis rule at a
+    temperature falling linearly from the starts' score spread.  An invalid start scores
+    -inf, so its first valid move is taken.  Returns (positions, scores) of every valid
+    point visited, starts included, in visiting order."""
+    rad = radices(space)
+    movable = np.flatnonzero(rad > 1)
+    pos = np.array(starts, dtype=np.int64)
+    chains = len(pos)
+    if chains == 0 or movable.size == 0:
+        return pos[:0], np.zeros(0)
+    ok = valid_mask(space, pos)
+    scores = np.full(chains, -np.inf)
+    scores[ok] = score(pos[ok])
+    scale = max(float(np.std(scores[ok])) if ok.sum() > 1 else 0.0, min_scale) * temperature
+    seen_pos, seen_score = [pos[ok]], [scores[ok]]
+    rows = np.arange(chains)
+    for step in range(steps):
+        temp = scale * (1.0 - step / steps)
+        knob = movable[rng.integers(0, movable.size, size=chains)]
+        shift = rng.integers(1, rad[knob])
+        cand = pos.copy()
+        cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
+        cand = _with_intrinsic_requirements(space, cand)
+        ok = valid_mask(space, cand)
+        cand_scores = np.full(chains, -np.inf)
+        cand_scores[ok] = score(cand[ok])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            gain = np.minimum(cand_scores - scores, 0.0)
+            accept = ok & (rng.random(chains) < np.exp(gain / max(temp, 1e-12)))
+        pos[accept], scores[accept] = cand[accept], cand_scores[accept]
+        seen_pos.append(cand[ok])
+        seen_score.append(cand_scores[ok])
+    return np.concatenate(seen_pos), np.concatenate(seen_score)
+
+
+def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
+    """Rows on the mma or wgmma path get the knob values it requires (offsets 0, 16x16x16;
+    for wgmma also a 4-warp warpgroup, chunk 4, one fragment buffer), so a single-knob move
+    from a good WMMA config reaches its twin on that path instead of an invalid point; rows
+    off the wgmma path get wgmma_in_flight=0 and warp_specialized=0, its knobs."""
+    names = list(space.knobs)
+    column = pos[:, names.index("intrinsic")]
+    for intrinsic, path in PATHS.items():
+        if intrinsic not in space.knobs["intrinsic"]:
+            continue
+        on_path = column == space.knobs["intrinsic"].index(intrinsic)
+        for knob, value in path.requires.items():
+            if value in space.knobs[knob]:
+                pos[on_path, names.index(knob)] = space.knobs[knob].index(value)
+    return pos
+
+
+@dataclass
+class _TransferSet:
+    """Records of other workloads (or GPUs), kept as indices and featurised on demand."""
+
+    rows: dict = field(default_factory=dict)  # (workload, source GPU) -> ([index], [throughput])
+    _cache: tuple | None = None
+
+    def add(self, workload, source, index: int, result: MeasureResult) -> None:
+        indices, tput = self.rows.setdefault((workload, source), ([], []))
+        indices.append(index)
+        tput.append(workload.flops / result.seconds if result.ok else 0.0)
+        self._cache = None
+
+    def arrays(self, gpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(features, throughputs, group ids >= 1), one group per (workload, source GPU):
+        the ranking objective compares configs only within what one GPU measured."""
+        if self._cache is None:
+            xs, ys, gs = [], [], []
+            for group, ((workload, _source), (indices, tput)) in enumerate(self.rows.items(), start=1):
+                space = ConfigSpace(workload, gpu)
+                xs.append(features_from_positions(space, positions_from_indices(space, indices)))
+                ys.append(np.asarray(tput, dtype=np.float64))
+                gs.append(np.full(len(indices), group, dtype=np.int64))
+            if not xs:
+                xs = [np.zeros((0, len(FEATURE_NAMES)), np.float32)]
+                ys, gs = [np.zeros(0)], [np.zeros(0, np.int64)]
+            self._cache = (np.concatenate(xs), np.concatenate(ys), np.concatenate(gs))
+        return self._cache
+
+
+# ---- progress -------------------------------------------------------------------
+@dataclass
+class ProgressLogger:
+    """A ``tune`` callback logging one line per batch: throughput so far, errors, ETA."""
+
+    total: int
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger(__name__))
+    errors: int = 0
+
+    def __call__(self, tuner: Tuner, configs, results) -> None:
+        self.errors += sum(not r.ok for r in results)
+        flops = tuner.workload.flops
+        batch_best = max((flops / r.seconds for r in results if r.ok), default=0.0)
+        elapsed = time.monotonic() - (tuner.started_at or time.monotonic())
+        done = max(tuner.trials, 1)
+        eta = elapsed / done * max(self.total - tuner.trials, 0)
+        self.log.info("%s: %d/%d trials | batch best %.2f TFLOP/s | best %.2f TFLOP/s | "
+                      "%d errors | elapsed %s | ETA %s", tuner.workload, tuner.trials, self.total,
+                      batch_best / 1e12, tuner.best_flops / 1e12, self.errors,
+                      _clock(elapsed), _clock(eta))
+
+
+def progress_logger(total: int, log: logging.Logger | None = None) -> ProgressLogger:
+    return ProgressLogger(total, log or logging.getLogger(__name__))
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"

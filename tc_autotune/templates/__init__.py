@@ -1,0 +1,1 @@
+"""Kernel templates: each owns its knobs, validity rules, prior and code generation."""

@@ -1,0 +1,376 @@
+"""The GEMM view of a task: what the space, the rules, the prior, the cost model and the
+template see of a workload.
+
+Every task the package tunes is one Tensor Core GEMM, C[m, n] = sum_k A[m, k] B[k, n]
+(fp16 operands, fp32 accumulation), read from and written to the task's own tensors
+through *index maps*, with a fused epilogue applied to C on its way out (``epilogue``).
+A ``GemmView`` is that description as plain data: M, N, K, the dtypes, the epilogue, and
+per operand the task's tensor (name, shape), its index map, the matrix axis it
+is contiguous along (its ``layout``) and the length of its contiguous, aligned runs (which
+vector widths can be loaded or stored without straddling a run).  Conv2d NHWC is an
+implicit GEMM (``conv2d_view``): A is the im2col matrix of the input (``Im2col``), B the
+HWIO weight seen as a (R*S*C, K) matrix and C the NHWC output seen as an (N*OH*OW, K)
+matrix (both ``RowMajor``).  Dense (``dense_view``) has ``RowMajor`` maps of its tensors,
+and ``Transposed`` for an (N, K) weight: a ``COL_MAJOR`` B (contiguous along K), which the
+template keeps K-contiguous in shared memory and feeds to the Tensor Cores as such.
+
+Index maps are frozen dataclasses (they key caches with the view) whose methods are plain
+arithmetic (``+ - * // %`` and comparisons), so the same map runs on ints, on numpy arrays
+(the tests check a view against the host reference) and on TVM expressions (the template
+builds its TE compute from them).  This module does not import TVM.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+from ...workloads.dense import DenseWorkload
+from ...workloads.epilogue import Epilogue
+from ...workloads.epilogue import parse as parse_epilogue
+from ...workloads.conv2d import Conv2dWorkload
+
+
+# An operand's layout: which matrix axis its tensor is contiguous along (the names WMMA
+# gives a fragment's layout).  ROW_MAJOR: along the columns, the inner axis (A: K, B and C:
+# N); COL_MAJOR: along the rows (B: K, an nn.Linear (N, K) weight).
+ROW_MAJOR = "row_major"
+COL_MAJOR = "col_major"
+
+
+@dataclass(frozen=True)
+class RowMajor:
+    """A tensor seen as a row-major matrix: its dims before the last are flattened into rows
+    and the last is the column."""
+
+    shape: tuple[int, ...]  # the tensor's
+
+    def element(self, row, col):
+        """(tensor index, in-bounds conditions) of matrix element [row, col] (row < rows):
+        element [0, ..., 0, row, col] has the address of the unflattened one, and the index
+        needs no div/mod (which the simplifier cannot fold out of the unflattened form)."""
+        return (0,) * (len(self.shape) - 2) + (row, col), ()
+
+    def matrix_index(self, *index):
+        """(row, col) of the tensor element at ``index``."""
+        row = index[0]
+        for i, extent in zip(index[1:-1], self.shape[1:-1]):
+            row = row * extent + i
+        return row, index[-1]
+
+
+@dataclass(frozen=True)
+class Transposed:
+    """A 2-D tensor of shape (cols, rows) seen as its transpose (an nn.Linear (N, K) weight
+    as the K x N matrix B): contiguous along the matrix's rows (a ``COL_MAJOR`` operand)."""
+
+    shape: tuple[int, int]  # the tensor's
+
+    def element(self, row, col):
+        """(tensor index, in-bounds conditions) of matrix element [row, col]."""
+        return (col, row), ()
+
+
+@dataclass(frozen=True)
+class Im2col:
+    """The implicit-GEMM A of an NHWC conv2d input: row m = (image, output row, output
+    column), column k = (filter row, filter column, input channel); taps that fall into
+    the padding read 0."""
+
+    in_height: int
+    in_width: int
+    channels: int
+    out_height: int
+    out_width: int
+    kernel_w: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pad: tuple[int, int]  # top, left
+
+    def element(self, row, col):
+        """(tensor index, in-bounds conditions) of A[row, col]: data[img, h, w, ci], inside
+        the input where all conditions hold."""
+        oh, ow = self.out_height, self.out_width
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        pad_top, pad_left = self.pad
+        c, s = self.channels, self.kernel_w
+        img, pix = row // (oh * ow), row % (oh * ow)
+        y, x = pix // ow, pix % ow
+        rs, ci = col // c, col % c
+        h = y * sh + (rs // s) * dh - pad_top
+        w = x * sw + (rs % s) * dw - pad_left
+        return (img, h, w, ci), (h >= 0, h < self.in_height, w >= 0, w < self.in_width)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One GEMM operand as the task's tensor holds it.
+
+    ``map``: for A and B, ``map.element(row, col)`` gives the tensor index of a matrix
+    element and the conditions under which it is inside the tensor (else it reads 0); for
+    C, ``map.matrix_index(*index)`` gives the matrix element a tensor element holds.
+    ``layout``: the matrix axis the tensor is contiguous along, ``ROW_MAJOR`` (the inner
+    axis: A's K, B's and C's N) or ``COL_MAJOR`` (B only: K); the template copies the tile
+    to shared memory along it.  ``run``: along that axis the tensor is contiguous in aligned
+    runs of ``run`` elements, so a vector of v elements never straddles a run (nor is
+    misaligned) iff v divides it; ``run_name`` is what a message calls those elements."""
+
+    tensor: str  # the kernel argument's name
+    shape: tuple[int, ...]
+    map: RowMajor | Im2col | Transposed
+    run: int
+    run_name: str
+    axes: tuple[str, ...] = ()  # names of the tensor's dims in the TE compute (i0, i1, ... if empty)
+    layout: str = ROW_MAJOR
+
+
+@dataclass(frozen=True)
+class GemmView:
+    """A task's workload as the Tensor Core GEMM C[M, N] = A[M, K] B[K, N]."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str  # of the input tensors (fp32 inputs are cast to fp16 copies first)
+    out_dtype: str  # of the output tensor (accumulation is fp32)
+    a: Operand  # M x K
+    b: Operand  # K x N
+    c: Operand  # M x N, the output
+    epilogue: Epilogue = Epilogue()  # applied to C on its way to the output (none: a cast only)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.m, self.n, self.k
+
+    @property
+    def inputs(self) -> tuple[Operand, Operand]:
+        return self.a, self.b
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+
+# workload type -> its view function; ``view_of`` looks a workload's type up here.
+_VIEWS: dict[type, Callable] = {}
+
+
+def views(workload_type: type):
+    """Decorator: the function that gives a workload of ``workload_type`` its GemmView."""
+
+    def register_view(func):
+        known = _VIEWS.setdefault(workload_type, func)
+        if known is not func:
+            raise ValueError(f"{workload_type.__name__} has a GEMM view already ({known.__name__})")
+        return func
+
+    return register_view
+
+
+def view_of(workload) -> GemmView:
+    """The GemmView of a task's workload (a GemmView is its own view)."""
+    if isinstance(workload, GemmView):
+        return workload
+    try:
+        func = _VIEWS[type(workload)]
+    except KeyError:
+        raise TypeError(f"no GEMM view for {type(workload).__name__} (register one with gemm.views)") from None
+    return func(workload)
+
+
+@views(Conv2dWorkload)
+@functools.lru_cache(maxsize=1024)
+def conv2d_view(wl: Conv2dWorkload) -> GemmView:
+    """NHWC conv2d as an implicit GEMM: M = N*OH*OW output pixels, N = K output channels,
+    K = R*S*C.  The im2col A is contiguous along K in runs of C (one filter tap's
+    channels); B (HWIO) and C (NHWC) are row-major with K output channels a row."""
+    m, n, k = wl.gemm_shape
+    a = Im2col(wl.in_height, wl.in_width, wl.in_channels, wl.out_height, wl.out_width, wl.kernel_w,
+               wl.stride, wl.dilation, wl.padding[:2])
+    return GemmView(
+        m, n, k, wl.dtype, wl.out_dtype,
+        a=Operand("data", wl.data_shape, a, wl.in_channels, "input channels"),
+        b=Operand("weight", wl.weight_shape, RowMajor(wl.weight_shape), wl.out_channels, "output channels"),
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), wl.out_channels, "output channels",
+                  axes=("bi", "y", "x", "co")),
+        epilogue=parse_epilogue(wl.epilogue),
+    )
+
+
+@views(DenseWorkload)
+@functools.lru_cache(maxsize=1024)
+def dense_view(wl: DenseWorkload) -> GemmView:
+    """Dense as a GEMM: M = batch*m rows of A (a batch shares B), N, K.  A (M x K) and C
+    (M x N) are row-major with runs of K and N; B is row-major (K, N) with runs of N, or an
+    (N, K) weight (``b=nk``): the transposed map, column-major, with runs of K."""
+    m, n, k = wl.gemm_shape
+    if wl.b_layout == "kn":
+        b = Operand("weight", wl.b_shape, RowMajor(wl.b_shape), n, "output features")
+    else:
+        b = Operand("weight", wl.b_shape, Transposed(wl.b_shape), k, "input features", layout=COL_MAJOR)
+    return GemmView(
+        m, n, k, wl.dtype, wl.out_dtype,
+        a=Operand("data", wl.a_shape, RowMajor(wl.a_shape), k, "input features"),
+        b=b,
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), n, "output features"),
+        epilogue=parse_epilogue(wl.epilogue),
+    )
+
+
+# ---- A tiles as TMA boxes (the warp-specialized kernel, and the prior's view of it) -------------
+TMA_BOX_K = 64  # columns of a box: one 128-byte swizzled row of fp16
+
+
+@dataclass(frozen=True)
+class SpatialTile:
+    """A block's output pixels as a box of whole output rows: ``images`` images of ``rows``
+    rows (``rows`` < the height: one image) of the full width.  A 3x3 conv's A tile for one
+    filter tap and 64 channels is then one 4-D box of the data, shifted by the tap, with the
+    padding read as TMA's out-of-bounds zeros.  The box fills the first images*rows*width
+    rows of the block's A tile; the rest are never stored."""
+
+    images: int
+    rows: int
+    height: int
+    width: int
+    batch: int
+
+    @property
+    def pixels(self) -> int:
+        return self.images * self.rows * self.width
+
+    @property
+    def tiles_per_image(self) -> int:
+        return -(-self.height // self.rows)
+
+    @property
+    def grid_m(self) -> int:
+        return -(-self.batch // self.images) * self.tiles_per_image
+
+
+MIN_SPATIAL_USE = 0.75  # a box tiling must fill this much of the block's rows, else gather A
+
+
+def spatial_tile(view: GemmView, block_m: int) -> SpatialTile | None:
+    """The spatial tiling of a stride-1 conv2d whose k-steps stay within one filter tap
+    (64 | channels), if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
+    a = view.a.map
+    if not isinstance(a, Im2col) or a.stride != (1, 1) or a.channels % TMA_BOX_K or a.out_width > block_m:
+        return None
+    oh, ow = a.out_height, a.out_width
+    batch = view.m // (oh * ow)
+    if oh * ow <= block_m:
+        tile = SpatialTile(min(block_m // (oh * ow), batch), oh, oh, ow, batch)
+    else:
+        tile = SpatialTile(1, block_m // ow, oh, ow, batch)
+    return tile if tile.pixels >= MIN_SPATIAL_USE * min(block_m, view.m) else None
+
+
+MAX_TMA_STRIDE = 8  # TMA's traversal stride per dimension is 1..8
+MAX_TMA_BOX = 256  # elements per box dimension
+# Row boxes narrower than this cost more than they save: each TMA box has a fixed cost, and 9
+# boxes of 14 pixels a k-step ran 4-50% slower than one spatial box, often slower than a gathered
+# A (H100, BENCHMARKS 21a).  28-pixel rows: a 3x3 stride-2 conv ran 15% faster than gathered at
+# its best tiling, a 1x1 stride-2 conv 3-5% slower; the tuner weighs that against other configs.
+MIN_ROW_BOX_PIXELS = 16
+
+
+@dataclass(frozen=True)
+class RowTile:
+    """A block's output pixels as ``rows`` consecutive output rows counted across images
+    (output row g is row g % height of image g // height), so the block's pixels are the
+    contiguous output rows m0 .. m0 + rows * width of C.  Each output row's A tile for one
+    filter tap and 64 channels is its own 4-D box (64 channels, width, 1 row, 1 image) of
+    the data, shifted by the tap and read with the conv's stride as TMA's traversal stride;
+    the padding (and rows past the last image) read as out-of-bounds zeros.  Unlike a
+    ``SpatialTile`` it takes strided convs."""
+
+    rows: int
+    height: int  # output rows per image
+    width: int  # output columns
+    batch: int
+
+    @property
+    def pixels(self) -> int:
+        return self.rows * self.width
+
+    @property
+    def grid_m(self) -> int:
+        return -(-self.batch * self.height // self.rows)
+
+
+def row_tile(view: GemmView, block_m: int) -> RowTile | None:
+    """The row tiling of a conv2d whose k-steps stay within one filter tap (64 | channels),
+    whose strides TMA can traverse and whose output rows are at least MIN_ROW_BOX_PIXELS
+    wide, if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
+    a = view.a.map
+    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or not MIN_ROW_BOX_PIXELS <= a.out_width <= block_m:
+        return None
+    if max(a.stride) > MAX_TMA_STRIDE or a.out_width * a.stride[1] > MAX_TMA_BOX:
+        return None
+    tile = RowTile(block_m // a.out_width, a.out_height, a.out_width, view.m // (a.out_height * a.out_width))
+    return tile if tile.pixels >= MIN_SPATIAL_USE * min(block_m, view.m) else None
+
+
+def box_tile(view: GemmView, block_m: int) -> SpatialTile | RowTile | None:
+    """How a block's A tile is loaded as TMA boxes of a conv's data: a ``SpatialTile`` (one
+    box a tap) where there is one, even where row boxes would need fewer blocks (their
+    per-box cost outweighs the fuller blocks: BENCHMARKS 21a), else a ``RowTile`` (one box
+    per tap and output row); None: A is gathered."""
+    return spatial_tile(view, block_m) or row_tile(view, block_m)
+
+
+# TMA's im2col mode (a 4-D map): corners within a signed byte, 256 pixels a box at most, traversal
+# strides 1..8 (MAX_TMA_STRIDE), 16-bit filter offsets.
+MAX_IM2COL_CORNER = 127
+MAX_IM2COL_PIXELS = 256
+MAX_IM2COL_OFFSET = 2**15 - 1
+
+
+@dataclass(frozen=True)
+class Im2colWindow:
+    """Where TMA's im2col mode finds a conv's A (one box: ``pixels`` consecutive output pixels
+    x 64 channels of one filter tap, across output rows and images alike).  Per input dim
+    (width, height): the first filter tap's input coordinate of output pixel 0 (``lower``, i.e.
+    -padding) and of the last output pixel, counted from the input's last element (``upper``);
+    TMA walks the output pixels between them with the conv's stride (``traversal``), each tap
+    shifting both by its offset, and reads padding as out-of-bounds zeros."""
+
+    lower: tuple[int, int]  # (w, h)
+    upper: tuple[int, int]  # (w, h)
+    traversal: tuple[int, int]  # (w, h): the conv's stride
+    offset_step: tuple[int, int]  # (w, h): one filter tap further along: the dilation
+
+
+OUT_BYTES = {"float32": 4, "float16": 2}  # an output element's bytes, by the output dtypes
+
+
+def c_rows_aligned(view: GemmView) -> bool:
+    """C's rows are whole multiples of 16 bytes, as TMA's global strides must be (``tma_store``)."""
+    return view.n * OUT_BYTES.get(view.out_dtype, 0) % 16 == 0
+
+
+def im2col_window(view: GemmView) -> Im2colWindow | None:
+    """The im2col window of a conv whose k-steps stay within one filter tap (64 | channels) and
+    whose A is not a matrix (that one is a plain box), if TMA's limits take it; else None."""
+    a = view.a.map
+    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or a_is_matrix(view):
+        return None
+    (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad
+    kernel_h = view.k // (a.channels * a.kernel_w)
+    lower = (-pad_left, -pad_top)
+    upper = ((a.out_width - 1) * sw - pad_left - (a.in_width - 1),
+             (a.out_height - 1) * sh - pad_top - (a.in_height - 1))
+    if (max(sh, sw) > MAX_TMA_STRIDE or any(abs(x) > MAX_IM2COL_CORNER for x in (*lower, *upper))
+            or max((a.kernel_w - 1) * dw, (kernel_h - 1) * dh) > MAX_IM2COL_OFFSET):
+        return None
+    return Im2colWindow(lower, upper, (sw, sh), (dw, dh))
+
+
+def a_is_matrix(view: GemmView) -> bool:
+    """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d."""
+    a = view.a.map
+    return isinstance(a, RowMajor) or (
+        isinstance(a, Im2col) and a.channels == view.k and a.stride == (1, 1) and a.pad == (0, 0)
+        and (a.out_height, a.out_width) == (a.in_height, a.in_width))

@@ -1,0 +1,223 @@
+"""Validity rules of the template, written once for one config and for arrays of them.
+
+A rule is a named predicate over the *derived values* of configs (knob values, block
+tile, threads, shared memory, grid: ``derive``) and the problem (``Context``: the task's
+``gemm.GemmView`` and the GPU), plus the
+message that says why a config breaks it.  Predicates use only arithmetic, comparisons,
+``&`` and ``|``, so the same expression runs on Python ints (``why_invalid``: the first
+rule a config breaks) and on numpy columns (``valid_mask``: all rules at once, for
+search).  Rules every config obeys are here; an intrinsic path adds its own
+(``intrinsic_paths``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .gemm import COL_MAJOR, GemmView, view_of
+from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, storing_warpgroups,
+    warp_specialized_smem, warp_specialized_tiles)
+
+MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
+
+_WMMA_MNK = np.array([WMMA_SHAPES[name] for name in KNOBS["wmma"]], dtype=np.int64)  # (3, 3)
+
+
+def round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+@dataclass(frozen=True)
+class Context:
+    """What rules know besides the config: the GEMM (its view) and the GPU."""
+
+    m: int
+    n: int
+    k: int
+    view: GemmView
+    gpu: object  # gpu.GpuInfo
+
+    @property
+    def sm(self) -> int:
+        """The arch as a number: sm_90 -> 90."""
+        return int(self.gpu.arch[3:])
+
+    @classmethod
+    def of(cls, workload, gpu) -> "Context":
+        """The context of a workload (or a GemmView: see ``gemm.view_of``) on ``gpu``."""
+        view = view_of(workload)
+        return cls(view.m, view.n, view.k, view, gpu)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``ok(v, ctx)``: True (or a bool column) where configs obey it; ``message(config, v,
+    ctx)``: why one config does not.  ``path``: only configs of that intrinsic path obey it."""
+
+    name: str
+    ok: Callable
+    message: Callable
+    path: str | None = None
+
+
+def derive(v: dict, ctx: Context) -> dict:
+    """Add what a config implies to its knob values ``v`` (ints or int64 columns; named knobs
+    as positions in KNOBS, with ``wm``, ``wn``, ``wk`` the fragment shape): the block tile,
+    threads, accumulator fragments, shared memory and the grid.  ``b_row``: the B tile's
+    row in shared memory, which ``offset_b`` pads: N, or K for a column-major B (stored
+    [n][k], contiguous along K as its tensor).  ``warps`` compute and store C; a
+    warp-specialized kernel adds a producer warpgroup, which alone copies A and B
+    (``copy_threads``; else every thread copies)."""
+    v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
+    v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
+    v["bk"] = v["chunk"] * v["wk"]
+    # ping-pong: 2 warpgroups, whatever block_col_warps (ints or columns alike)
+    v["warps"] = v["block_row_warps"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])
+    v["compute_threads"] = v["warps"] * 32
+    specialized = v["warp_specialized"] > 0
+    v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
+    v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
+    v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
+    # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages
+    v["stage_bytes"] = warp_specialized_tiles(v["stages"], v["bm"], v["bn"])
+    v["split_partial_bytes"] = v["compute_threads"] * v["frags"] * 8 * 4
+    b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
+    a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
+    b = b_rows * (v["b_row"] + v["offset_b"]) * 2
+    c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
+    staging = v["tma_store"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])  # tma_store's buffers
+    v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["stages"], v["bm"], v["bn"], staging),
+                         np.maximum(v["stages"] * (a + b), c))
+    # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
+    v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])
+    v["gk"] = -(-ctx.k // (v["bk"] * v["split_k"]))
+    v["blocks"] = v["gm"] * v["gn"] * v["split_k"]
+    return v
+
+
+def per_block_m(block_m, value_of: Callable[[int], object], dtype) -> np.ndarray:
+    """``value_of(bm)`` for each row's block_m (an int or an int column), called once per distinct
+    value: what a rule or the prior asks of the block's rows alone (its TMA tiling of A).  Zero
+    rows give an empty array of ``dtype``."""
+    block_m = np.asarray(block_m, dtype=np.int64)
+    present = np.flatnonzero(np.bincount(block_m.ravel(), minlength=1))
+    table = np.zeros(present[-1] + 1 if present.size else 1, dtype=dtype)
+    table[present] = [value_of(int(bm)) for bm in present]
+    return table[block_m]
+
+
+def values_of_config(config) -> dict:
+    """One config's knob values as ``derive`` takes them (plain ints)."""
+    v = {name: code(name, getattr(config, name)) for name in KNOBS}
+    v["wm"], v["wn"], v["wk"] = WMMA_SHAPES[config.wmma]
+    return v
+
+
+def values_of_positions(knobs: dict, pos: np.ndarray) -> dict:
+    """Knob-position rows of a space with candidate table ``knobs`` as ``derive`` takes them."""
+    v = {}
+    for j, (name, cands) in enumerate(knobs.items()):
+        table = np.array([code(name, c) for c in cands], dtype=np.int64)
+        v[name] = table[pos[:, j]]
+    mnk = _WMMA_MNK[v["wmma"]]
+    v["wm"], v["wn"], v["wk"] = mnk[:, 0], mnk[:, 1], mnk[:, 2]
+    return v
+
+
+# wgmma's smallest tile is one 64-row slab: an M of 1-32 rows can only pad it (a GEMV-like
+# dense streams its weights either way).
+_WGMMA_SLAB = 64
+
+
+def _smallest_tile(dim: str, v: dict):
+    return np.where(v["intrinsic"] == code("intrinsic", "wgmma"), _WGMMA_SLAB, 0) if dim == "m" else 0
+
+
+def _tile_rule(dim: str, tile: str, size: str, what: str) -> Rule:
+    # Tiles far larger than the problem are pure padding: the kernel computes zeros.
+    return Rule(f"{dim}_tile_size",
+                lambda v, c: v[tile] <= np.maximum(2 * round_up(getattr(c, size), 16), _smallest_tile(dim, v)),
+                lambda cfg, v, c: f"block_{dim}={v[tile]} is more than twice the padded "
+                                  f"{what}={round_up(getattr(c, size), 16)}")
+
+
+def requires_rule(path: str, knob: str, value, message=None) -> Rule:
+    """Configs of ``path`` must have ``knob=value``."""
+    return Rule(f"{path}_needs_{knob}", lambda v, c: v[knob] == code(knob, value),
+                message or (lambda cfg, v, c: f"intrinsic={path} needs {knob}={value!r}, "
+                                              f"not {getattr(cfg, knob)!r}"))
+
+
+# Rules every config obeys, before those of its intrinsic path (HEAD) and after (TAIL);
+# the order decides which reason ``why_invalid`` gives for a config that breaks several.
+HEAD = (
+    Rule("threads", lambda v, c: v["threads"] <= c.gpu.max_threads_per_block,
+         lambda cfg, v, c: f"{v['threads']} threads per block exceed the GPU's {c.gpu.max_threads_per_block}"),
+    Rule("shared_memory", lambda v, c: v["smem"] <= c.gpu.max_smem_per_block,
+         lambda cfg, v, c: f"{v['smem']} bytes of shared memory exceed the GPU's "
+                           f"{c.gpu.max_smem_per_block} per block"),
+    Rule("accumulators", lambda v, c: v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS,
+         lambda cfg, v, c: f"{v['frags']} accumulator fragments per warp exceed "
+                           f"{MAX_ACCUMULATOR_FRAGMENTS} (register spills)"),
+    _tile_rule("m", "bm", "m", "M"),
+    _tile_rule("n", "bn", "n", "N"),
+    _tile_rule("k", "bk", "k", "reduction K"),
+    Rule("cp_async", lambda v, c: (v["stages"] == 1) | (c.sm >= 80),
+         lambda cfg, v, c: f"stages={cfg.stages} needs cp.async (sm_80 or newer), not {c.gpu.arch}"),
+    Rule("stages", lambda v, c: v["stages"] <= v["gk"],
+         lambda cfg, v, c: f"stages={cfg.stages} exceed the {v['gk']} k-steps of block_k={v['bk']}"),
+    Rule("split_k_slices", lambda v, c: (v["split_k"] == 1) | ((v["split_k"] - 1) * v["gk"] * v["bk"] < c.k),
+         lambda cfg, v, c: f"split_k={cfg.split_k} leaves a K slice empty (K={c.k}, block_k={v['bk']})"),
+    Rule("split_k_grid", lambda v, c: (v["split_k"] == 1) | (v["gm"] * v["gn"] < 2 * c.gpu.sm_count),
+         lambda cfg, v, c: f"split_k={cfg.split_k}: {v['gm'] * v['gn']} blocks already fill the GPU twice over"),
+)
+
+
+def _vector_rules(knob: str, operand: str, tile: Callable, threads: str) -> tuple[Rule, Rule]:
+    """Vector loads/stores of GEMM operand ``operand`` ("a", "b", "c"): aligned in global
+    memory (the width divides the operand's contiguous runs) and evenly shared by the
+    ``threads`` (a ``derive`` value) that copy it."""
+
+    def held(c: Context):  # the operand as the task's tensor holds it
+        return getattr(c.view, operand)
+
+    return (
+        Rule(f"{knob}_alignment", lambda v, c: held(c).run % v[knob] == 0,
+             lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {held(c).run} {held(c).run_name} "
+                               "(misaligned vector access)"),
+        Rule(f"{knob}_threads", lambda v, c: tile(v) % (v[threads] * v[knob]) == 0,
+             lambda cfg, v, c: f"{knob}={v[knob]}: the {tile(v)}-element tile does not split evenly "
+                               f"over {v[threads]} threads"),
+    )
+
+
+def _offset_rule(offset: str, vec: str) -> Rule:
+    return Rule(f"{offset}_vector", lambda v, c: v[offset] % v[vec] == 0,
+                lambda cfg, v, c: f"{offset}={v[offset]} is not a multiple of its vector width {v[vec]}")
+
+
+_VECTORS = {
+    "vec_a": _vector_rules("vec_a", "a", lambda v: v["bm"] * v["bk"], "copy_threads"),
+    "vec_b": _vector_rules("vec_b", "b", lambda v: v["bk"] * v["bn"], "copy_threads"),
+    "vec_c": _vector_rules("vec_c", "c", lambda v: v["bm"] * v["bn"], "compute_threads"),
+}
+_OFFSETS = {"vec_a": _offset_rule("offset_a", "vec_a"), "vec_b": _offset_rule("offset_b", "vec_b"),
+            "vec_c": _offset_rule("offset_c", "vec_c")}
+FRAG_BUFFERS = Rule("frag_buffers", lambda v, c: v["frag_buffers"] <= v["chunk"],
+                    lambda cfg, v, c: f"frag_buffers={cfg.frag_buffers} exceed chunk={cfg.chunk} "
+                                      "(nothing to overlap)")
+TAIL = (FRAG_BUFFERS, *(r for rules in _VECTORS.values() for r in rules), *_OFFSETS.values())
+VECTOR_KNOBS = tuple(_VECTORS)
+# The only rules that read each vector width, besides a warp-specialized kernel's, which asks for
+# the widest candidate (default_config relies on that: it screens the other rules at the widest
+# widths, then takes per row the widest these rules allow).
+VECTOR_RULES = {knob: (*_VECTORS[knob], _OFFSETS[knob]) for knob in VECTOR_KNOBS}
+assert not set(NAMED_KNOBS) & set(VECTOR_KNOBS)
+
+
+def derive_rows(space, pos: np.ndarray) -> dict:
+    """``derive`` for knob-position rows of ``space`` (int64 columns)."""
+    return derive(values_of_positions(space.knobs, pos), space.context)

@@ -1,0 +1,322 @@
+"""Side-by-side timings: default config, applied config and the task's baseline (cuDNN for
+conv2d, cuBLAS for dense: the "cudnn" columns), in one process.
+
+The applied config is what ``build_conv2d`` would use (``apply.choose_config``): the best
+record of the given and shipped logs, else a zero-shot prediction, else the default; the
+table says which.  Every kernel that is timed is first checked against the fp32 reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+from ..measure import baseline
+from ..database import records
+from ..core import tasks
+from ..database.apply import apply_history_best, best_or_default_config, choose_config
+from ..backends.cuda.gpu import default_gpu
+from ..api.kernel import build, compile_kernel
+from ..measure.measurer import time_kernel
+from ..core.results import CUDA_GRAPH, TIME_EVALUATOR, TOLERANCE, check_then_time
+from ..workloads.conv2d import get
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BenchRow:
+    """One workload's medians (seconds) and correctness errors; None where not measured."""
+
+    workload: str
+    flops: int
+    default_s: float | None = None
+    default_err: float | None = None
+    tuned_s: float | None = None
+    tuned_err: float | None = None
+    tuned_config: dict | None = None
+    tuned_source: str | None = None  # record, zero-shot or default (apply.choose_config)
+    cudnn_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
+    cudnn_err: float | None = None
+    baseline: str = "cuDNN"  # what the cudnn_* fields timed (tasks.Task.baseline_name)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def slower_than_default(self) -> bool:
+        """The applied kernel loses to the untuned default by more than 3% (timing noise)."""
+        return bool(self.tuned_s and self.default_s and self.tuned_s > 1.03 * self.default_s)
+
+
+def kernel_timer() -> str:
+    """What ``checked_kernel_time`` times our kernels with here (``results.TIMERS``)."""
+    return CUDA_GRAPH if baseline.available() else TIME_EVALUATOR
+
+
+def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int = 50,
+                        min_repeat_ms: float = 10) -> tuple[float | None, float]:
+    """(median seconds or None, relative error) on ``arrays`` (the task's inputs, then the
+    reference): run once on NaN-poisoned output, check against the reference, and time only
+    a kernel whose result is right.  Each repeat runs at least ``min_repeat_ms`` of
+    back-to-back launches, so 10 us kernels are timed in steady state.
+
+    Where PyTorch runs (where the baseline is timed at all), our launches are timed as the
+    baseline's are (``baseline.time_launches``: on torch's stream, replayed from a CUDA graph),
+    so both sides of a ratio pay the same per-launch cost; TVM's time_evaluator launches
+    eagerly and adds 1.1-2.6 us a call on an H100 (BENCHMARKS 26e).  Elsewhere, time_evaluator."""
+    if kernel_timer() == CUDA_GRAPH:
+        return _graph_kernel_time(kernel, workload, *arrays, number=number, repeat=repeat,
+                                  min_repeat_ms=min_repeat_ms)
+    *inputs, reference = arrays
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
+    args = [*(tvm.runtime.tensor(a, device=dev) for a in inputs), out]
+    times, err = check_then_time(
+        lambda: kernel(*args), out.numpy, reference,
+        lambda: time_kernel(kernel, *args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
+        TOLERANCE)
+    return _median_or_wrong(times, err, workload, kernel)
+
+
+def _graph_kernel_time(kernel, workload, *arrays, number: int, repeat: int,
+                       min_repeat_ms: float) -> tuple[float | None, float]:
+    """``checked_kernel_time`` on torch tensors: the kernel runs on torch's stream (in place,
+    DLPack), checked once, then timed by ``baseline.time_launches``."""
+    import torch
+
+    *inputs, reference = arrays
+    tensors = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+    out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
+
+    def run():
+        kernel(*tensors, out=out)
+
+    times, err = check_then_time(
+        run, lambda: out.cpu().numpy(), reference,
+        lambda: baseline.time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms), TOLERANCE)
+    return _median_or_wrong(times, err, workload, kernel)
+
+
+def _median_or_wrong(times, err: float, workload, kernel) -> tuple[float | None, float]:
+    if times is None:
+        log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
+        return None, err
+    return float(np.median(times)), err
+
+
+def task_arrays(workload, seed: int = 0) -> tuple:
+    """The task's random inputs (``seed``), then their fp32 reference: what
+    ``checked_kernel_time`` and the task's baseline take."""
+    task = tasks.of(workload)
+    inputs = task.inputs(workload, seed=seed)
+    return (*inputs, task.reference(workload, *inputs))
+
+
+def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
+              min_repeat_ms: float = 10) -> list[BenchRow]:
+    """Time the default config, the applied config (best record of ``logs`` and the shipped
+    logs, else zero-shot, else default) and cuDNN for each workload, on the same inputs."""
+    gpu = default_gpu()
+    rows = []
+    for name in names:
+        wl = get(name)
+        task = tasks.of(wl)
+        row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_name)
+        t0 = time.time()
+        arrays = task_arrays(wl)
+        log.info("%s: reference in %.1f s", name, time.time() - t0)
+        timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        default_config = task.space(wl, gpu).default_config()
+        default = build(wl, default_config)
+        row.default_s, row.default_err = checked_kernel_time(default, wl, *arrays, **timing)
+        with apply_history_best(logs or []):
+            choice = choose_config(wl, gpu, warn=False)
+        row.tuned_config, row.tuned_source = choice.config.as_dict(), choice.source
+        if choice.config == default_config:
+            row.tuned_s, row.tuned_err = row.default_s, row.default_err
+        else:
+            tuned = build(wl, choice.config)
+            row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, *arrays, **timing)
+        if baseline.available() and task.baseline is not None:
+            row.cudnn_s, row.cudnn_err = task.baseline(wl, *arrays, **timing)
+        log.info("%s: %s", name, row)
+        rows.append(row)
+    return rows
+
+
+@dataclass
+class SweepRow:
+    """One variant of a workload's base config (best logged, else default) with some knobs changed."""
+
+    workload: str
+    flops: int
+    changes: dict
+    config: dict
+    seconds: float | None = None
+    err: float | None = None
+    cudnn_s: float | None = None
+    invalid: str | None = None
+    baseline: str = "cuDNN"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: int = 50,
+          min_repeat_ms: float = 10) -> list[SweepRow]:
+    """Ablation: each workload's base config with every combination of ``knobs`` values,
+    each checked and timed, with cuDNN from the same process beside them.  Kernels are
+    compiled in parallel (nvcc runs as subprocesses) before any is timed."""
+    gpu = default_gpu()
+    timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    rows = []
+    for name in names:
+        wl = get(name)
+        task = tasks.of(wl)
+        space = task.space(wl, gpu)
+        with apply_history_best(logs or []):
+            base = best_or_default_config(wl, gpu)
+        arrays = task_arrays(wl)
+        cudnn_s = None
+        if baseline.available() and task.baseline is not None:
+            cudnn_s, _ = task.baseline(wl, *arrays, **timing)
+        variants = []  # (row, config)
+        for combo in itertools.product(*knobs.values()):
+            changes = dict(zip(knobs, combo))
+            config = replace(base, **changes)
+            variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), cudnn_s=cudnn_s,
+                                      invalid=space.why_invalid(config),
+                                      baseline=tasks.of(wl).baseline_name), config))
+        valid = [(row, config) for row, config in variants if row.invalid is None]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
+        for (row, _), kernel in zip(valid, kernels):
+            row.seconds, row.err = checked_kernel_time(kernel, wl, *arrays, **timing)
+            log.info("%s %s: %s ms", name, row.changes, ms_cell(row.seconds))
+        rows += [row for row, _ in variants]
+    return rows
+
+
+def sweep_table(rows: list[SweepRow]) -> str:
+    base = baseline_label(rows)
+    lines = [f"| workload | changed knobs | ms | TFLOP/s | {base} ms | {base} / ours |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        changes = ", ".join(f"{k}={v}" for k, v in r.changes.items())
+        if r.invalid:
+            lines.append(f"| {r.workload} | {changes} | invalid: {r.invalid} | | | |")
+            continue
+        lines.append(f"| {r.workload} | {changes} | {ms_cell(r.seconds)} | {_tf(r.flops, r.seconds)} |"
+                     f" {ms_cell(r.cudnn_s)} | {ratio_cell(r.cudnn_s, r.seconds)} |")
+    return "\n".join(lines)
+
+
+def ms_cell(seconds) -> str:
+    """Milliseconds for a table cell; "-" where not measured."""
+    return f"{seconds * 1e3:.4f}" if seconds else "-"
+
+
+def _tf(flops, seconds):
+    return f"{flops / seconds / 1e12:.1f}" if seconds else "-"
+
+
+def ratio_cell(cudnn_s, ours_s) -> str:
+    """Baseline time / ours for a table cell; "-" where either is missing."""
+    return f"{cudnn_s / ours_s:.2f}" if (cudnn_s and ours_s) else "-"
+
+
+def geomean(values) -> float | None:
+    """Geometric mean of the values that were measured (None and 0 skipped)."""
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def baseline_label(rows) -> str:
+    """What the baseline columns timed: "cuDNN", "cuBLAS", or both names for a mixed table."""
+    return "/".join(sorted({getattr(r, "baseline", "cuDNN") for r in rows})) or "cuDNN"
+
+
+def markdown_table(rows: list[BenchRow]) -> str:
+    """One line per workload, then the geomeans of baseline (cuDNN, cuBLAS) time / ours and
+    the losses to the default (the applied kernel slower than the untuned default by more
+    than 3%)."""
+    base = baseline_label(rows)
+    head = ("| workload | default ms | default TFLOP/s | applied ms | applied TFLOP/s | applied from "
+            f"| {base} ms | {base} TFLOP/s | {base} / default | {base} / applied |")
+    lines = [head, "|" + "|".join(["---"] * (head.count("|") - 1)) + "|"]
+    for r in rows:
+        mark = " (slower than default)" if r.slower_than_default else ""
+        lines.append(f"| {r.workload} | {ms_cell(r.default_s)} | {_tf(r.flops, r.default_s)} | {ms_cell(r.tuned_s)} | "
+                     f"{_tf(r.flops, r.tuned_s)} | {r.tuned_source or '-'}{mark} | {ms_cell(r.cudnn_s)} | "
+                     f"{_tf(r.flops, r.cudnn_s)} | {ratio_cell(r.cudnn_s, r.default_s)} | "
+                     f"{ratio_cell(r.cudnn_s, r.tuned_s)} |")
+    timed = [r for r in rows if r.cudnn_s and r.tuned_s and r.default_s]
+    if timed:
+        applied = geomean(r.cudnn_s / r.tuned_s for r in timed)
+        default = geomean(r.cudnn_s / r.default_s for r in timed)
+        lines += ["", f"Geomean {base} / ours over {len(timed)} workloads: applied {applied:.3f}, "
+                      f"default {default:.3f}. Applied slower than default (>3%): "
+                      f"{sum(r.slower_than_default for r in timed)} of {len(timed)}."]
+    return "\n".join(lines)
+
+
+def tuning_curve(log, workload) -> list[float]:
+    """Best-so-far TFLOP/s after each measurement of ``workload`` in ``log`` (file order)."""
+    workload, best, curve = get(workload), 0.0, []
+    for record in records.load(log):
+        if record.workload == workload:
+            best = max(best, record.tflops)
+            curve.append(best)
+    return curve
+
+
+def write_plots(rows: list[BenchRow], out_dir, curve_logs=()) -> list[str]:
+    """PNG plots: tuned (else default) / cuDNN per workload and tuning curves from logs.
+    Returns the files written; empty (with a log line) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: plots skipped (the table is complete)")
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
+    ratios = [(r.cudnn_s / (r.tuned_s or r.default_s)) if r.cudnn_s and (r.tuned_s or r.default_s) else 0
+              for r in rows]
+    ax.bar([r.workload for r in rows], ratios, color="tab:green")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("cuDNN time / our time (1 = parity)")
+    ax.set_title("Tuned kernels against cuDNN")
+    ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(out_dir / "ratio_vs_cudnn.png", dpi=120)
+    plt.close(fig)
+    written.append(str(out_dir / "ratio_vs_cudnn.png"))
+    curves = [(name, tuning_curve(path, name)) for path in curve_logs for name in (r.workload for r in rows)]
+    curves = [(name, c) for name, c in curves if c]
+    if curves:
+        fig, ax = plt.subplots(figsize=(11, 5))
+        for name, curve in curves:
+            ax.plot(range(1, len(curve) + 1), curve, label=name)
+        ax.set_xlabel("trials")
+        ax.set_ylabel("best TFLOP/s so far")
+        ax.set_yscale("log")
+        ax.set_title("Tuning curves")
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + len(curves) // 16)
+        fig.tight_layout()
+        fig.savefig(out_dir / "tuning_curves.png", dpi=120)
+        plt.close(fig)
+        written.append(str(out_dir / "tuning_curves.png"))
+    return written

@@ -1,0 +1,60 @@
+"""fp32 references on the host (conv2d, dense), to check every kernel that is built or timed.
+
+A task's inputs are its operands, then its fused epilogue's inputs (``epilogue.input_specs``);
+the reference applies that epilogue to the fp32 result (``epilogue.reference``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import epilogue
+from ..core.results import relative_l2_error  # noqa: F401 (checking is results'; kept importable here)
+from .dense import DenseWorkload
+from .conv2d import Conv2dWorkload
+
+
+def random_inputs(workload: Conv2dWorkload, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """Random data and weights (never zeros), scaled so outputs stay O(1) in fp16, then the
+    epilogue's inputs."""
+    rng = np.random.default_rng(seed)
+    fan_in = workload.kernel_h * workload.kernel_w * workload.in_channels
+    data = rng.uniform(-1.0, 1.0, workload.data_shape).astype(workload.dtype)
+    weight = (rng.uniform(-1.0, 1.0, workload.weight_shape) / np.sqrt(fan_in)).astype(workload.dtype)
+    return data, weight, *epilogue.random_inputs(workload, rng)  # drawn last: operands as if plain
+
+
+def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
+                     *epilogue_inputs: np.ndarray) -> np.ndarray:
+    """NHWC x HWIO -> NHWC in float32 (inputs rounded to fp16 first, as the kernel does),
+    through the workload's epilogue."""
+    wl = workload
+    x = data.astype(np.float16).astype(np.float32)
+    w = weight.astype(np.float16).astype(np.float32)
+    top, left, bottom, right = wl.padding
+    x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    (sh, sw), (dh, dw) = wl.stride, wl.dilation
+    oh, ow = wl.out_height, wl.out_width
+    out = np.zeros(wl.out_shape, np.float32)
+    for r in range(wl.kernel_h):
+        for s in range(wl.kernel_w):
+            patch = x[:, r * dh: r * dh + (oh - 1) * sh + 1: sh, s * dw: s * dw + (ow - 1) * sw + 1: sw, :]
+            out += (patch.reshape(-1, wl.in_channels) @ w[r, s]).reshape(out.shape)
+    return epilogue.reference(wl, out, *epilogue_inputs)
+
+
+def dense_inputs(workload: DenseWorkload, seed: int = 0) -> tuple[np.ndarray, ...]:
+    """Random A and weight (never zeros), scaled so outputs stay O(1) in fp16, then the
+    epilogue's inputs."""
+    rng = np.random.default_rng(seed)
+    data = rng.uniform(-1.0, 1.0, workload.a_shape).astype(workload.dtype)
+    weight = (rng.uniform(-1.0, 1.0, workload.b_shape) / np.sqrt(workload.k)).astype(workload.dtype)
+    return data, weight, *epilogue.random_inputs(workload, rng)  # drawn last: operands as if plain
+
+
+def dense_reference(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray,
+                    *epilogue_inputs: np.ndarray) -> np.ndarray:
+    """A @ B (B = weight, or its transpose for ``b=nk``) in float32, inputs rounded to fp16,
+    through the workload's epilogue."""
+    a = data.astype(np.float16).astype(np.float32)
+    b = weight.astype(np.float16).astype(np.float32)
+    return epilogue.reference(workload, a @ (b if workload.b_layout == "kn" else b.T), *epilogue_inputs)
