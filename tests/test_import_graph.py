@@ -27,8 +27,14 @@ LAZY = {
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
 LIGHT = ("workloads", "dense_workloads", "epilogue", "gpu", "gemm", "journal", "results", "knobs", "rules", "intrinsic_paths", "prior", "space",
          "cost_model", "tuner", "records", "cli", "reference", "cuda", "jobs", "zero_shot", "apply", "tasks",
+         "tree_ranker", "zero_shot_train", "zero_shot_eval",
          "dispatch", "devices", "duplicates", "probe_cover", "cover_probes", "runner_protocol")
 
+# What a kernel build runs reads the stored zero-shot model: it never reaches the modules that
+# train it, and the modules that pick and rank import no xgboost, not even inside a function.
+BUILD_SIDE = ("kernel", "functional", "build_cache", "apply", "zero_shot", "tree_ranker")
+TRAINING_SIDE = ("zero_shot_train", "zero_shot_eval")
+NO_XGBOOST = ("apply", "zero_shot", "tree_ranker")
 
 # Subpackages that import an optional third-party module at their top: the rest of the package
 # may import them only inside a function, where that module is known to be there.
@@ -172,3 +178,24 @@ def test_commands_import_only_light_modules_at_their_top():
         heavy = [f"line {line}: {target}" for target, line in top
                  if target.split(".")[0] == PACKAGE and target not in light or target.split(".")[0] in LAZY]
         assert not heavy, f"{name} imports at its top: {heavy}"
+
+
+def test_a_build_never_reaches_the_training_side():
+    modules = _modules()
+    edges, _ = _graph()
+
+    def closure(name, seen):
+        if name not in seen:
+            seen.add(name)
+            for target in edges[name]:
+                closure(target, seen)
+        return seen
+
+    training = {f"{PACKAGE}.{name}" for name in TRAINING_SIDE}
+    for name in BUILD_SIDE:
+        reached = closure(f"{PACKAGE}.{name}", set()) & training
+        assert not reached, f"{name} imports {sorted(reached)}: a build would load the zero-shot training"
+    for name in NO_XGBOOST:
+        module = f"{PACKAGE}.{name}"
+        xgb = [line for target, line, _ in _imports(module, modules[module]) if target.split(".")[0] == "xgboost"]
+        assert not xgb, f"{name} imports xgboost (line {xgb[0]})"
