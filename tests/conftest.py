@@ -45,9 +45,9 @@ def _require_gpu_for_the_gpu_suite(config) -> None:
 
 def pytest_configure(config):
     """A fresh cubin cache per test session: codegen tests must really run nvcc.  The session's
-    pytest-xdist workers share it (as the tests of a session in one process do): a kernel or a
-    zero-shot model is made once per session, whichever worker needs it first (the cache
-    publishes its files atomically).  ``pytest -m gpu`` without a usable GPU fails here, in
+    pytest-xdist workers share it (as the tests of a session in one process do): a kernel is
+    made once per session, whichever worker needs it first (the cache publishes its files
+    atomically).  ``pytest -m gpu`` without a usable GPU fails here, in
     the controller, before any worker starts."""
     import os
     import tempfile
@@ -69,7 +69,7 @@ def pytest_configure_node(node):
 
 
 def pytest_unconfigure(config):
-    """Leave nothing behind in /tmp (the cubin and zero-shot model caches of this session)."""
+    """Leave nothing behind in /tmp (the cubin and kernel caches of this session)."""
     import shutil
 
     cache = getattr(config, "_tc_autotune_cache", None)

@@ -31,8 +31,15 @@ LIGHT = ("workloads.conv2d", "workloads.dense", "workloads.epilogue", "backends.
          "core.space", "search.cost_model", "search.tuner", "database.records", "cli.common",
          "workloads.reference", "backends.cuda.nvcc", "tuning.jobs", "search.zero_shot", "database.apply",
          "core.tasks", "measure.dispatch", "measure.devices", "tuning.duplicates",
-         "templates.tc_gemm.probe_cover", "templates.tc_gemm.cover_probes", "measure.runner_protocol")
+         "templates.tc_gemm.probe_cover", "templates.tc_gemm.cover_probes", "measure.runner_protocol",
+         "search.tree_ranker", "search.zero_shot_train", "search.zero_shot_eval")
 
+# What a kernel build runs reads the stored zero-shot model: it never reaches the modules that
+# train it, and the modules that pick and rank import no xgboost, not even inside a function.
+BUILD_SIDE = ("api.kernel", "api.functional", "backends.cuda.build_cache", "database.apply", "search.zero_shot",
+              "search.tree_ranker")
+TRAINING_SIDE = ("search.zero_shot_train", "search.zero_shot_eval")
+NO_XGBOOST = ("database.apply", "search.zero_shot", "search.tree_ranker")
 
 # Subpackages that import an optional third-party module at their top: the rest of the package
 # may import them only inside a function, where that module is known to be there.
@@ -213,3 +220,24 @@ def test_commands_import_only_light_modules_at_their_top():
         heavy = [f"line {line}: {target}" for target, line in top
                  if target.split(".")[0] == PACKAGE and target not in light or target.split(".")[0] in LAZY]
         assert not heavy, f"{name} imports at its top: {heavy}"
+
+
+def test_a_build_never_reaches_the_training_side():
+    modules = _modules()
+    edges, _ = _graph()
+
+    def closure(name, seen):
+        if name not in seen:
+            seen.add(name)
+            for target in edges[name]:
+                closure(target, seen)
+        return seen
+
+    training = {f"{PACKAGE}.{name}" for name in TRAINING_SIDE}
+    for name in BUILD_SIDE:
+        reached = closure(f"{PACKAGE}.{name}", set()) & training
+        assert not reached, f"{name} imports {sorted(reached)}: a build would load the zero-shot training"
+    for name in NO_XGBOOST:
+        module = f"{PACKAGE}.{name}"
+        xgb = [line for target, line, _ in _imports(module, modules[module]) if target.split(".")[0] == "xgboost"]
+        assert not xgb, f"{name} imports xgboost (line {xgb[0]})"

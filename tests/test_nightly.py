@@ -164,6 +164,21 @@ def test_run_tunes_compacts_and_reports(tmp_path):
     assert "- rfc-3x3-b1 (sm_90): added, - -> " in markdown
 
 
+def test_the_stored_zero_shot_model_follows_the_best_logs_the_run_merged(tmp_path, monkeypatch):
+    """A job whose best logs are the shipped logs (tuning_logs/nightly.toml's): after the merge,
+    the zero-shot model stored beside them is retrained from them (builds only read it)."""
+    from tc_autotune.search import zero_shot, zero_shot_train
+
+    job = nightly.load_job(write_job(tmp_path))
+    job.best_log_dir.mkdir(parents=True)
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(job.best_log_dir))
+    run(job)
+    assert zero_shot_train.stored_is_current() == (True, str(job.best_log_dir / zero_shot.MODEL_FILE))
+    models, why = zero_shot.stored_models()
+    assert why is None and {(m.scope, m.gpu.name) for m in models} == {("arch", "generic sm_90"), ("gpu", GPU.name)}
+    assert set(models[0].best) == {e.workload for e in job.entries}
+
+
 def test_budget_stops_cleanly_after_the_current_batch(tmp_path):
     job = nightly.load_job(write_job(tmp_path, trials=64))
     clock = iter(range(0, 10_000, 400))  # each look at the clock: 400 s later; budget 600 s

@@ -1,6 +1,7 @@
 """Installed, not only checked out: a wheel of the checkout carries the shipped logs (best records
-per GPU, tuning histories, job files; never the studies' logs) and the console commands, and an
-installed copy finds its logs inside itself.  No GPU; one wheel build per module."""
+per GPU, tuning histories, job files, the zero-shot model trained from them; never the studies'
+logs) and the console commands, and an installed copy finds its logs and model inside itself.
+No GPU; one wheel build per module."""
 
 import configparser
 import json
@@ -26,7 +27,8 @@ NOT_SOURCES = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__p
 def _shipped_in_checkout() -> list[str]:
     """The files the wheel must carry, relative to tuning_logs/."""
     logs = REPO / "tuning_logs"
-    files = [*logs.glob("*.jsonl"), *logs.glob("*.toml"), *(logs / "history").glob("*.jsonl")]
+    files = [*logs.glob("*.jsonl"), *logs.glob("*.toml"), *(logs / "history").glob("*.jsonl"),
+             logs / "zero_shot_model.json"]
     return sorted(f.relative_to(logs).as_posix() for f in files)
 
 
@@ -92,7 +94,7 @@ def test_a_checkout_finds_the_repositorys_logs(monkeypatch):
 def test_the_wheel_carries_the_shipped_logs_and_not_the_studies(wheel):
     names = _wheel_names(wheel)
     shipped = _shipped_in_checkout()
-    assert {"nvidia-h100-80gb-hbm3.jsonl", "nvidia-h200.jsonl", "nightly.toml"} <= set(shipped)
+    assert {"nvidia-h100-80gb-hbm3.jsonl", "nvidia-h200.jsonl", "nightly.toml", "zero_shot_model.json"} <= set(shipped)
     assert any(name.startswith("history/") for name in shipped)
     in_wheel = sorted(n.removeprefix("tc_autotune/tuning_logs/") for n in names
                       if n.startswith("tc_autotune/tuning_logs/"))
@@ -121,14 +123,19 @@ def test_the_wheel_declares_the_console_commands_and_no_torch(wheel):
 
 def test_an_installed_copy_finds_its_logs_inside_itself(site):
     code = """if True:
-        import json, os
+        import json, os, sys
         import tc_autotune
         from tc_autotune.database import records
         from tc_autotune.search import zero_shot
+        from tc_autotune.backends.cuda.gpu import gpu_for_arch
+        model, why = zero_shot.stored_model(gpu_for_arch("sm_90"))
         found = dict(package=tc_autotune.__file__, packaged=str(records.packaged_logs_dir()),
                      shipped=str(records.shipped_logs_dir()),
                      files=[str(f) for f in records.shipped_log_files()],
-                     heldout=str(zero_shot.HELDOUT_JOB), heldout_workloads=len(zero_shot.heldout_workloads()))
+                     heldout=str(zero_shot.HELDOUT_JOB), heldout_workloads=len(zero_shot.heldout_workloads()),
+                     model=str(zero_shot.model_path()), model_rows=model.rows if model else why,
+                     pick=bool(zero_shot.zero_shot_config("n=3,h=20,c=96,k=160,r=3,pad=1", gpu_for_arch("sm_90"))),
+                     xgboost=any(m.startswith("xgboost") for m in sys.modules))
         os.environ["TC_AUTOTUNE_SHIPPED_LOGS"] = ""  # still means: no shipped logs
         found["overridden"] = [records.shipped_logs_dir(), records.shipped_log_files()]
         print(json.dumps(found))
@@ -144,6 +151,8 @@ def test_an_installed_copy_finds_its_logs_inside_itself(site):
     assert "nvidia-h100-80gb-hbm3.jsonl" in files and any(f.startswith("history/") for f in files)
     # the held-out shapes are the lab's (a checkout's): an installed copy has none to skip
     assert not Path(found["heldout"]).exists() and found["heldout_workloads"] == 0
+    assert Path(found["model"]) == logs / "zero_shot_model.json" and found["model_rows"] > 1000
+    assert found["pick"] and not found["xgboost"]  # a zero-shot pick, read from the installed model
     assert found["overridden"] == [None, []]
 
 

@@ -257,6 +257,12 @@ def test_the_build_cache_keys_move_with_what_the_kernel_depends_on(tmp_path, mon
     before = build_cache.choice_key(wl, gpu, ((str(log), False),))
     log.write_text("\n")  # a log changed: the choice is made again
     assert build_cache.choice_key(wl, gpu, ((str(log), False),)) != before
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(shipped))
+    before = build_cache.choice_key(wl, gpu, ())
+    (shipped / "zero_shot_model.json").write_text("{}")  # the stored zero-shot model changed: so may the pick
+    assert build_cache.choice_key(wl, gpu, ()) != before
 
 
 def test_a_cached_kernel_is_loaded_not_built(tmp_path, monkeypatch):

@@ -169,9 +169,10 @@ class ConfigChoice:
 
 def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, logs=None) -> ConfigChoice:
     """The best record of the active logs (or of ``logs``, as ``best_config`` takes them);
-    without one, the config the shipped histories' cost model predicts for this unseen shape
-    (``zero_shot``); without training data for this GPU's arch, the default config.  The last
-    two warn (``NoTunedConfigWarning``)."""
+    without one, the config the stored zero-shot model of the shipped histories predicts for
+    this unseen shape (``zero_shot``: read, never trained here); without a usable model for this
+    GPU's arch (none, stale, no record of the arch), the default config.  The last two warn
+    (``NoTunedConfigWarning``)."""
     found = best_config(workload, gpu, logs)
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
@@ -190,9 +191,10 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
                           "predicted from the shipped tuning histories (tune it for the best kernel)",
                           NoTunedConfigWarning, stacklevel=3)
         return ConfigChoice(predicted, "zero-shot")
-    if warn:
-        warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the default config",
-                      NoTunedConfigWarning, stacklevel=3)
+    if warn:  # one warning, saying why there was no zero-shot pick where the model is at fault
+        why = zero_shot.stored_model(gpu)[1] if isinstance(workload, Conv2dWorkload) else None
+        warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the default config"
+                      + (f" (no zero-shot pick: {why})" if why else ""), NoTunedConfigWarning, stacklevel=3)
     return ConfigChoice(tasks.of(workload).space(workload, gpu).default_config(), "default")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..measure import baseline
 from ..database import records
 from ..core import tasks
+from ..search import zero_shot_train
 from ..database.apply import best_config, choose_config
 from .benchmark import checked_kernel_time, kernel_timer, task_arrays
 from ..backends.cuda.nvcc import nvcc_version
@@ -205,6 +206,8 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     summary.resumed = search.load_history(own)
     search.load_transfer(transfer)
     summary.other_records = search.other_records
+    if shipped_transfer:  # the tuning side retrains the stored zero-shot model where it is stale
+        zero_shot_train.refresh_stored_model()  # (apply's pick, measured first, reads it)
     first = search.measure_first(first_configs(space, own + transfer, gpu, zero_shot=shipped_transfer))
     log.info("%s: space of %d configs; resuming with %d records of it on this GPU; learning from %d others "
              "(other workloads, GPUs or template versions; %d from %s); %d configs to measure first "

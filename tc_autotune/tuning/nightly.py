@@ -4,7 +4,8 @@ A nightly run resumes every workload of the job from the shared log (configs
 already measured on this GPU are never re-measured; records of the other
 workloads and the shipped histories pre-train the cost model), stops after the
 batch that spends the budget, merges the best records into
-``tuning_logs/<gpu>.jsonl`` (never dropping one it holds), re-times each
+``tuning_logs/<gpu>.jsonl`` (never dropping one it holds; the stored zero-shot model of the
+shipped logs is retrained where they changed), re-times each
 workload's best beside the default config and cuDNN and writes a markdown + JSON
 report.  Its exit status says whether a workload regressed against the previous
 report or lost to the untuned default.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from ..database import records
 from ..core import tasks
+from ..search import zero_shot_train
 from .autotune import retime_against_default, tune_workload
 from .benchmark import baseline_label
 from ..backends.cuda.gpu import gpu_log_name
@@ -276,6 +278,8 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     report.elapsed_s = now() - start
     md, js = write_report(report, job.report_dir)
     log.info("report: %s", md)
+    if not report_only and gpu is not None:  # the merge may have changed the shipped logs: the
+        zero_shot_train.refresh_stored_model()  # stored zero-shot model follows them (report first)
     return report
 
 

@@ -43,6 +43,7 @@ import tvm
 from ...database import apply, journal, records
 from . import build_server
 from ...core import tasks
+from ...search import zero_shot
 from .nvcc import nvcc_version
 from .gpu import GpuInfo, default_gpu
 from ...api.kernel import Conv2dKernel, build_arch, compile_kernel
@@ -93,10 +94,11 @@ def _file_states(paths) -> list:
 
 def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
     """The key of the config ``apply.choose_config`` gives ``workload`` on ``gpu`` with the
-    active log sets ``logs`` (and the shipped histories, which train the zero-shot model)."""
+    active log sets ``logs`` (and the shipped logs and their stored zero-shot model)."""
+    model = zero_shot.model_path()
     return _digest("choice", FORMAT, tasks.of(workload).name, str(workload), asdict(gpu),
                    [[path, stale, _file_states(path)] for path, stale in logs],
-                   _file_states(records.shipped_log_files()), code_fingerprint())
+                   _file_states([*records.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
 
 
 def module_key(workload, config: Conv2dConfig, arch: str) -> str:

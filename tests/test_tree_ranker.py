@@ -1,0 +1,46 @@
+"""Boosted trees evaluated with numpy (tc_autotune.search.tree_ranker) against xgboost's own predictions."""
+
+import json
+
+import numpy as np
+import pytest
+import xgboost as xgb
+
+from tc_autotune.search.cost_model import FEATURE_NAMES
+from tc_autotune.search.tree_ranker import TreeEnsemble
+
+
+def _fit(objective: str, rng):
+    x = rng.normal(size=(600, len(FEATURE_NAMES))).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    y = np.nan_to_num(x[:, 0] - x[:, 3] ** 2 + 0.5 * x[:, 7], nan=0.0)
+    dtrain = xgb.DMatrix(x, label=y if objective.startswith("reg") else np.clip(y, 0, None) / max(y.max(), 1))
+    if objective.startswith("rank"):
+        dtrain.set_group([100] * 6)
+        dtrain.set_base_margin(rng.normal(size=len(x)))
+    return xgb.train({"objective": objective, "max_depth": 4, "eta": 0.2, "seed": 0, "nthread": 1},
+                     dtrain, num_boost_round=40)
+
+
+@pytest.mark.parametrize("objective", ["rank:pairwise", "reg:squarederror"])
+def test_the_numpy_ranker_predicts_what_xgboost_predicts(objective):
+    """Random features (with missing values, far outside the training range too) through trees
+    fitted as the zero-shot model is (depth 4, on a base margin) or as a regressor (a base
+    score), after a round trip through the stored JSON form."""
+    rng = np.random.default_rng(3)
+    booster = _fit(objective, rng)
+    ranker = TreeEnsemble.from_dict(json.loads(json.dumps(TreeEnsemble.from_booster(booster).to_dict())))
+    test = (rng.normal(size=(5000, len(FEATURE_NAMES))) * 4).astype(np.float32)
+    test[rng.random(test.shape) < 0.05] = np.nan
+    np.testing.assert_allclose(ranker.predict(test), booster.inplace_predict(test), rtol=0, atol=1e-5)
+    assert ranker.depth == 4 and ranker.predict(test[:0]).shape == (0,)
+
+
+def test_models_it_cannot_evaluate_are_refused():
+    booster = _fit("reg:squarederror", np.random.default_rng(0))
+    model = json.loads(bytes(booster.save_raw("json")))
+    model["learner"]["objective"]["name"] = "binary:logistic"
+    with pytest.raises(ValueError, match="transforms its predictions"):
+        TreeEnsemble.from_xgboost_json(model)
+    with pytest.raises(ValueError, match="expected"):
+        TreeEnsemble.from_booster(booster).predict(np.zeros((3, 2), np.float32))
