@@ -48,13 +48,13 @@ import functools
 import math
 from dataclasses import dataclass
 
-from . import tensormap
-from .epilogue import GELU_C, Epilogue
-from .epilogue import input_specs as epilogue_input_specs
-from .gemm import (COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile,
+from .. import tensormap
+from ..epilogue import GELU_C, Epilogue
+from ..epilogue import input_specs as epilogue_input_specs
+from ..gemm import (COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowMajor, RowTile, a_is_matrix, box_tile,
                    im2col_window)
-from .intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
-from .knobs import (PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
+from ..intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
+from ..knobs import (PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
                     WS_ROW_BYTES, WS_STAGING_BUFFERS, WS_STAGING_BYTES, WS_STAGING_ROWS, Conv2dConfig)
 
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
