@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import tensormap
 from ..epilogue import GELU_C, Epilogue
@@ -765,132 +766,15 @@ def _first_valid(space, configs: list[Conv2dConfig]) -> Conv2dConfig | None:
     return next((config for config in configs if space.why_invalid(config) is None), None)
 
 
-_CLUSTER_HELPERS = """
-#ifndef TC_WS_CLUSTER_HELPERS
-#define TC_WS_CLUSTER_HELPERS
-// Every non-exited thread of the cluster arrives, then waits for the others (release/acquire:
-// shared-memory writes before it are visible to the cluster's blocks after it).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\\n barrier.cluster.wait.acquire;" ::: "memory");
-}
-// A float at the same shared-memory offset in block `rank` of the cluster (distributed shared memory).
-__device__ __forceinline__ float peer_load(const float* p, unsigned rank) {
-  unsigned addr;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_u32(p)), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-  return v;
-}
-#endif
-"""
+# The fixed CUDA of the kernels, in the package's .cuh files: mbarriers, TMA loads and cp.async;
+# the cluster's barrier and shared memory; multicast loads; im2col loads; TMA stores.
+def _cuda_file(name: str) -> str:
+    return "\n" + (Path(__file__).parent / name).read_text(encoding="utf-8")
 
-_MULTICAST_HELPERS = """
-#ifndef TC_WS_MULTICAST_HELPERS
-#define TC_WS_MULTICAST_HELPERS
-// One 2-D box into dst in both blocks of the cluster (ctaMask), each block's bar counting its bytes.
-__device__ __forceinline__ void tma_load_2d_multicast(void* dst, unsigned long long map, unsigned long long* bar,
-                                                      int x, int y, unsigned short mask) {
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-               " [%0], [%1, {%2, %3}], [%4], %5;"
-               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)), "h"(mask) : "memory");
-}
-// The warp is done with a stage: its lane 0 arrives on the stage's empty barrier in both blocks.
-__device__ __forceinline__ void release_stage_pair(unsigned long long* bar) {
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) {
-    for (unsigned rank = 0; rank < 2; ++rank) {
-      unsigned addr;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(addr) : "r"(smem_u32(bar)), "r"(rank));
-      asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(addr) : "memory");
-    }
-  }
-}
-#endif
-"""
 
-_IM2COL_HELPERS = """
-#ifndef TC_WS_IM2COL_HELPERS
-#define TC_WS_IM2COL_HELPERS
-// One im2col box of a 4-D (c, w, h, n) tensor map into dst: the map's pixels (output pixels,
-// walked with the conv's stride from the one whose first tap reads (w, h) of image n) x its
-// channels from c, each read at its pixel shifted by the tap's offset (ow, oh); reads outside
-// the data (the padding) land as zeros.
-__device__ __forceinline__ void tma_load_im2col_4d(void* dst, unsigned long long map, unsigned long long* bar,
-                                                   int c, int w, int h, int n, unsigned short ow, unsigned short oh) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%2, %3, %4, %5}], [%6], {%7, %8};"
-               :: "r"(smem_u32(dst)), "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(smem_u32(bar)),
-                  "h"(ow), "h"(oh) : "memory");
-}
-#endif
-"""
-
-_STORE_HELPERS = """
-#ifndef TC_WS_STORE_HELPERS
-#define TC_WS_STORE_HELPERS
-// One 2-D box of src (shared memory) to the tensor map's (x: column, y: row), in this thread's
-// current bulk group; rows and columns past the map's dims are not written.
-__device__ __forceinline__ void tma_store_2d(unsigned long long map, const void* src, int x, int y) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
-               :: "l"(map), "r"(x), "r"(y), "r"(smem_u32(src)) : "memory");
-}
-#endif
-"""
-
+_HELPERS, _CLUSTER_HELPERS, _MULTICAST_HELPERS, _IM2COL_HELPERS, _STORE_HELPERS = map(_cuda_file, (
+    "pipeline.cuh", "cluster.cuh", "multicast.cuh", "im2col.cuh", "tma_store.cuh"))
 _ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
-
-_HELPERS = f"""
-#ifndef TC_WS_HELPERS
-#define TC_WS_HELPERS
-__device__ __forceinline__ unsigned smem_u32(const void* p) {{
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}}
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {{
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(bar)), "r"(count) : "memory");
-}}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {{
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(bar)) : "memory");
-}}
-__device__ __forceinline__ unsigned long long global_ns() {{
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}}
-// Until the barrier's phase of this parity has completed; a wait that outlives any kernel
-// (a lost arrival) traps, so a broken kernel fails its measurement instead of hanging it.
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {{
-  unsigned long long start = 0;
-  for (;;) {{
-    unsigned done;
-    asm volatile("{{\\n .reg .pred p;\\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
-                 " selp.u32 %0, 1, 0, p;\\n}}\\n" : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
-    if (done) return;
-    if (start == 0) start = global_ns();
-    else if (global_ns() - start > {WAIT_LIMIT_NS}ull) __trap();
-  }}
-}}
-__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {{
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
-}}
-// One box of a 2-D tensor map (x: the column, innermost; y: the row) into dst, its bytes
-// counted on bar.  map: the generic address of a __grid_constant__ CUtensorMap parameter.
-__device__ __forceinline__ void tma_load_2d(void* dst, unsigned long long map, unsigned long long* bar, int x, int y) {{
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3}}], [%4];"
-               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar)) : "memory");
-}}
-__device__ __forceinline__ void tma_load_4d(void* dst, unsigned long long map, unsigned long long* bar,
-                                            int x, int y, int z, int w) {{
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {{%2, %3, %4, %5}}], [%6];"
-               :: "r"(smem_u32(dst)), "l"(map), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_u32(bar)) : "memory");
-}}
-// 16 bytes global -> shared, or 16 zero bytes where the element is outside the operand.
-__device__ __forceinline__ void copy16(void* dst, const half* base, bool inside, long long offset) {{
-  const half* src = base + (inside ? offset : 0);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-               :: "r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0) : "memory");
-}}
-#endif
-"""
 
 
 def kernel_module(view: GemmView, config: Conv2dConfig):
