@@ -1,0 +1,155 @@
+"""What one warp-specialized config makes of a thread block, worked out once for every emitter:
+the block's tile, how its consumer warpgroups share it, how the operands are loaded (the TMA
+boxes or a gather) and how C is stored; plus the fixed CUDA the emitters include (``.cuh`` files
+beside this module)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from ..gemm import COL_MAJOR, GemmView, RowMajor, RowTile, SpatialTile, box_tile
+from ..intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M
+from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, Conv2dConfig
+from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
+
+ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
+ATOM_BYTES = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
+# C's element type, the type of two adjacent elements (a store), and the pair made of v0, v1
+C_TYPES = {"float32": ("float", "float2", "make_float2(v0, v1)"),
+           "float16": ("half", "__half2", "__floats2half2_rn(v0, v1)")}
+
+
+@functools.cache
+def fixed_cuda(name: str) -> str:
+    """The text of one of the package's ``.cuh`` files (CUDA that no config changes)."""
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """A thread block of the kernel: a producer warpgroup (threads 0-127) and ``warpgroups``
+    consumer warpgroups.  Each of the ``consumers`` warpgroups that read a stage holds ``slabs``
+    64-row slabs x ``n_wg`` columns of accumulators: all the block's rows and a slice of its
+    columns, or (``along_m``) a slice of its rows and all its columns, so one wgmma spans
+    block_n; with ``ping_pong`` two warpgroups each compute whole tiles, in turn."""
+
+    view: GemmView
+    config: Conv2dConfig
+    consumers: int  # the warpgroups that read a stage
+    warpgroups: int  # the consumer warpgroups of the block
+    slabs: int
+    n_wg: int
+    a_box: TmaBox | Im2colBox | None  # A's tensor map box, or None: gathered with cp.async
+    b_boxes: tuple[TmaBox, ...]  # B's boxes of a k-step
+    tile: SpatialTile | RowTile | None  # a conv's block of whole output rows (``gemm.box_tile``)
+    c_box: TmaBox | None  # tma_store: C's tensor map box
+
+    @property
+    def bm(self) -> int:
+        return self.config.block_m
+
+    @property
+    def bn(self) -> int:
+        return self.config.block_n
+
+    @property
+    def frags(self) -> int:
+        """16-column accumulator fragments of a slab."""
+        return self.n_wg // 16
+
+    @property
+    def kt(self) -> int:
+        """The GEMM's k-steps (``WGMMA_K`` each)."""
+        return math.ceil(self.view.k / WGMMA_K)
+
+    @property
+    def split(self) -> int:
+        """> 1: a cluster of ``split`` blocks along K, summed in shared memory."""
+        return self.config.split_k
+
+    @property
+    def along_m(self) -> bool:
+        return bool(self.config.consumers_along_m)
+
+    @property
+    def ping_pong(self) -> bool:
+        return bool(self.config.ping_pong)
+
+    @property
+    def persistent(self) -> bool:
+        return self.config.warp_specialized == 2
+
+    @property
+    def multicast(self) -> bool:
+        """multicast_b: a cluster of 2 blocks along M shares B, each loading half of it into both."""
+        return bool(self.config.multicast_b)
+
+    @property
+    def in_flight(self) -> bool:
+        return bool(self.config.wgmma_in_flight)
+
+    @property
+    def b_col_major(self) -> bool:
+        return self.view.b.layout == COL_MAJOR
+
+    @property
+    def gather(self) -> bool:
+        return self.a_box is None
+
+    @property
+    def im2col(self) -> bool:
+        return isinstance(self.a_box, Im2colBox)
+
+    @property
+    def row_boxes(self) -> bool:
+        """A by one box per filter tap and output row of the block."""
+        return isinstance(self.tile, RowTile)
+
+    @property
+    def out_t(self) -> str:
+        return C_TYPES[self.view.out_dtype][0]
+
+    @property
+    def pair_t(self) -> str:
+        return C_TYPES[self.view.out_dtype][1]
+
+    @property
+    def pair(self) -> str:
+        return C_TYPES[self.view.out_dtype][2]
+
+    @property
+    def a_bytes(self) -> int:
+        return self.bm * ROW_BYTES
+
+    @property
+    def b_bytes(self) -> int:
+        return self.bn * ROW_BYTES
+
+
+def block_layout(view: GemmView, config: Conv2dConfig) -> BlockLayout:
+    """The block of one GEMM view and warp-specialized config; ValueError where the kernel cannot
+    run it."""
+    ping_pong, along_m, split = bool(config.ping_pong), bool(config.consumers_along_m), config.split_k
+    consumers = 1 if ping_pong else config.block_col_warps
+    warpgroups = 2 if ping_pong else consumers
+    slabs = config.warp_row_tiles // consumers if along_m else config.warp_row_tiles
+    n_wg = config.block_n if along_m or ping_pong else config.warp_col_tiles * 16
+    if (config.block_m != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > WS_MAX_WGMMA_N
+            or view.dtype != "float16" or (along_m and slabs * consumers != config.warp_row_tiles)
+            or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
+            or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
+            or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))
+            or (config.setmaxnreg and warpgroups != 2)):
+        raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
+    C_TYPES[view.out_dtype]  # KeyError: a C of another type
+    if not isinstance(view.c.map, RowMajor):
+        raise ValueError("the warp-specialized kernel writes a row-major C")
+    a_box, b_boxes = tma_boxes(view, config)
+    tile = box_tile(view, config.block_m) if isinstance(a_box, TmaBox) and len(a_box.box) == 4 else None
+    c_box = c_store_box(view) if config.tma_store else None
+    if c_box is not None and (tile is not None or split > 1):
+        raise ValueError(f"tma_store=1 needs blocks of consecutive rows of C and no split-K: {config}")
+    return BlockLayout(view, config, consumers, warpgroups, slabs, n_wg, a_box, tuple(b_boxes), tile, c_box)

@@ -1,0 +1,88 @@
+"""The consumers' main loop: for each k-step, wait until the stage is full, issue the package's own
+wgmma calls on it (``intrinsics._wgmma_source``: the ``wgmma`` path's shared layouts, descriptors
+and accumulators) and release it.  With ``wgmma_in_flight`` a step's wgmma group runs on while the
+next step is waited for, so the stage of step kt - 1 is released after step kt is issued and the
+accumulators are read only after a drain."""
+
+from __future__ import annotations
+
+from ..intrinsics import WGMMA_ATOM, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
+from . import pipeline
+from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout
+
+ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
+
+
+def device_functions(lay: BlockLayout) -> str:
+    """The wgmma call of a consumer's slab (and the drain of its groups in flight)."""
+    drain = _drain_source(lay)[1] if lay.in_flight else ""
+    return f"""
+#include <mma.h>
+{_wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight)}
+{drain}
+"""
+
+
+def accumulators(lay: BlockLayout) -> str:
+    return f"{ACC} acc[{lay.slabs * lay.frags}];"
+
+
+def zero(lay: BlockLayout, indent: str) -> str:
+    """The accumulators set to zero before a tile's first k-step."""
+    return f"""
+{indent}#pragma unroll
+{indent}for (int f = 0; f < {lay.slabs * lay.frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);"""
+
+
+def k_loop(lay: BlockLayout, step: str, indent: str) -> str:
+    """The k-loop of one tile.  ``step``: the ring's count of the loop's k-step kt (kt itself, or
+    it, which a persistent block's ring runs on across tiles)."""
+    i = indent
+    count = "++kt" if step == "kt" else f"++kt, ++{step}"
+    return f"""
+{i}for (int kt = 0; kt < KT; {count}) {{{pipeline.consumer_acquire(step, i + "  ")}
+{i}  __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
+{i}  {{{_stage_tiles(lay, i + "    ")}{_issue(lay, step, i + "    ")}
+{i}  }}
+{i}}}"""
+
+
+def drain(lay: BlockLayout, indent: str) -> str:
+    """With groups in flight: the wait for the last ones before the accumulators are read."""
+    return f"{indent}{_drain_source(lay)[0]}(acc);" if lay.in_flight else ""
+
+
+def _drain_source(lay: BlockLayout) -> tuple[str, str]:
+    return wgmma_drain_source(lay.slabs * lay.frags)
+
+
+def _stage_tiles(lay: BlockLayout, indent: str) -> str:
+    """The consumer warpgroup wg's tiles in the stage: its slabs of A and all of B (along M), the
+    whole stage (ping-pong: each warpgroup computes its own tile), or all of A and its columns of B."""
+    i, stage = indent, "smem + stage * STAGE_BYTES"
+    if lay.along_m:
+        a_s, b_s = f"{stage} + wg * {lay.slabs * WGMMA_M * ROW_BYTES}", f"{stage} + A_BYTES"
+    elif lay.ping_pong:
+        a_s, b_s = stage, "a_s + A_BYTES"
+    else:
+        b_wg_offset = lay.n_wg * ROW_BYTES if lay.b_col_major else lay.n_wg // WGMMA_ATOM * ATOM_BYTES
+        a_s, b_s = stage, f"a_s + A_BYTES + wg * {b_wg_offset}"
+    return f"""
+{i}const unsigned char* a_s = {a_s};
+{i}const unsigned char* b_s = {b_s};"""
+
+
+def _issue(lay: BlockLayout, step: str, indent: str) -> str:
+    """The step's calls, one per slab, then the release of the stage its wgmmas no longer read:
+    with groups in flight, the previous step's (its groups are done once this step's calls return)."""
+    i = indent
+    call = _wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight)
+    if lay.in_flight:
+        release = f"if (kt > 0) {pipeline.release(lay, f'({step} - 1) % STAGES')}  // step kt - 1's groups are done"
+    else:
+        release = pipeline.release(lay, "stage")
+    return f"""
+{i}#pragma unroll
+{i}for (int s = 0; s < {lay.slabs}; ++s)
+{i}  {call}(acc, s * {lay.frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {ATOM_BYTES});
+{i}{release}"""

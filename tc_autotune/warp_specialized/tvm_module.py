@@ -1,0 +1,74 @@
+"""The TVM side of the kernel: a PrimFunc that launches the generated device function and
+encodes its operands' tensor maps in its host code."""
+
+from __future__ import annotations
+
+from .. import tensormap
+from ..epilogue import input_specs as epilogue_input_specs
+from ..gemm import GemmView
+from ..knobs import Conv2dConfig
+from .boxes import Im2colBox
+from .kernel import plan
+from .tile_scheduler import PERSISTENT_BLOCKS
+
+
+def kernel_module(view: GemmView, config: Conv2dConfig, num_sms: int = PERSISTENT_BLOCKS):
+    """The IRModule TVM compiles: a PrimFunc of the task's (A, B, epilogue inputs, C) tensors
+    whose kernel is one call of the generated device function, with the launch and shared memory above.
+    Each TMA operand's tensor map is encoded by the host code on every call (from the
+    tensor's own pointer) and reaches the kernel as a ``__grid_constant__`` parameter.  ``num_sms``:
+    the GPU's SMs (``plan``)."""
+    import tvm
+    from tvm.backend.cuda.op import cuda_func_call
+    from tvm.script import tirx as T
+
+    kp = plan(view, config, num_sms)
+    if isinstance(kp.a_box, Im2colBox):
+        tensormap.register()
+    (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes
+    a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
+    operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)] + [(view.c, kp.c_box)] * (kp.c_box is not None)
+    maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
+            for operand, box in operand_boxes]
+    map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
+    map_dtypes = ["float16", "float16", out_dtype]  # what the maps' elements are
+    # The epilogue's inputs (up to 3): the function takes 3 slots, the unused ones are dropped below.
+    extra = [(shape, dtype) for _, shape, dtype in epilogue_input_specs(view.epilogue, view.n, c_shape, out_dtype)]
+    used = len(extra)
+    extra += [((1,), "float32")] * (3 - used)
+
+    @T.prim_func(check_well_formed=False)  # the maps are bound below, in the host part
+    def main(a: T.handle, b: T.handle, e0: T.handle, e1: T.handle, e2: T.handle, c: T.handle):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        A = T.match_buffer(a, a_shape, "float16", align=64)
+        B = T.match_buffer(b, b_shape, "float16", align=64)
+        E0 = T.match_buffer(e0, extra[0][0], extra[0][1], align=8)  # 8: the pairs' loads
+        E1 = T.match_buffer(e1, extra[1][0], extra[1][1], align=8)
+        E2 = T.match_buffer(e2, extra[2][0], extra[2][1], align=8)
+        C = T.match_buffer(c, c_shape, out_dtype, align=64)
+        if kp.cluster > 1:  # a cluster launch: `cluster` consecutive blocks along x
+            T.launch_thread("clusterCtaIdx.x", kp.cluster)
+        bx = T.launch_thread("blockIdx.x", gx)
+        by = T.launch_thread("blockIdx.y", gy)
+        tx = T.launch_thread("threadIdx.x", threads)
+        buf = T.alloc_buffer((smem,), "uint8", scope="shared.dyn")
+        T.evaluate(cuda_func_call(kp.name, A.data, B.data, *[E0.data, E1.data, E2.data][:used], C.data, buf.data,
+                                  *map_args, source_code=kp.source))
+
+    main = tvm.tirx.PrimFunc([*main.params[:2 + used], main.params[-1]], main.body, attrs=main.attrs)
+    host = []
+    operand_params = [main.params[0], main.params[1], main.params[-1]]
+    for tmap, (_, box), param, dtype in zip(maps, operand_boxes, operand_params, map_dtypes):
+        if tmap is None:
+            continue
+        host.append(tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)))
+        if isinstance(box, Im2colBox):  # TVM's host encodes tiled maps only: ours, through the driver
+            encode = T.call_packed(tensormap.ENCODE_IM2COL, tmap, param.data, *box.encode_args())
+        else:
+            encode = tvm.tirx.tensormap_encode_tiled(  # innermost dim first
+                tmap, param.data, *box.dims, *box.strides, *box.box, *box.element_strides,
+                descriptor_dtype=dtype, rank=len(box.box), swizzle=3)  # CU_TENSOR_MAP_SWIZZLE_128B
+        host.append(tvm.tirx.Evaluate(encode))
+    if host:
+        main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))
+    return tvm.IRModule({"main": main})
