@@ -109,6 +109,23 @@ def test_the_wheel_holds_every_module(wheel):
     assert modules and not [m for m in modules if m not in names]
 
 
+def test_the_wheel_carries_the_cuda_that_kernels_include(wheel, site):
+    """The fixed CUDA of the warp-specialized kernel (.cuh files beside its modules) is package
+    data: in the wheel, and read from an installed copy."""
+    names = _wheel_names(wheel)
+    cuda = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tc_autotune").rglob("*.cuh"))
+    assert cuda and not [c for c in cuda if c not in names]
+    code = """if True:
+        import tc_autotune.warp_specialized as ws
+        from tc_autotune.warp_specialized.layout import fixed_cuda
+        print(ws.__file__, len(fixed_cuda("pipeline.cuh")))
+    """
+    proc = _run_installed(site, code)
+    assert proc.returncode == 0, proc.stderr
+    package, size = proc.stdout.split()
+    assert Path(package).resolve().is_relative_to(site.resolve()) and int(size) > 0
+
+
 def test_the_wheel_declares_the_console_commands_and_no_torch(wheel):
     entry_points = configparser.ConfigParser(delimiters=("=",))
     entry_points.read_string(_dist_info_file(wheel, "entry_points.txt"))

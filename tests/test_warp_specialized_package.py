@@ -1,0 +1,56 @@
+"""The warp-specialized kernel's package (``tc_autotune.warp_specialized``): small emitter modules
+that write the kernel's text right the first time, the fixed CUDA in ``.cuh`` files, the names
+callers import from the package, and the SM count as one parameter.  No GPU; the generated code
+itself is guarded by the fingerprints (test_arch_fingerprint.py, test_warp_specialized.py)."""
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tc_autotune import warp_specialized, workloads
+from tc_autotune.gemm import view_of
+from tc_autotune.warp_specialized import layout, pipeline, tile_scheduler
+
+PACKAGE = Path(warp_specialized.__file__).parent
+MODULES = sorted(PACKAGE.glob("*.py"))
+CUDA_FILES = sorted(PACKAGE.glob("*.cuh"))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.name)
+def test_each_module_is_small_and_patches_no_generated_text(module):
+    source = module.read_text()
+    assert len(source.splitlines()) <= 400
+    calls = [node for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "replace"]
+    assert not calls, f"{module.name}:{calls[0].lineno}: emit the right text instead of patching it"
+
+
+def test_the_fixed_cuda_is_read_from_the_packages_cuh_files():
+    assert {p.name for p in CUDA_FILES} == {"pipeline.cuh", "cluster.cuh", "multicast.cuh", "im2col.cuh",
+                                            "tma_store.cuh"}
+    for path in CUDA_FILES:
+        text = layout.fixed_cuda(path.name)
+        assert text == path.read_text() and text.startswith("#ifndef TC_WS_") and text.endswith("#endif\n")
+    assert f"> {pipeline.WAIT_LIMIT_NS}ull) __trap();" in layout.fixed_cuda("pipeline.cuh")
+
+
+def test_the_public_names_stay_importable_from_the_package():
+    for name in ("plan", "kernel_module", "smem_bytes", "tma_boxes", "c_store_box", "fused_pair", "starting_configs",
+                 "STARTING_TILINGS", "KernelPlan", "TmaBox", "Im2colBox", "CExpr", "_element", "PERSISTENT_BLOCKS",
+                 "RASTER_GROUP", "ROW_BYTES", "CHUNK", "WAIT_LIMIT_NS"):
+        assert hasattr(warp_specialized, name), name
+
+
+def test_the_sm_count_sets_a_persistent_kernels_grid_only():
+    from test_warp_specialized import WS
+
+    view = view_of(workloads.get("rfc-1x1-b256"))  # 392 tiles of 128 x 256
+    persistent = replace(WS, warp_specialized=2)
+    default = warp_specialized.plan(view, persistent)
+    assert tile_scheduler.PERSISTENT_BLOCKS == 132 and default.grid == (132, 1)
+    pcie = warp_specialized.plan(view, persistent, num_sms=114)
+    assert pcie.grid == (114, 1) and pcie.source == default.source
+    one_tile_a_block = warp_specialized.plan(view, WS, num_sms=114)
+    assert one_tile_a_block.grid == warp_specialized.plan(view, WS).grid == (392, 1)
