@@ -62,8 +62,9 @@ MODEL_FORMAT = 1
 # them (a test checks), and training skips them even if a record of one reaches a log, so the
 # picks on them stay a measurement of shapes nobody tuned.  An installed package has no lab/.
 HELDOUT_JOB = Path(__file__).resolve().parents[2] / "lab" / "heldout.toml"
-# Kernels timed before this instant were compiled by NVRTC, later ones by nvcc (README "Shipped
-# logs"): records of one workload on one GPU from the two toolchains form separate query groups.
+# Kernels timed before this instant were compiled by NVRTC, later ones by nvcc (docs/maintainers.md,
+# "Shipped logs in detail"): records of one workload on one GPU from the two toolchains form
+# separate query groups, as their ptxas made different code.
 NVCC_SINCE = datetime.datetime(2026, 11, 22, 8, 10, tzinfo=datetime.timezone.utc).timestamp()
 # Trees are fitted on top of PRIOR_MARGIN x log(prior); 1 is the Bradley-Terry scale of pairwise
 # ranking (P(a faster than b) = prior_a / (prior_a + prior_b) before any tree).
