@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINTS = (32, 64, 256)  # trials of the transfer run whose best is reported
 # Transfer runs the report looks for: today's default and the variants it is compared with
-# (BENCHMARKS 11 and 13: the pooled fit, residual transfer without the hedge, a faster fade).
+# (the pooled fit, residual transfer without the hedge, a faster fade: XGB_VARIANTS).
 TRANSFER_TUNERS = tuple(XGB_VARIANTS)
 PLAIN_TRIALS = 64  # trials of the run without transfer
 

@@ -1,4 +1,4 @@
-"""A fresh clone works as the README says: ignore rules, temporary files, examples."""
+"""A fresh clone works as the README and docs/ say: ignore rules, temporary files, examples."""
 
 import os
 import re
@@ -36,10 +36,15 @@ def test_a_pytest_session_leaves_no_cache_directory_behind(tmp_path):
 
 
 def test_paths_in_the_readme_examples_exist_in_a_checkout():
-    """Every tuning_logs/... path a README command names is tracked (a fresh clone has it)."""
-    readme = (REPO / "README.md").read_text()
-    commands = "\n".join(block for block in re.findall(r"```bash\n(.*?)```", readme, re.S))
-    paths = set(re.findall(r"tuning_logs/[\w./-]+\.(?:jsonl|toml)", commands))
-    assert paths, "the README's commands name no tuning log"
-    for path in paths:
-        assert (REPO / path).is_file(), f"README example names {path}, which a fresh clone lacks"
+    """Every tuning_logs/... and lab/... log or job a command of the README or of the guides in
+    docs/ names is tracked (a fresh clone has it).  Not docs/BENCHMARKS.md: a dated log, its
+    commands name the paths of their day."""
+    docs = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name != "BENCHMARKS.md")]
+    named = {}
+    for doc in docs:
+        commands = "\n".join(block for block in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S))
+        named[doc.name] = set(re.findall(r"(?:tuning_logs|lab)/[\w./-]+\.(?:jsonl|toml)", commands))
+    assert named["README.md"], "the README's commands name no tuning log"
+    for doc, paths in named.items():
+        for path in paths:
+            assert (REPO / path).is_file(), f"{doc}'s example names {path}, which a fresh clone lacks"

@@ -208,7 +208,7 @@ def test_mma_fragment_layout_is_the_m16n8k16_register_layout():
 def test_kernels_are_built_through_the_nvcc_callback():
     """TVM compiles at build time through the registered callback where it has a CUDA runtime:
     ours must be in place before the first build, so the binary never depends on whether
-    another kernel ran first (BENCHMARKS 7e)."""
+    another kernel ran first (NVRTC's ptxas makes other code than nvcc's)."""
     import tvm
     import tvm_ffi
 

@@ -1,4 +1,4 @@
-"""On the GPU with PyTorch (issue #15): the README's "PyTorch tensors in and out" example runs as
+"""On the GPU with PyTorch (issue #15): docs/usage.md's "PyTorch tensors in and out" example runs as
 written (a ResNet-50 bottleneck block and a Linear + GELU through ``tc.conv2d`` / ``tc.dense``,
 checked against PyTorch), torch tensors are used in place (an ``out=`` tensor comes back,
 written, on torch's current stream) and the inputs are left as they were."""
@@ -10,7 +10,7 @@ import pytest
 import tc_autotune as tc
 
 pytestmark = pytest.mark.gpu
-README = Path(__file__).resolve().parents[1] / "README.md"
+USAGE = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +20,11 @@ def torch(cuda_torch):
 
 @pytest.fixture(scope="module")
 def example(torch):
-    """The names the README's example defines, after running it (its asserts included)."""
-    section = README.read_text().split("## PyTorch tensors in and out\n", 1)[1]
+    """The names the example of docs/usage.md defines, after running it (its asserts included)."""
+    section = USAGE.read_text().split("## PyTorch tensors in and out\n", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     names = {"__name__": "readme_example"}
-    exec(compile(code, f"{README} (PyTorch tensors in and out)", "exec"), names)
+    exec(compile(code, f"{USAGE} (PyTorch tensors in and out)", "exec"), names)
     return names
 
 

@@ -384,7 +384,8 @@ def test_transfer_learning_finds_good_configs_sooner(hedge):
     """The transfer model alone (no hedge) finds good configs sooner than a cold start.  The
     hedge spends half of the first batch on the prior's picks: on this objective, whose
     transfer records are uniform random samples, that costs a little (measured on real
-    histories and GPUs it gained, BENCHMARKS 16), so hedged runs only have to stay close."""
+    histories and GPUs it gained, on the validation and the held-out shapes), so hedged runs
+    only have to stay close."""
     target = plain_space_of("rfc-3x3-b32")
     sources = ("tutorial", "rfc-1x1-b32", "resnet50-res4-3x3-256-256-b8")
     transfer = [r for i, name in enumerate(sources) for r in records_of(plain_space_of(name), 128, seed=i)]

@@ -277,7 +277,8 @@ def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
 
     Our nvcc callback is installed before building: where TVM has a CUDA runtime it compiles
     at build time through whatever callback is registered then (else NVRTC), and the binary
-    must not depend on what the process happened to build or run before (BENCHMARKS 7e).
+    must not depend on what the process happened to build or run before: NVRTC's ptxas makes
+    other code than nvcc's, so one config would time differently by the process's history.
     """
     target = tvm.target.Target({"kind": "cuda", "arch": build_arch(config, gpu)})
     nvcc.install_compile_callback()

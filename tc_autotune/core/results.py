@@ -23,7 +23,8 @@ TOLERANCE = 1e-2  # relative L2 error against the fp32 reference
 
 # What timed a measurement.  The tuner's runners use TVM's time_evaluator (eager launches);
 # where PyTorch runs, re-times replay the launches from a CUDA graph, which saves 1.1-2.6 us
-# a call (BENCHMARKS 26e): figures of the two timers are not alike and are never compared.
+# a call on an H100 (docs/BENCHMARKS.md, 'Timing method: our launches timed as the baseline's'):
+# figures of the two timers are not alike and are never compared.
 TIME_EVALUATOR, CUDA_GRAPH = "time_evaluator", "cuda_graph"
 TIMERS = (TIME_EVALUATOR, CUDA_GRAPH)
 

@@ -73,8 +73,8 @@ _TARGET_ARCH_RE = re.compile(r"-arch=(sm_\d+)")
 
 # Records written before they named their timer: the tuner's came from time_evaluator, and so
 # did nightly's re-times ("nightly re-time") until ae773cb (2026-11-23 23:27:38 UTC) timed our
-# kernels by CUDA graph replay where PyTorch runs, as the nightly machines had it (BENCHMARKS
-# 26h: the H200 re-times of 23:48 were graph-replayed).
+# kernels by CUDA graph replay where PyTorch runs, as the nightly machines had it (the H200's
+# re-times of 23:48 that night were already graph-replayed).
 RETIME_MSG = "nightly re-time"
 _GRAPH_RETIMES_SINCE = 1795476458.0
 

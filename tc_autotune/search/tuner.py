@@ -31,11 +31,12 @@ from ..workloads.conv2d import get as get_workload
 _log = logging.getLogger(__name__)
 TUNERS = ("xgb", "xgb-joint", "random", "grid")  # names of make_tuner's strategies
 # XGBTuner variants by name (its keyword arguments).  "xgb" is the default search, the one
-# the validation set chose (BENCHMARKS 16); the others stay so that the study can compare.
+# the validation set chose and the held-out set confirmed; the others stay so that the study
+# (lab/) can compare them with it.
 XGB_VARIANTS = {
     "xgb": {},
-    "xgb-joint": {"transfer": "joint", "hedge": False},  # the pooled fit (BENCHMARKS 11)
-    "xgb-unhedged": {"hedge": False},  # residual transfer, no hedge (BENCHMARKS 13)
+    "xgb-joint": {"transfer": "joint", "hedge": False},  # the pooled fit: histories and own records in one model
+    "xgb-unhedged": {"hedge": False},  # residual transfer, no hedge: the histories may veto a region
     "xgb-hedged": {"hedge": True},  # residual transfer with the hedge (see XGBTuner)
     "xgb-fast-fade": {"hedge": True, "half_life": 16.0},  # the hedge, the base fading 4x faster
 }
@@ -410,7 +411,7 @@ class XGBTuner(Tuner):
     ``hedge``: while the model knows only other workloads (the batches proposed before this
     workload's first results), half of its picks are the prior's diverse picks, the batch a
     run without transfer starts with.  The histories can rank a whole region low that this
-    shape needs (split-K 8 on a batch-2 1280-channel 3x3, BENCHMARKS 13); once measured, such
+    shape needs (split-K 8 on a held-out batch-2 1280-channel 3x3); once measured, such
     configs correct the model, while configs it never proposes never can.
     """
 

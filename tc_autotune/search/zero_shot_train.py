@@ -47,8 +47,9 @@ from ..workloads.conv2d import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)
 
-# Kernels timed before this instant were compiled by NVRTC, later ones by nvcc (README "Shipped
-# logs"): records of one workload on one GPU from the two toolchains form separate query groups.
+# Kernels timed before this instant were compiled by NVRTC, later ones by nvcc (docs/maintainers.md,
+# "Shipped logs in detail"): records of one workload on one GPU from the two toolchains form
+# separate query groups, as their ptxas made different code.
 NVCC_SINCE = datetime.datetime(2026, 11, 22, 8, 10, tzinfo=datetime.timezone.utc).timestamp()
 _MEMORY: dict[str, zero_shot.ZeroShotModel | None] = {}  # load_model's: key -> model (None: no data)
 _MEMORY_MAX = 16

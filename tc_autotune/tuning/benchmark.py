@@ -72,7 +72,8 @@ def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int
     Where PyTorch runs (where the baseline is timed at all), our launches are timed as the
     baseline's are (``baseline.time_launches``: on torch's stream, replayed from a CUDA graph),
     so both sides of a ratio pay the same per-launch cost; TVM's time_evaluator launches
-    eagerly and adds 1.1-2.6 us a call on an H100 (BENCHMARKS 26e).  Elsewhere, time_evaluator."""
+    eagerly and adds 1.1-2.6 us a call on an H100, 10-35% of a 3-10 us kernel (docs/BENCHMARKS.md,
+    'Timing method: our launches timed as the baseline's').  Elsewhere, time_evaluator."""
     if kernel_timer() == CUDA_GRAPH:
         return _graph_kernel_time(kernel, workload, *arrays, number=number, repeat=repeat,
                                   min_repeat_ms=min_repeat_ms)

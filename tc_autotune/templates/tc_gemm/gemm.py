@@ -271,8 +271,9 @@ MAX_TMA_STRIDE = 8  # TMA's traversal stride per dimension is 1..8
 MAX_TMA_BOX = 256  # elements per box dimension
 # Row boxes narrower than this cost more than they save: each TMA box has a fixed cost, and 9
 # boxes of 14 pixels a k-step ran 4-50% slower than one spatial box, often slower than a gathered
-# A (H100, BENCHMARKS 21a).  28-pixel rows: a 3x3 stride-2 conv ran 15% faster than gathered at
-# its best tiling, a 1x1 stride-2 conv 3-5% slower; the tuner weighs that against other configs.
+# A (H100; docs/BENCHMARKS.md, 'A conv's A by TMA row boxes').  28-pixel rows: a 3x3 stride-2
+# conv ran 15% faster than gathered at its best tiling, a 1x1 stride-2 conv 3-5% slower; the
+# tuner weighs that against other configs.
 MIN_ROW_BOX_PIXELS = 16
 
 
@@ -316,7 +317,7 @@ def row_tile(view: GemmView, block_m: int) -> RowTile | None:
 def box_tile(view: GemmView, block_m: int) -> SpatialTile | RowTile | None:
     """How a block's A tile is loaded as TMA boxes of a conv's data: a ``SpatialTile`` (one
     box a tap) where there is one, even where row boxes would need fewer blocks (their
-    per-box cost outweighs the fuller blocks: BENCHMARKS 21a), else a ``RowTile`` (one box
+    per-box cost outweighs the fuller blocks, see MIN_ROW_BOX_PIXELS), else a ``RowTile`` (one box
     per tap and output row); None: A is gathered."""
     return spatial_tile(view, block_m) or row_tile(view, block_m)
 

@@ -16,21 +16,21 @@ from .rules import derive_rows, per_block_m
 # Per intrinsic code: the factor of a swizzled path, 0 where padded-row offsets count instead.
 _SWIZZLE_WEIGHT = np.array([p.prior_weight if p.swizzled else 0.0 for p in PATHS.values()])
 _SQUARE_WMMA = code("wmma", "m16n16k16")
-# wgmma_in_flight=1 by stages (H100 sweep of the seed workloads' best configs, BENCHMARKS 16):
+# wgmma_in_flight=1 by stages (H100 sweep of the seed workloads' best configs):
 # 0.69-0.97x of waiting at 2 stages; 0.95-1.10x at 3 (0.95-1.04x of the best waiting): neutral.
 _IN_FLIGHT_WEIGHT = {2: 0.85}
-# warp_specialized=1, by how A is loaded (H100, against the shipped best configs, BENCHMARKS 20):
+# warp_specialized=1, by how A is loaded (H100, against the shipped best configs):
 # TMA boxes (dense, 1x1 convs, spatial tiles) 1.05-1.2x; A gathered with cp.async 0.9-0.97x.
 _WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
 # tma_store=1 by output dtype: C through shared memory and TMA stores, on the H100 1.02-1.09x with
-# fp32 output (BENCHMARKS 25a), 1.24-1.37x with fp16 (25f: from registers a pair is a 4-byte store)
+# fp32 output, 1.24-1.37x with fp16 (from registers an fp16 pair is a 4-byte store: TMA gains more)
 _TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3}
 
 
 def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
     """The warp-specialized kernel's factor per row: TMA boxes of A or an A gathered by threads.
     Row boxes (``gemm.row_tile``, strided convs) count as gathered: measured 0.95-1.15x of the
-    gathered A (BENCHMARKS 21a), not the 1.05-1.2x of a matrix or spatial box."""
+    gathered A on the H100, not the 1.05-1.2x of a matrix or spatial box."""
     if a_is_matrix(view):
         return np.full(len(block_m), _WARP_SPECIALIZED_WEIGHT[True])
     return per_block_m(block_m, lambda bm: _WARP_SPECIALIZED_WEIGHT[spatial_tile(view, bm) is not None], float)

@@ -4,7 +4,7 @@ CUDA and TVM launches.
 Why not a TensorIR schedule: TVM 0.27's software pipeline synchronises every k-step with a
 block barrier and issues the copies from the same warps that issue the wgmmas; on the H100
 the tuned tutorial kernel spent a third of its stalls at those barriers and kept the tensor
-pipe 65% busy, against 91% for cuDNN's warp-specialized kernel (ncu, BENCHMARKS 20).  Here
+pipe 65% busy, against 91% for cuDNN's warp-specialized kernel (ncu).  Here
 the roles are split and meet only on mbarriers:
 
 - the producer (``pipeline``: the TMA / mbarrier stage ring) loads the A and B tiles of k-step

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from ..knobs import Conv2dConfig
 
-# The tilings cuBLAS's and cuDNN's own Hopper kernels use (BENCHMARKS 20a) and the ones the
-# measurements of BENCHMARKS 20 found best, as knob changes: a first batch measures them
+# The tilings cuBLAS's and cuDNN's own Hopper kernels use (their profiles say which) and the ones
+# that measured best on the H100, as knob changes: a first batch measures them
 # (``starting_configs``), since the kernel's good region is too small for a short search to
 # find (rfc-3x3-b32: 1.01 of cuDNN hand-picked, 0.87 after 64 trials without them).
 _IN_FLIGHT_4_STAGES = dict(intrinsic="wgmma", wmma="m16n16k16", wgmma_in_flight=1, stages=4, vec_a=8, vec_b=8,
                            vec_c=1, offset_a=0, offset_b=0, offset_c=0, block_row_warps=4, chunk=4, split_k=1,
                            frag_buffers=1)
-# The persistent ones store C with TMA (tma_store) where it applies: 1.02-1.09x (BENCHMARKS 25a).
+# The persistent ones store C with TMA (tma_store) where it applies: 1.02-1.09x on the H100.
 _STORED = dict(tma_store=1)
 STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1),  # 128x256
@@ -22,7 +22,7 @@ STARTING_TILINGS: tuple[dict, ...] = (
     # 64x128 in 4 K slices: where the tiles alone leave most SMs idle (small M, few channels)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1, split_k=4),
     # consumers along M (cuBLAS's cooperative 128x256: one m64n256 per consumer), persistent, with B
-    # multicast to a pair of blocks; and 128x128 as two m64n128 consumers (BENCHMARKS 22)
+    # multicast to a pair of blocks; and 128x128 as two m64n128 consumers (2-15% faster than a column split)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
          consumers_along_m=1),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
@@ -35,14 +35,14 @@ STARTING_TILINGS: tuple[dict, ...] = (
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
          consumers_along_m=1, split_k=4),
     # ping-pong at 128x128 and 64x256 (one m64n256 a warpgroup): the fastest kernels of those tiles
-    # (BENCHMARKS 23), best where 128x256 tiles are too few to fill the GPU; with the producer's
-    # registers moved to the consumers (setmaxnreg: 1.02-1.05x on ping-pong, BENCHMARKS 26c)
+    # on the H100, best where 128x256 tiles are too few to fill the GPU; with the producer's
+    # registers moved to the consumers (setmaxnreg: 1.02-1.05x on ping-pong)
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
          ping_pong=1, setmaxnreg=1, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=2,
          ping_pong=1, setmaxnreg=1, **_STORED),
     # A by TMA im2col (convs only): no rows lost where whole output rows do not fill a block;
-    # 1.15-1.2x the best earlier kernel on the 14x14 seeds at 128x256 (BENCHMARKS 24)
+    # 1.15-1.2x the best earlier kernel on the 14x14 seeds at 128x256
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=2,
          consumers_along_m=1, tma_im2col=1, **_STORED),
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=8, warp_specialized=1,
