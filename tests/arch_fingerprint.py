@@ -185,7 +185,7 @@ def features_hash(free: tuple = ()) -> str:
     pos = cost_model.positions_from_indices(space, idx)
     pos = pos[cost_model.valid_mask(space, pos)]
     features = cost_model.features_from_positions(space, pos)
-    kept = [i for i, f in enumerate(cost_model.FEATURE_NAMES) if f not in LATER_FEATURES or f in free]
+    kept = [i for i, f in enumerate(space.template.feature_names) if f not in LATER_FEATURES or f in free]
     return _sha(np.ascontiguousarray(features[:, kept]).tobytes())
 
 

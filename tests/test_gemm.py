@@ -114,7 +114,7 @@ def test_a_dense_view_gives_a_valid_space_whose_rules_and_default_config_work(mn
         if k % config.vec_a and reason and reason.startswith("vec_a="):
             assert f"does not divide the {k} columns of A" in reason
     feats = cost_model.config_features(space, [default])
-    names = list(cost_model.FEATURE_NAMES)
+    names = list(space.template.feature_names)
     assert feats[0, names.index("log2_M")] == pytest.approx(np.log2(m))
     assert feats[0, names.index("log2_K")] == pytest.approx(np.log2(k))
 

@@ -32,7 +32,8 @@ LIGHT = ("workloads.conv2d", "workloads.dense", "workloads.epilogue", "backends.
          "workloads.reference", "backends.cuda.nvcc", "tuning.jobs", "search.zero_shot", "database.apply",
          "core.tasks", "measure.dispatch", "measure.devices", "tuning.duplicates",
          "templates.tc_gemm.probe_cover", "templates.tc_gemm.cover_probes", "measure.runner_protocol",
-         "search.tree_ranker", "search.zero_shot_train", "search.zero_shot_eval")
+         "search.tree_ranker", "search.zero_shot_train", "search.zero_shot_eval", "core.template",
+         "templates.tc_gemm.template", "templates.tc_gemm.validity", "templates.tc_gemm.features")
 
 # What a kernel build runs reads the stored zero-shot model: it never reaches the modules that
 # train it, and the modules that pick and rank import no xgboost, not even inside a function.

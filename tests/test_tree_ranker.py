@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import xgboost as xgb
 
-from tc_autotune.search.cost_model import FEATURE_NAMES
+from tc_autotune.templates.tc_gemm.features import FEATURE_NAMES
 from tc_autotune.search.tree_ranker import TreeEnsemble
 
 

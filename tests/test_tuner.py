@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.search.cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, config_features,
+from tc_autotune.templates.tc_gemm.features import FEATURE_NAMES
+from tc_autotune.search.cost_model import (TransferCostModel, XGBCostModel, config_features,
     normalise_per_group, positions_from_indices, valid_mask)
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
@@ -126,7 +127,7 @@ def small_space() -> ConfigSpace:
 def test_features_are_vectorised_finite_and_transferable(monkeypatch):
     """Featurising is cheap because it is vectorised: 10k configs go through the rule table's
     derivation once, as one block of rows (counted, not timed: CI machines are loaded)."""
-    from tc_autotune.search import cost_model
+    from tc_autotune.templates.tc_gemm import template as tc_features  # derives the rows it features
 
     space = space_of("tutorial")
     configs = [space.get(int(i)) for i in np.random.default_rng(0).integers(0, len(space), 10_000)]
@@ -136,8 +137,8 @@ def test_features_are_vectorised_finite_and_transferable(monkeypatch):
         derived.append(len(pos))
         return real_derive_rows(space, pos)
 
-    real_derive_rows = cost_model.derive_rows
-    monkeypatch.setattr(cost_model, "derive_rows", counting_derive_rows)
+    real_derive_rows = tc_features.derive_rows
+    monkeypatch.setattr(tc_features, "derive_rows", counting_derive_rows)
     x = config_features(space, configs)
     assert x.shape == (10_000, len(FEATURE_NAMES)) and x.dtype == np.float32
     assert np.isfinite(x).all()
@@ -506,7 +507,7 @@ def test_a_move_onto_the_mma_or_wgmma_path_lands_on_a_valid_config():
     from dataclasses import replace
 
     from tc_autotune.search.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.search.tuner import _with_intrinsic_requirements
+    from tc_autotune.core.template import with_requirements
 
     space = space_of("tutorial")
     wmma = replace(space.default_config(), wmma="m32n8k16", warp_row_tiles=4, warp_col_tiles=4,
@@ -514,7 +515,7 @@ def test_a_move_onto_the_mma_or_wgmma_path_lands_on_a_valid_config():
     assert space.is_valid(wmma)
     to_mma, to_wgmma = replace(wmma, intrinsic="mma"), replace(wmma, intrinsic="wgmma")
     assert not space.is_valid(to_mma) and not space.is_valid(to_wgmma)
-    pos = _with_intrinsic_requirements(space, positions_from_configs(space, [wmma, to_mma, to_wgmma]))
+    pos = with_requirements(space, positions_from_configs(space, [wmma, to_mma, to_wgmma]))
     kept, mma, wgmma = (space.get(int(i)) for i in indices_from_positions(space, pos))
     assert kept == wmma  # WMMA rows are left alone
     assert mma == replace(to_mma, wmma="m16n16k16", offset_a=0, offset_b=0)
@@ -530,7 +531,7 @@ def test_a_move_off_the_wgmma_path_leaves_its_knobs_behind(knobs):
     from dataclasses import replace
 
     from tc_autotune.search.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.search.tuner import _with_intrinsic_requirements
+    from tc_autotune.core.template import with_requirements
 
     space = space_of("tutorial")
     wgmma = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,
@@ -538,7 +539,7 @@ def test_a_move_off_the_wgmma_path_leaves_its_knobs_behind(knobs):
                     stages=3, frag_buffers=1, split_k=1, vec_a=8, vec_b=8, vec_c=1, offset_c=0, **knobs)
     assert space.is_valid(wgmma), space.why_invalid(wgmma)
     moved = [wgmma, replace(wgmma, intrinsic="mma"), replace(wgmma, intrinsic="wmma")]
-    pos = _with_intrinsic_requirements(space, positions_from_configs(space, moved))
+    pos = with_requirements(space, positions_from_configs(space, moved))
     kept, mma, wmma = (space.get(int(i)) for i in indices_from_positions(space, pos))
     off = {knob: 0 for knob in knobs}
     assert kept == wgmma and (mma, wmma) == tuple(replace(c, **off) for c in moved[1:])
@@ -612,11 +613,12 @@ def test_default_config_is_cheap_and_small_uncached(monkeypatch):
     import tracemalloc
 
     from tc_autotune.core import space as space_module
+    from tc_autotune.templates.tc_gemm import validity  # the template's default_config lives there
 
     space_module._default_config.cache_clear()
     space = space_of("tutorial")
     derived, confirmed = [], []
-    real_derive_rows, real_is_valid = space_module.derive_rows, space_module.ConfigSpace.is_valid
+    real_derive_rows, real_is_valid = validity.derive_rows, space_module.ConfigSpace.is_valid
 
     def counting_derive_rows(space, pos):
         derived.append(len(pos))
@@ -626,7 +628,7 @@ def test_default_config_is_cheap_and_small_uncached(monkeypatch):
         confirmed.append(config)
         return real_is_valid(self, config)
 
-    monkeypatch.setattr(space_module, "derive_rows", counting_derive_rows)
+    monkeypatch.setattr(validity, "derive_rows", counting_derive_rows)
     monkeypatch.setattr(space_module.ConfigSpace, "is_valid", counting_is_valid)
     tracemalloc.start()
     try:

@@ -20,7 +20,9 @@ from ..workloads import epilogue
 from ..templates.tc_gemm import gemm
 from ..workloads.dense import DenseWorkload
 from ..workloads.reference import conv2d_reference, dense_inputs, dense_reference, random_inputs
-from .space import conv2d_space, dense_space
+from .config_space import ConfigSpace
+from .template import Template
+from ..templates.tc_gemm.template import TC_GEMM
 from ..workloads.conv2d import Conv2dWorkload
 
 
@@ -34,18 +36,26 @@ class Task:
     reference: Callable  # (workload, *inputs) -> fp32 output on the host
     inputs: Callable  # (workload, seed) -> random inputs (signature order)
     baseline: Callable | None  # (workload, *inputs, reference) -> (seconds or None, error)
-    space: Callable  # (workload, gpu) -> ConfigSpace
     gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
-    template_version: int  # bump when the generated code changes (generator.FINGERPRINTS)
+    template: Template  # knobs, rules, prior, features, lowering (``core.template``)
     baseline_name: str = "cuDNN"  # what reports call the baseline
+
+    @property
+    def template_version(self) -> int:
+        """Records of another version are stale; the template bumps it when the generated code
+        changes (tc_gemm: ``generator.FINGERPRINTS``, ``DENSE_FINGERPRINTS``)."""
+        return self.template.versions[self.name]
+
+    def space(self, workload, gpu=None) -> ConfigSpace:
+        """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
+        return ConfigSpace(workload, gpu, template=self.template)
 
     def lower(self, workload, config, target):
         """The template's TVM Executable for one (workload, config) (see ``templates``)."""
-        return _TEMPLATES[self.name](workload, config, target)
+        return self.template.lower(self.name, workload, config, target)
 
 
 _TASKS: dict[str, Task] = {}
-_TEMPLATES: dict[str, Callable] = {}  # task name -> lowering function, filled as templates load
 
 
 def register(task: Task) -> Task:
@@ -78,13 +88,7 @@ def get(name: str) -> Task:
 
 def templates(name: str):
     """Decorator: the template's ``lower(workload, config, target)`` of task ``name``."""
-    get(name)
-
-    def register_template(func):
-        _TEMPLATES[name] = func
-        return func
-
-    return register_template
+    return get(name).template.lowers(name)
 
 
 def _signature(wl, operands):
@@ -104,9 +108,8 @@ CONV2D = register(Task(
     reference=conv2d_reference,
     inputs=random_inputs,
     baseline=baseline.checked_cudnn_time,
-    space=conv2d_space,
     gemm_view=gemm.conv2d_view,
-    template_version=1,
+    template=TC_GEMM,
 ))
 
 
@@ -121,8 +124,7 @@ DENSE = register(Task(
     reference=dense_reference,
     inputs=dense_inputs,
     baseline=baseline.checked_cublas_time,
-    space=dense_space,
     gemm_view=gemm.dense_view,
-    template_version=2,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
+    template=TC_GEMM,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
     baseline_name="cuBLAS",
 ))

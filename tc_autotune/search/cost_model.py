@@ -1,4 +1,5 @@
-"""Features of configs and a gradient-boosted cost model that ranks them.
+"""Features of configs (asked of the space's template) and a gradient-boosted cost model that
+ranks them.
 
 Features describe *what a config does to this workload* (tile shapes, waves on
 the GPU, padding waste, reuse, k-loop length, the problem size) rather than
@@ -15,94 +16,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..templates.tc_gemm.intrinsic_paths import PATHS
-from ..templates.tc_gemm.knobs import WMMA_SHAPES, Conv2dConfig, code
-from ..templates.tc_gemm.prior import prior_of, prior_score
-from ..templates.tc_gemm.rules import derive_rows
-from ..core.space import (ConfigSpace, indices_from_positions, positions_from_configs, positions_from_indices,
-    radices, valid_mask)
+from ..core.config_space import (ConfigSpace, indices_from_positions, positions_from_configs,
+    positions_from_indices, radices, valid_mask)
 
-__all__ = ["FEATURE_NAMES", "XGBCostModel", "TransferCostModel", "features_from_positions", "config_features", "block_tiles",
+__all__ = ["XGBCostModel", "TransferCostModel", "features_from_positions", "config_features", "block_tiles",
            "normalise_per_group", "prior_score", "valid_mask", "radices", "positions_from_indices",
            "indices_from_positions", "positions_from_configs"]
 
-_WMMA_NAMES = tuple(WMMA_SHAPES)
-_LOG2_KNOBS = ("block_row_warps", "block_col_warps", "warp_row_tiles", "warp_col_tiles", "chunk")
-_MAX_THREADS_PER_SM = 2048
-_MAX_BLOCKS_PER_SM = 32
-# One indicator feature per path besides WMMA, named after it; swizzled paths by code.
-_OTHER_PATHS = tuple(name for name in PATHS if name != "wmma")
-_SWIZZLED = np.array([p.swizzled for p in PATHS.values()])
+# ---- what the search asks of the space's template ----------------------------------
+def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
+    """(n, len(space.template.feature_names)) float32 features of knob-position rows on
+    ``space``'s workload: the template's (tc_gemm: ``templates.tc_gemm.features``)."""
+    return space.template.features(space, pos)
 
 
 def block_tiles(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
-    """(n, 4) rows of block M, N, K and warps: what sets a config's tiling apart."""
-    v = derive_rows(space, pos)
-    return np.stack([v["bm"], v["bn"], v["bk"], v["warps"]], axis=1)
+    """Rows that set configs apart (tc_gemm: block M, N, K and warps): the diverse picks' key."""
+    return space.template.tiles(space, pos)
 
 
-# ---- features -------------------------------------------------------------------
-FEATURE_NAMES = (
-    *(f"log2_{k}" for k in _LOG2_KNOBS),
-    *(f"wmma_{w}" for w in _WMMA_NAMES),
-    "a_conflict_ways", "b_conflict_ways", "offset_c", "log2_vec_a", "log2_vec_b", "log2_vec_c",
-    "log2_block_m", "log2_block_n", "log2_block_k", "threads", "warps", "log2_smem_bytes",
-    "acc_fragments", "tile_intensity", "log2_blocks", "waves", "last_wave_use",
-    "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
-    "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", *_OTHER_PATHS,
-    "wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
-    "setmaxnreg", "prior",
-)
+def prior_score(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
+    """The template's estimate of relative throughput before anything is measured."""
+    return space.template.prior(space, pos)
 
 
-def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Shared-memory bank-conflict ways of the A and B fragment loads (8 rows of 16 bytes):
-    a padded row stride of s 16-byte units puts the rows on 8 / gcd(s, 8) distinct bank
-    groups; the swizzled tiles of the mma and wgmma paths are conflict-free.  Transferable where
-    the raw offsets are not: offset 0 is bad for WMMA but the only choice for mma and wgmma."""
-    swizzled = _SWIZZLED[v["intrinsic"]]
-    ways = [np.where(swizzled, 1, np.gcd((v[size] + v[offset]) // 8, 8))
-            for size, offset in (("bk", "offset_a"), ("b_row", "offset_b"))]
-    return tuple(w.astype(np.float64) for w in ways)
-
-
-def features_from_positions(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
-    """(n, len(FEATURE_NAMES)) float32 features of knob-position rows on ``space``'s workload."""
-    v = derive_rows(space, pos)
-    m, n, k = space.view.shape
-    sm = space.gpu.sm_count
-    f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
-    gm, gn, gk, blocks = v["gm"], v["gn"], v["gk"], v["blocks"]
-    waves = blocks / sm
-    last_wave = waves / np.ceil(waves)
-    resident = np.minimum.reduce([
-        np.full(blocks.shape, _MAX_BLOCKS_PER_SM),
-        _MAX_THREADS_PER_SM // v["threads"],
-        np.maximum(1, space.gpu.max_smem_per_block // v["smem"]),
-    ])
-    padded = f(gm * v["bm"]) * f(gn * v["bn"]) * f(gk * v["bk"] * v["split_k"])
-    bm, bn = f(v["bm"]), f(v["bn"])
-    cols = [
-        *(np.log2(f(v[name])) for name in _LOG2_KNOBS),
-        *(f(v["wmma"] == i) for i in range(len(_WMMA_NAMES))),
-        *_fragment_load_conflicts(v), f(v["offset_c"]),
-        np.log2(f(v["vec_a"])), np.log2(f(v["vec_b"])), np.log2(f(v["vec_c"])),
-        np.log2(bm), np.log2(bn), np.log2(f(v["bk"])),
-        f(v["threads"]), f(v["warps"]), np.log2(f(v["smem"])),
-        f(v["frags"]), bm * bn / (bm + bn), np.log2(f(blocks)), waves, last_wave,
-        f(resident), blocks / (sm * resident), (m * n * k) / padded,
-        np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
-        *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
-        f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
-        *(f(v["intrinsic"] == code("intrinsic", name)) for name in _OTHER_PATHS), f(v["wgmma_in_flight"]),
-        f(v["warp_specialized"]), f(v["consumers_along_m"]), f(v["multicast_b"]), f(v["ping_pong"]), f(v["tma_im2col"]),
-        f(v["tma_store"]), f(v["setmaxnreg"]),
-        prior_of(space, v),
-    ]
-    return np.stack(cols, axis=1).astype(np.float32)
-
-
-def config_features(space: ConfigSpace, configs: list[Conv2dConfig]) -> np.ndarray:
+def config_features(space: ConfigSpace, configs: list) -> np.ndarray:
     """Transferable features of ``configs`` on ``space``'s workload and GPU (float32, one row each)."""
     return features_from_positions(space, positions_from_configs(space, configs))
 

@@ -18,17 +18,19 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from .cost_model import (FEATURE_NAMES, TransferCostModel, XGBCostModel, block_tiles, features_from_positions,
+from .cost_model import (TransferCostModel, XGBCostModel, block_tiles, features_from_positions,
     indices_from_positions, positions_from_configs, positions_from_indices, prior_score, radices, valid_mask)
 from ..core.results import MeasureResult
-from ..templates.tc_gemm.intrinsic_paths import PATHS
-from ..core.space import ConfigSpace, Conv2dConfig
+from ..core.config_space import ConfigSpace
+from ..core.template import with_requirements
 from ..workloads.conv2d import get as get_workload
 
 _log = logging.getLogger(__name__)
+Config = Any  # a config of the space's template (``space.template.config_type``)
 TUNERS = ("xgb", "xgb-joint", "random", "grid")  # names of make_tuner's strategies
 # XGBTuner variants by name (its keyword arguments).  "xgb" is the default search, the one
 # the validation set chose and the held-out set confirmed; the others stay so that the study
@@ -60,8 +62,8 @@ class Tuner:
         self.space = space
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.history: list[tuple[Conv2dConfig, MeasureResult]] = []
-        self.best_config: Conv2dConfig | None = None
+        self.history: list[tuple[Config, MeasureResult]] = []
+        self.best_config: Config | None = None
         self.best_cost = math.inf
         self.trials = 0
         self.other_records = 0  # records of other workloads or GPUs seen by load_history
@@ -70,7 +72,7 @@ class Tuner:
         self._invalid: set[int] = set()  # passed the vectorised pre-filter, rejected by the space
         self._trials_at_best = 0
         self._all_valid: np.ndarray | None = None
-        self._first: list[Conv2dConfig] = []  # must be measured before anything the search picks
+        self._first: list[Config] = []  # must be measured before anything the search picks
         self._reserved: set[int] = set()  # indices of this batch's queued configs: not to be picked
         self._in_flight: set[int] = set()  # indices submitted and not measured yet: not to be picked
 
@@ -83,11 +85,11 @@ class Tuner:
         """FLOP/s of the best config (0 before any successful measurement)."""
         return self.workload.flops / self.best_cost if self.best_cost < math.inf else 0.0
 
-    def best(self) -> tuple[Conv2dConfig, float] | None:
+    def best(self) -> tuple[Config, float] | None:
         return None if self.best_config is None else (self.best_config, self.best_cost)
 
     # ---- the loop ---------------------------------------------------------------
-    def measure_first(self, configs) -> list[Conv2dConfig]:
+    def measure_first(self, configs) -> list[Config]:
         """Queue configs that the next batches start with, e.g. the default config and
         what apply would pick today, so the tuned best can never lose to them.  None,
         repeats, invalid and already measured configs are dropped; returns the queue."""
@@ -102,7 +104,7 @@ class Tuner:
         return list(self._first)
 
     def tune(self, n_trial: int, measure, batch_size: int = 16, early_stopping: int | None = None,
-             callbacks=()) -> tuple[Conv2dConfig, float] | None:
+             callbacks=()) -> tuple[Config, float] | None:
         """Measure up to ``n_trial`` new configs; return the best (config, seconds) or None.
 
         ``measure(configs) -> results``, or a stream with ``submit(configs) -> handle``,
@@ -147,7 +149,7 @@ class Tuner:
             self._cancel(stream, flight, log=stopped)
         return self.best()
 
-    def _propose(self, n_trial: int, batch_size: int, early_stopping: int | None) -> list[Conv2dConfig]:
+    def _propose(self, n_trial: int, batch_size: int, early_stopping: int | None) -> list[Config]:
         """The next batch: queued first configs, then the search's picks; as many as the trial
         budget and the early-stopping allowance leave once everything in flight is counted
         (as if none of it improved the best)."""
@@ -183,7 +185,7 @@ class Tuner:
         flight.clear()
         self._in_flight.clear()
 
-    def _checked(self, configs: list[Conv2dConfig]) -> list[Conv2dConfig]:
+    def _checked(self, configs: list[Config]) -> list[Config]:
         """Safety net for the next_batch contract: drop repeats and invalid configs."""
         out, seen = [], set()
         for config in configs:
@@ -195,17 +197,17 @@ class Tuner:
             out.append(config)
         return out
 
-    def next_batch(self, n: int) -> list[Conv2dConfig]:
+    def next_batch(self, n: int) -> list[Config]:
         raise NotImplementedError
 
-    def update(self, configs: list[Conv2dConfig], results: list[MeasureResult]) -> None:
+    def update(self, configs: list[Config], results: list[MeasureResult]) -> None:
         """Take the results of measured configs into the history (counted as trials)."""
         for config, result in zip(configs, results):
             self.trials += 1
             if self._record(config, result):
                 self._trials_at_best = self.trials
 
-    def _record(self, config: Conv2dConfig, result: MeasureResult) -> bool:
+    def _record(self, config: Config, result: MeasureResult) -> bool:
         """Add to the history; True when it improves the best."""
         self.history.append((config, result))
         self._measured.add(self.space.index(config))
@@ -277,7 +279,7 @@ class Tuner:
         return (i not in self._measured and i not in taken and i not in self._invalid
                 and i not in self._reserved and i not in self._in_flight)
 
-    def _confirm(self, i: int) -> Conv2dConfig | None:
+    def _confirm(self, i: int) -> Config | None:
         """The config at index ``i`` if the space says it is valid (the pre-filter is only a hint)."""
         config = self.space.get(i)
         if self.space.is_valid(config):
@@ -285,10 +287,10 @@ class Tuner:
         self._invalid.add(i)
         return None
 
-    def _random_configs(self, n: int, taken: set[int] | None = None) -> list[Conv2dConfig]:
+    def _random_configs(self, n: int, taken: set[int] | None = None) -> list[Config]:
         """Up to ``n`` distinct valid unmeasured configs drawn uniformly (not in ``taken``)."""
         taken = set() if taken is None else taken
-        picks: list[Conv2dConfig] = []
+        picks: list[Config] = []
         size = max(4 * n, 64)
         for _ in range(_DRAW_ROUNDS):  # rejection sampling, in growing draws: workloads whose
             need = n - len(picks)      # valid fraction is tiny (3 input channels: vec_a=1) need many
@@ -305,7 +307,7 @@ class Tuner:
             picks += self._take(self.rng.permutation(rest), n - len(picks), taken)
         return picks
 
-    def _take(self, indices, n: int, taken: set[int]) -> list[Conv2dConfig]:
+    def _take(self, indices, n: int, taken: set[int]) -> list[Config]:
         """The first ``n`` free, confirmed-valid configs of ``indices``; marks them taken."""
         out = []
         for i in map(int, indices):
@@ -362,7 +364,7 @@ def _group_source(record, source):
     return (source, bool(getattr(record, "stale", False)))
 
 
-def _entity_matches(entity: dict, config: Conv2dConfig) -> bool:
+def _entity_matches(entity: dict, config: Config) -> bool:
     try:
         values = {name: value for name, _kind, value in entity.get("entity", ())}
     except (TypeError, ValueError):
@@ -373,7 +375,7 @@ def _entity_matches(entity: dict, config: Conv2dConfig) -> bool:
 class RandomTuner(Tuner):
     """Uniformly random valid unmeasured configs: the baseline every tuner must beat."""
 
-    def next_batch(self, n: int) -> list[Conv2dConfig]:
+    def next_batch(self, n: int) -> list[Config]:
         return self._random_configs(n)
 
 
@@ -384,8 +386,8 @@ class GridTuner(Tuner):
         super().__init__(space, seed)
         self._cursor = 0
 
-    def next_batch(self, n: int) -> list[Conv2dConfig]:
-        picks: list[Conv2dConfig] = []
+    def next_batch(self, n: int) -> list[Config]:
+        picks: list[Config] = []
         taken: set[int] = set()
         while len(picks) < n and self._cursor < len(self.space):
             idx = np.arange(self._cursor, min(self._cursor + _CHUNK, len(self.space)), dtype=np.int64)
@@ -430,7 +432,7 @@ class XGBTuner(Tuner):
         model_seed = 0 if seed is None else seed
         self.model = (TransferCostModel(seed=model_seed, half_life=half_life) if transfer == "residual"
                       else XGBCostModel(seed=model_seed))
-        self._history_x = np.zeros((0, len(FEATURE_NAMES)), np.float32)  # features of history[:len]
+        self._history_x = np.zeros((0, len(space.template.feature_names)), np.float32)  # features of history[:len]
         self._transfer = _TransferSet()
         self._base_rows = -1  # transfer rows the base model was fitted on (residual mode)
 
@@ -460,7 +462,7 @@ class XGBTuner(Tuner):
             self._history_x = np.concatenate([self._history_x, new])
         flops = self.workload.flops
         y = np.array([flops / r.seconds if r.ok else 0.0 for _, r in self.history], dtype=np.float64)
-        tx, ty, tg = self._transfer.arrays(self.space.gpu)
+        tx, ty, tg = self._transfer.arrays(self.space.gpu, self.space.template)
         if self.transfer == "residual":
             if self._base_rows != len(ty):  # the transfer set changed: refit the base once
                 self.model.fit_base(tx, ty, tg)
@@ -474,7 +476,7 @@ class XGBTuner(Tuner):
         self.model.fit(np.concatenate([self._history_x, tx]), np.concatenate([y, ty]), groups, weights)
 
     # ---- choosing ---------------------------------------------------------------
-    def next_batch(self, n: int) -> list[Conv2dConfig]:
+    def next_batch(self, n: int) -> list[Config]:
         n_random = min(n, int(round(n * self.explore_ratio)))
         taken: set[int] = set()
         picks = []
@@ -499,7 +501,7 @@ class XGBTuner(Tuner):
     def _score(self, pos: np.ndarray) -> np.ndarray:
         return self.model.predict(features_from_positions(self.space, pos))
 
-    def _anneal(self, n: int, taken: set[int], score=None, diverse: bool = False) -> list[Conv2dConfig]:
+    def _anneal(self, n: int, taken: set[int], score=None, diverse: bool = False) -> list[Config]:
         """Simulated annealing on predicted scores; the best ``n`` unmeasured configs it saw.
 
         All chains step at once (one vectorised featurise + predict per step).  Every
@@ -585,7 +587,7 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
         shift = rng.integers(1, rad[knob])
         cand = pos.copy()
         cand[rows, knob] = (pos[rows, knob] + shift) % rad[knob]
-        cand = _with_intrinsic_requirements(space, cand)
+        cand = with_requirements(space, cand)  # a move onto a path lands with what it requires
         ok = valid_mask(space, cand)
         cand_scores = np.full(chains, -np.inf)
         cand_scores[ok] = score(cand[ok])
@@ -596,23 +598,6 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
         seen_pos.append(cand[ok])
         seen_score.append(cand_scores[ok])
     return np.concatenate(seen_pos), np.concatenate(seen_score)
-
-
-def _with_intrinsic_requirements(space, pos: np.ndarray) -> np.ndarray:
-    """Rows on the mma or wgmma path get the knob values it requires (offsets 0, 16x16x16;
-    for wgmma also a 4-warp warpgroup, chunk 4, one fragment buffer), so a single-knob move
-    from a good WMMA config reaches its twin on that path instead of an invalid point; rows
-    off the wgmma path get wgmma_in_flight=0 and warp_specialized=0, its knobs."""
-    names = list(space.knobs)
-    column = pos[:, names.index("intrinsic")]
-    for intrinsic, path in PATHS.items():
-        if intrinsic not in space.knobs["intrinsic"]:
-            continue
-        on_path = column == space.knobs["intrinsic"].index(intrinsic)
-        for knob, value in path.requires.items():
-            if value in space.knobs[knob]:
-                pos[on_path, names.index(knob)] = space.knobs[knob].index(value)
-    return pos
 
 
 @dataclass
@@ -628,18 +613,18 @@ class _TransferSet:
         tput.append(workload.flops / result.seconds if result.ok else 0.0)
         self._cache = None
 
-    def arrays(self, gpu) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(self, gpu, template) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(features, throughputs, group ids >= 1), one group per (workload, source GPU):
         the ranking objective compares configs only within what one GPU measured."""
         if self._cache is None:
             xs, ys, gs = [], [], []
             for group, ((workload, _source), (indices, tput)) in enumerate(self.rows.items(), start=1):
-                space = ConfigSpace(workload, gpu)
+                space = ConfigSpace(workload, gpu, template=template)
                 xs.append(features_from_positions(space, positions_from_indices(space, indices)))
                 ys.append(np.asarray(tput, dtype=np.float64))
                 gs.append(np.full(len(indices), group, dtype=np.int64))
             if not xs:
-                xs = [np.zeros((0, len(FEATURE_NAMES)), np.float32)]
+                xs = [np.zeros((0, len(template.feature_names)), np.float32)]
                 ys, gs = [np.zeros(0)], [np.zeros(0, np.int64)]
             self._cache = (np.concatenate(xs), np.concatenate(ys), np.concatenate(gs))
         return self._cache

@@ -40,15 +40,16 @@ from pathlib import Path
 
 import numpy as np
 
-from .cost_model import (FEATURE_NAMES, features_from_positions, indices_from_positions, positions_from_indices,
-    radices, valid_mask)
+from .cost_model import features_from_positions, indices_from_positions, positions_from_indices, radices, valid_mask
 from ..backends.cuda.gpu import GpuInfo
 from ..tuning.jobs import load_job
+from ..templates.tc_gemm.features import FEATURE_NAMES  # the stored model is tc_gemm's (conv2d only)
 from ..templates.tc_gemm.knobs import KNOBS
 from ..database.records import TEMPLATE_VERSION, shipped_log_files, shipped_logs_dir
 from ..core.space import ConfigSpace, Conv2dConfig, conv2d_space
 from .tree_ranker import TreeEnsemble
-from .tuner import _with_intrinsic_requirements, anneal_walk
+from ..core.template import with_requirements
+from .tuner import anneal_walk
 from ..workloads.conv2d import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)
@@ -260,7 +261,7 @@ def _moves(space: ConfigSpace, pos: np.ndarray, depth: int = 2) -> np.ndarray:
                 moved = frontier[frontier[:, j] != v].copy()
                 moved[:, j] = v
                 rows.append(moved)
-        frontier = _unique_rows(space, _with_intrinsic_requirements(space, np.concatenate(rows)))
+        frontier = _unique_rows(space, with_requirements(space, np.concatenate(rows)))
         out.append(frontier)
     return _unique_rows(space, np.concatenate(out))
 

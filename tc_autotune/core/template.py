@@ -1,0 +1,107 @@
+"""The template protocol: what the space and the search need from a kernel template.
+
+A template is a knob table with its config type plus a handful of pure functions of a
+``ConfigSpace`` (one workload on one GPU) and knob-position rows (int64, one column per
+knob, ``space.knobs`` order).  ``core.space`` and ``search`` reach a template only through
+this object, so a second template (or the toy one of ``tests/test_template.py``) plugs in
+by building one ``Template``: nothing in the search assumes the Tensor Core GEMM's knobs.
+
+It is a frozen dataclass of data and plain functions rather than an ABC: a template is one
+literal, a missing part fails at construction, and the functions take the space (which
+holds the template) explicitly, so they stay vectorised numpy code with no hidden state.
+``eq=False``: a template hashes by identity, so it can key caches (``default_config``).
+
+Imports nothing of the package: every template depends on this module, never the reverse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+
+def _none(space, config):
+    return None
+
+
+def _no_pins(space) -> frozenset:
+    return frozenset()
+
+
+def _no_starts(space) -> list:
+    return []
+
+
+@dataclass(frozen=True, eq=False)
+class Template:
+    """One kernel template.  Functions named ``*(space, pos)`` take knob-position rows."""
+
+    name: str
+    # knob -> candidates in index order: part of the log format (a config's index is the
+    # mixed-radix number of its positions, first knob fastest), so lists only grow at the end.
+    knobs: Mapping[str, tuple]
+    # what a record written before a knob existed implies for it
+    knob_defaults: Mapping[str, Any]
+    config_type: type  # Config(**{knob: value}); getattr(config, knob) reads a value back
+    # (workload, gpu) -> (view, context): what validity, prior and features read; the view is
+    # ``space.view`` (for tc_gemm the GEMM view), the context ``space.context``.
+    problem: Callable
+    valid_mask: Callable  # (space, pos) -> bool rows: the validity rules, vectorised
+    why_invalid: Callable  # (space, config) -> None or the first broken rule's message
+    prior: Callable  # (space, pos) -> float rows, higher = faster: scores before any measurement
+    feature_names: tuple  # the columns of ``features``
+    features: Callable  # (space, pos) -> (rows, len(feature_names)) float32, transferable
+    tiles: Callable  # (space, pos) -> int rows: what sets a config apart (diverse prior picks)
+    default_config: Callable  # (space) -> a valid config good enough to run untuned
+    # Path requirements: {knob: {value: {other knob: value it requires}}}.  The annealing moves
+    # onto a value with its requirements set, so one move reaches a valid twin on that path.
+    requires: Mapping[str, Mapping[Any, Mapping[str, Any]]] = field(default_factory=dict)
+    # (space) -> knobs whose random draws stay at their first candidate (values valid only in
+    # a sliver of the space; the search reaches them by moves and starting configs).
+    draw_pinned: Callable = _no_pins
+    starting_configs: Callable = _no_starts  # (space) -> configs worth measuring first
+    # {task name: version}: records of another version are stale (bump when code changes).
+    versions: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def knob_names(self) -> tuple:
+        return tuple(self.knobs)
+
+    def lower(self, task_name: str, workload, config, target):
+        """The TVM Executable of one (workload, config) of task ``task_name``: the lowering
+        function registered for it with ``lowers`` (templates register theirs as their
+        TVM-importing modules load, so this module stays light)."""
+        try:
+            func = _LOWERINGS[(self.name, task_name)]
+        except KeyError:
+            raise KeyError(f"template {self.name!r} has no lowering for task {task_name!r} "
+                           "(is its schedule module imported?)") from None
+        return func(workload, config, target)
+
+    def lowers(self, task_name: str):
+        """Decorator: ``func(workload, config, target)`` lowers task ``task_name``'s configs."""
+        def register(func):
+            _LOWERINGS[(self.name, task_name)] = func
+            return func
+        return register
+
+
+# (template name, task name) -> lowering function; kept outside the frozen dataclass because
+# the schedule modules that fill it import TVM and load after the template object exists.
+_LOWERINGS: dict[tuple[str, str], Callable] = {}
+
+
+def with_requirements(space, pos):
+    """Rows on a value with requirements (``Template.requires``) get the knob values it
+    requires, where the space's table has them (in place; returns ``pos``)."""
+    names = list(space.knobs)
+    for knob, by_value in space.template.requires.items():
+        column = pos[:, names.index(knob)]
+        for value, required in by_value.items():
+            if value not in space.knobs[knob]:
+                continue
+            on_value = column == space.knobs[knob].index(value)
+            for other, wanted in required.items():
+                if wanted in space.knobs[other]:
+                    pos[on_value, names.index(other)] = space.knobs[other].index(wanted)
+    return pos

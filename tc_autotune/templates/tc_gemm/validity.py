@@ -1,0 +1,144 @@
+"""The template's validity and default config, as ``core.template.Template`` functions.
+
+Moved from ``core.space`` so that the space holds no knowledge of this template's rules: the
+space asks its template (``TC_GEMM`` in ``template``) and this module answers from the rule
+table (``rules`` and each intrinsic path's rules).  Nothing here imports ``core``: the space is
+only ever an argument (its ``knobs``, ``context``, ``get``/``index``/``sample``), and the prior
+is the space's template's, so this module sits beside ``prior`` in the import graph, not above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gemm import im2col_window, view_of
+from .intrinsic_paths import PATHS
+from .intrinsic_paths import get as intrinsic_path
+from .knobs import code
+from .rules import FRAG_BUFFERS, HEAD, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context, derive, derive_rows, values_of_config
+
+# The rules a config of each path must obey, in the order why_invalid reports them.
+_RULES_OF_PATH = {name: HEAD + path.rules + TAIL for name, path in PATHS.items()}
+# What each non-WMMA path requires of other knobs (the tuner's moves onto it set these).
+INTRINSIC_REQUIRES = {name: path.requires for name, path in PATHS.items() if path.requires}
+
+
+def problem(workload, gpu):
+    """(view, context): the GEMM view is all that rules, prior and features read."""
+    view = view_of(workload)
+    return view, Context.of(view, gpu)
+
+
+def draw_pinned(space) -> frozenset:
+    """Knobs whose random draws stay at 0, so they are no rarer in valid configs than before the
+    knobs: tma_im2col where TMA's im2col mode cannot load A (dense, 1x1 stride-1 convs, channels
+    not a multiple of 64) or the table has no warp-specialized kernel; tma_store and setmaxnreg
+    always (their 1 is valid only on that kernel, a sliver of a uniform draw: free, tma_store
+    halved a conv's valid draws again).  The tuner reaches their 1 through the starting tilings
+    (tma_store) and its annealing moves, which change any knob."""
+    im2col = any(space.knobs["warp_specialized"]) and im2col_window(space.view) is not None
+    return frozenset({"tma_store", "setmaxnreg"} | (set() if im2col else {"tma_im2col"}))
+
+
+def rule_mask(v: dict, ctx: Context, rules=HEAD + TAIL) -> np.ndarray:
+    """Rows obeying ``rules`` and the rules of their intrinsic path."""
+    ok = np.ones(len(v["intrinsic"]), dtype=bool)
+    for rule in rules:
+        ok &= rule.ok(v, ctx)
+    for name, path in PATHS.items():  # a path's rules bind only the configs on it
+        off_path = v["intrinsic"] != code("intrinsic", name)
+        for rule in path.rules:
+            ok &= off_path | rule.ok(v, ctx)
+    return ok
+
+
+def valid_mask(space, pos: np.ndarray) -> np.ndarray:
+    """Which knob-position rows of ``space`` are valid: ``why_invalid``'s rules, vectorised."""
+    return rule_mask(derive_rows(space, pos), space.context)
+
+
+def why_invalid(space, config) -> str | None:
+    """None for a config that builds and runs on this workload and GPU, else the reason:
+    the message of the first rule it breaks (``rules``, then its intrinsic path's)."""
+    rules = _RULES_OF_PATH[intrinsic_path(config.intrinsic).name]
+    v = derive(values_of_config(config), space.context)
+    for rule in rules:
+        if not rule.ok(v, space.context):
+            return rule.message(config, v, space.context)
+    return None
+
+
+def _scales(space) -> np.ndarray:
+    return np.cumprod([1] + [len(c) for c in space.knobs.values()][:-1])
+
+
+def default_config(space):
+    """The valid config the prior rates highest among those with the usual shared-memory
+    offsets (ties to the lowest index), without enumerating the ~10M offset-fixed configs.
+
+    Only the vector rules involve the vector widths (besides a warp-specialized kernel's rule,
+    which asks for the widest), each width's rules only itself and the tile, and the prior
+    grows with each width; so the best config of every other-knob combination uses, per vec
+    knob, its widest width that the vector rules allow: the grid screens the other rules with
+    every width at its widest, then finds that width per row.  One grid per intrinsic path,
+    with the knob values it requires (any other row breaks one of its rules); the usual
+    offsets leave only WMMA's, ~35k rows to check and score (~0.05 s, ~40 MB).
+    """
+    names = list(space.knobs)
+    fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
+    vecs = [name for name in VECTOR_KNOBS if len(space.knobs[name]) > 1]
+    grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
+            [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
+    # Never the warp-specialized kernel: a default must be a kernel measured across many shapes.
+    for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
+                 "setmaxnreg"):
+        if knob in grid and 0 in space.knobs[knob]:
+            grid[knob] = [space.knobs[knob].index(0)]
+    blocks = [np.zeros((0, len(names)), dtype=np.int64)]
+    for i, intrinsic in enumerate(space.knobs["intrinsic"]):
+        on_path = {**grid, "intrinsic": [i]}
+        for knob, value in intrinsic_path(intrinsic).requires.items():
+            on_path[knob] = [j for j in on_path[knob] if space.knobs[knob][j] == value]
+        if all(on_path.values()):  # else the table has no value the path requires
+            blocks.append(np.stack(np.meshgrid(*on_path.values(), indexing="ij"), axis=-1).reshape(-1, len(names)))
+    pos = np.concatenate(blocks)
+    ctx = space.context
+    pos = pos[rule_mask(derive_rows(space, pos), ctx, HEAD + (FRAG_BUFFERS,))]  # no vector rule
+    v = derive_rows(space, pos)
+    widest = {}
+    for name in vecs:  # widest width passing its vector rules (they read no other width)
+        best = np.full(len(pos), -1, dtype=np.int64)
+        for p, width in enumerate(space.knobs[name]):
+            v[name] = np.full(len(pos), width, dtype=np.int64)
+            ok = np.ones(len(pos), dtype=bool)
+            for rule in VECTOR_RULES[name]:
+                ok &= rule.ok(v, ctx)
+            best[ok & ((best < 0) | (width > np.asarray(space.knobs[name])[best]))] = p
+        widest[name] = best
+    keep = np.ones(len(pos), dtype=bool)
+    for best in widest.values():
+        keep &= best >= 0
+    pos = pos[keep]
+    for name, best in widest.items():
+        pos[:, names.index(name)] = best[keep]
+    pos = pos[valid_mask(space, pos)]
+    if len(pos) == 0:  # tiny or odd shapes: the prior's best of a large valid sample
+        return _best_sampled(space)
+    scales = _scales(space)
+    order = np.lexsort((pos @ scales, -space.template.prior(space, pos)))
+    for i in pos[order][:64] @ scales:
+        config = space.get(int(i))
+        if space.is_valid(config):
+            return config
+    return _best_sampled(space)
+
+
+def _best_sampled(space):
+    """The prior's favourite of up to 4096 valid configs drawn with a fixed seed."""
+    configs = space.sample(4096, seed=0)
+    if not configs:
+        raise ValueError(f"no valid config found for {space.workload} on {space.gpu.arch}")
+    indices = np.array([space.index(c) for c in configs], dtype=np.int64)
+    pos = np.stack([np.asarray(indices // s % len(c)) for s, c in zip(_scales(space), space.knobs.values())], axis=1)
+    order = np.lexsort((indices, -space.template.prior(space, pos)))
+    return configs[int(order[0])]
