@@ -193,19 +193,22 @@ def test_the_import_graph_is_a_dag_from_workloads_and_gpu_up():
                 for target in targets if target.startswith(COMMANDS + ".") and target != f"{COMMANDS}.common"]
 
 
+def _closure(edges, name) -> set:
+    """``name`` and every module it imports, directly or not."""
+    seen, todo = set(), [name]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(edges[node])
+    return seen
+
+
 def test_light_modules_never_load_tvm():
     modules = _modules()
     edges, _ = _graph()
-
-    def closure(name, seen):
-        if name not in seen:
-            seen.add(name)
-            for target in edges[name]:
-                closure(target, seen)
-        return seen
-
     for light in LIGHT:
-        for name in sorted(closure(f"{PACKAGE}.{light}", set())):
+        for name in sorted(_closure(edges, f"{PACKAGE}.{light}")):
             tvm = [line for target, line, in_function in _imports(name, modules[name])
                    if target.split(".")[0] in ("tvm", "tvm_ffi") and not in_function]
             assert not tvm, f"{light} imports {name}, which imports tvm at module top (line {tvm[0]})"
@@ -228,17 +231,9 @@ def test_commands_import_only_light_modules_at_their_top():
 def test_a_build_never_reaches_the_training_side():
     modules = _modules()
     edges, _ = _graph()
-
-    def closure(name, seen):
-        if name not in seen:
-            seen.add(name)
-            for target in edges[name]:
-                closure(target, seen)
-        return seen
-
     training = {f"{PACKAGE}.{name}" for name in TRAINING_SIDE}
     for name in BUILD_SIDE:
-        reached = closure(f"{PACKAGE}.{name}", set()) & training
+        reached = _closure(edges, f"{PACKAGE}.{name}") & training
         assert not reached, f"{name} imports {sorted(reached)}: a build would load the zero-shot training"
     for name in NO_XGBOOST:
         module = f"{PACKAGE}.{name}"
