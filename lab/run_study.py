@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""``python scripts/study.py ...`` from a checkout: the tc-study command (lab.study_cli),
-which an installed package has on PATH.  ``--help`` gives its usage and exit codes."""
+"""``python lab/run_study.py ...``: the held-out study (lab.study_cli), a maintainers' harness
+of a checkout, not a command of the installed package.  ``--help`` gives its usage and exit codes."""
 
 import os
 import sys
@@ -11,7 +11,7 @@ from lab import study_cli as command  # noqa: E402  (no TVM import: fast argumen
 
 
 def main(argv=None) -> int:
-    return command.main(argv, prog="study.py")
+    return command.main(argv, prog="run_study.py")
 
 
 if __name__ == "__main__":

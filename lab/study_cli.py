@@ -3,7 +3,7 @@
     python lab/run_study.py lab/heldout.toml --budget-minutes 9   # tune (resumable)
     python lab/run_study.py lab/heldout.toml --report study.md   # re-time beside cuDNN
 
-Installed, the same program is the command tc-study (tc-study JOB [--report FILE]).
+A maintainers' harness of a checkout (lab/), not a command of the installed package.
 Each workload of the job gets its own two logs in --out (default: the job's best_log_dir), so
 no held-out record trains anything else.  Tuning resumes where the logs stop; --report
 re-times every arm's config and cuDNN in one process and writes a markdown table.
@@ -19,7 +19,7 @@ import sys
 from tc_autotune.cli import common as cli  # no TVM import
 from tc_autotune.search.tuner import XGB_VARIANTS  # no TVM import either
 
-PROG = "tc-study"
+PROG = "run_study.py"
 EXIT_INCOMPLETE = 7
 
 

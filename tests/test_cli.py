@@ -251,7 +251,7 @@ def test_study_bad_job_exits_2(tmp_path):
     job.write_text('workloads = ["n=1,h=8,c=3"]\n')  # no k
     code, out, err = run("study.py", job)
     assert code == 2
-    assert_one_line(err, "study.py")
+    assert_one_line(err, "run_study.py")
 
 
 @pytest.mark.skipif(local_gpu() is not None, reason="needs a machine without a GPU")
