@@ -13,7 +13,8 @@ _EXPORTS = {
     "ConfigSpace": "core.space",
     "Conv2dConfig": "core.space",
     "conv2d_space": "core.space",
-    "Conv2dKernel": "api.kernel",
+    "Kernel": "api.kernel",
+    "Conv2dKernel": "api.kernel",  # the earlier name of Kernel
     "build_conv2d": "api.kernel",
     "DenseWorkload": "workloads.dense",
     "dense_space": "core.space",

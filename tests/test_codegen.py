@@ -377,3 +377,13 @@ def test_wgmma_in_flight_probes_have_their_fingerprint_and_are_not_serialized(wh
     found = generator.fingerprint(probes)
     assert found == getattr(generator, f"{which}_FINGERPRINTS")[version], (
         f"the in-flight code changed: bump the task's template_version and add {found!r}")
+
+
+def test_the_kernel_class_keeps_its_earlier_names():
+    """conv2d and dense kernels are one class, ``Kernel``; code written against the earlier
+    names (``Conv2dKernel``, ``DenseKernel``) still gets it."""
+    import tc_autotune as tc
+    from tc_autotune.api import kernel
+
+    assert tc.Kernel is kernel.Kernel is tc.Conv2dKernel is kernel.DenseKernel
+    assert kernel.build_dense.__annotations__["return"] in ("Kernel", kernel.Kernel)

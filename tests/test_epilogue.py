@@ -229,10 +229,10 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
 
 def test_a_call_with_the_wrong_inputs_says_which_it_takes():
     pytest.importorskip("tvm")
-    from tc_autotune.api.kernel import Conv2dKernel
+    from tc_autotune.api.kernel import Kernel
 
     wl = _workload(CONV, "bias_residual_relu")
-    kernel = Conv2dKernel(wl, tasks.of(wl).space(wl, SM90).default_config(), None, None, b"")
+    kernel = Kernel(wl, tasks.of(wl).space(wl, SM90).default_config(), None, None, b"")
     with pytest.raises(TypeError, match=r"takes data, weight, bias, residual \[, out\], got 2 arrays"):
         kernel(np.zeros(wl.data_shape, np.float16), np.zeros(wl.weight_shape, np.float16))
 

@@ -3,7 +3,7 @@ weight (workspaces), then the fp16 workload's conv kernel, unchanged, reads them
 
 CPU: the generated CUDA (cast kernel, conv kernel identical to the fp16 one), nvcc for sm_90 and
 sm_90a, the workspace lists.  GPU (marker gpu): results against the fp32 reference through
-``Conv2dKernel``, the measurement runner and the timing path."""
+``Kernel``, the measurement runner and the timing path."""
 
 import re
 from dataclasses import replace
@@ -93,20 +93,20 @@ def test_workspaces_list_split_k_partials_then_the_fp16_copies():
 
 
 def test_conv2d_kernel_allocates_its_workspaces_once():
-    """Conv2dKernel passes (and keeps) one tensor per workspace; checked on the CPU device."""
+    """Kernel passes (and keeps) one tensor per workspace; checked on the CPU device."""
     import tvm
 
-    from tc_autotune.api.kernel import Conv2dKernel
+    from tc_autotune.api.kernel import Kernel
 
     config = replace(conv2d_space(FP16, SM90).default_config(), split_k=2)
-    kernel = Conv2dKernel(FP32, config, None, None, b"")
+    kernel = Kernel(FP32, config, None, None, b"")
     assert kernel.workspaces == workspaces(FP32, config)
     assert kernel.workspace_shape == workspace_shape(FP32, config)
     dev = tvm.cpu(0)
     extra = kernel._extra_args(dev)
     assert [(tuple(t.shape), str(t.dtype)) for t in extra] == workspaces(FP32, config)
     assert all(a is b for a, b in zip(kernel._extra_args(dev), extra))  # reused, not reallocated
-    assert Conv2dKernel(FP16, replace(config, split_k=1), None, None, b"")._extra_args(dev) == ()
+    assert Kernel(FP16, replace(config, split_k=1), None, None, b"")._extra_args(dev) == ()
 
 
 # ---- CPU: generated CUDA -----------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_gpu_fp32_input_matches_the_reference(spec):
 @pytest.mark.gpu
 def test_gpu_fp32_input_through_the_runner_and_the_timing_path():
     """LocalMeasurer checks against the reference and times with the workspaces allocated;
-    time_kernel and checked_kernel_time pass them through Conv2dKernel.time_evaluator."""
+    time_kernel and checked_kernel_time pass them through Kernel.time_evaluator."""
     from tc_autotune.tuning.benchmark import checked_kernel_time
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions, time_kernel
     from tc_autotune.workloads.reference import conv2d_reference, random_inputs

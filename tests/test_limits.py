@@ -184,10 +184,10 @@ MESSAGE = ("no CUDA GPU found: running a kernel needs one; building works withou
 
 @no_gpu
 def test_calling_a_kernel_without_a_gpu_says_no_cuda_gpu():
-    from tc_autotune.api.kernel import Conv2dKernel, require_gpu
+    from tc_autotune.api.kernel import Kernel, require_gpu
 
     wl = workloads.get("n=1,h=8,c=16,k=16,r=3,pad=1")
-    kernel = Conv2dKernel(wl, config=None, target=None, executable=None, cubin=b"")  # never reaches them
+    kernel = Kernel(wl, config=None, target=None, executable=None, cubin=b"")  # never reaches them
     data, weight = np.zeros(wl.data_shape, "float16"), np.zeros(wl.weight_shape, "float16")
     with pytest.raises(NoGpuError) as err:
         kernel(data, weight)

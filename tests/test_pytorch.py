@@ -214,7 +214,7 @@ def test_a_launch_refuses_what_it_cannot_read_in_place():
     import tvm
 
     wl = workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias")
-    k = kernel.Conv2dKernel(wl, tasks.of(wl).space(wl).default_config(),
+    k = kernel.Kernel(wl, tasks.of(wl).space(wl).default_config(),
                             tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
     calls = []
     k._main = lambda *args: calls.append(args)

@@ -80,7 +80,7 @@ def conv_kernel():
     import tvm
 
     config = tasks.of(CONV).space(CONV).default_config()
-    return kernel.Conv2dKernel(CONV, config, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
+    return kernel.Kernel(CONV, config, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
 
 
 def conv_inputs(seed=0):

@@ -4,7 +4,7 @@ The kernel of a workload is the one ``build`` would make with no config (best re
 active logs, else zero-shot), taken from the disk cache (``build_cache``) and kept for the
 process.  torch tensors on a GPU take the cached launch of ``pytorch.ops`` (no workload is made
 or parsed per call, and ``torch.compile`` sees the ``tc_autotune`` custom ops); numpy, TVM and
-other DLPack arrays go through ``Conv2dKernel.__call__``.
+other DLPack arrays go through ``Kernel.__call__``.
 """
 
 from __future__ import annotations

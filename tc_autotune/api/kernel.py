@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Conv2dKernel:
+class Kernel:
     """A built kernel of any task: call it with the task's inputs (numpy, TVM or torch
     tensors): conv2d NHWC data and HWIO weights, dense A and weight, then a fused epilogue's
     (scale, bias, residual: ``tasks.Task.signature``)."""
@@ -204,7 +204,8 @@ def _from_dlpack(value, name):
         raise ValueError(f"{name} cannot be read in place: {err}") from None
 
 
-DenseKernel = Conv2dKernel  # what build_dense returns: the same class
+# The names of earlier releases: conv2d and dense kernels were always this one class.
+Conv2dKernel = DenseKernel = Kernel
 
 
 def resolve_config(workload, config, gpu: GpuInfo) -> Conv2dConfig:
@@ -223,7 +224,7 @@ def resolve_config(workload, config, gpu: GpuInfo) -> Conv2dConfig:
     return config
 
 
-def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
+def build_conv2d(workload, config=None, target=None) -> Kernel:
     """Build the Tensor Core conv2d for ``workload`` (a Conv2dWorkload, preset name or spec).
 
     ``config=None`` takes the best record of the active tuning logs, else the
@@ -233,7 +234,7 @@ def build_conv2d(workload, config=None, target=None) -> Conv2dKernel:
     return build(_of_type(workload, Conv2dWorkload), config, target)
 
 
-def build_dense(workload, config=None, target=None) -> DenseKernel:
+def build_dense(workload, config=None, target=None) -> Kernel:
     """Build the Tensor Core dense for ``workload`` (a DenseWorkload, dense preset or
     "dense:..." spec); ``config`` and ``target`` as ``build_conv2d`` takes them."""
     return build(_of_type(workload, DenseWorkload), config, target)
@@ -246,7 +247,7 @@ def _of_type(workload, workload_type: type):
     return workload
 
 
-def build(workload, config=None, target=None) -> Conv2dKernel:
+def build(workload, config=None, target=None) -> Kernel:
     """Build the kernel of any task's ``workload`` (see ``build_conv2d``)."""
     workload = get(workload)
     if target is None:
@@ -272,7 +273,7 @@ def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
 
 
 def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
-                   nvcc_timeout: float | None = None) -> Conv2dKernel:
+                   nvcc_timeout: float | None = None) -> Kernel:
     """Lower a resolved config and compile its cubin (into the disk cache).
 
     Our nvcc callback is installed before building: where TVM has a CUDA runtime it compiles
@@ -286,4 +287,4 @@ def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
         executable = tasks.of(workload).lower(workload, config, target)
     cubin = nvcc.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
                                nvcc_timeout)
-    return Conv2dKernel(workload, config, target, executable, cubin)
+    return Kernel(workload, config, target, executable, cubin)

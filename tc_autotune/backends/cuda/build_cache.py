@@ -46,7 +46,7 @@ from ...core import tasks
 from ...search import zero_shot
 from .nvcc import nvcc_version
 from .gpu import GpuInfo, default_gpu
-from ...api.kernel import Conv2dKernel, build_arch, compile_kernel
+from ...api.kernel import Kernel, build_arch, compile_kernel
 from ...core.space import Conv2dConfig
 from ...workloads.conv2d import get as get_workload
 
@@ -179,7 +179,7 @@ def cached_module(key: str, workload, config: Conv2dConfig, arch: str):
         log.debug("build cache: cannot load %s: %s", key[:12], err)
         return None
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
-    return Conv2dKernel(workload, config, target, module, cubin, source_path=str(folder / f"{key}.cu"))
+    return Kernel(workload, config, target, module, cubin, source_path=str(folder / f"{key}.cu"))
 
 
 # ---- one kernel, many kernels --------------------------------------------------------------
