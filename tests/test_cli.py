@@ -13,17 +13,12 @@ import pytest
 from tc_autotune.cli import common as cli
 from tc_autotune.tuning import nightly
 from tc_autotune.backends.cuda.gpu import local_gpu
-from command_paths import script_path
+from command_paths import run_script as run
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0  # root writes read-only files
 
-
-def run(script, *args, cwd=None, env=None):
-    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env=None if env is None else {**os.environ, **env})
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def built_nothing(cache: Path) -> bool:

@@ -9,8 +9,6 @@ and run as anyone."""
 
 import errno
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -19,10 +17,8 @@ import pytest
 from tc_autotune.cli import common as cli
 from tc_autotune.cli import records as records_command
 from tc_autotune.cli import tune as tune_command
-from command_paths import script_path
+from command_paths import run_script as run
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "scripts"
 JOB = 'log = "logs/n.jsonl"\nreport_dir = "reports"\nbest_log_dir = "best"\nworkloads = ["rfc-3x3-b1"]\n'
 
 
@@ -45,11 +41,6 @@ def _chmod_restricts() -> bool:
 
 needs_chmod = pytest.mark.skipif(not _chmod_restricts(), reason="root: chmod 000 does not restrict")
 
-
-def run(script, *args):
-    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def assert_io_error(code, err, *needles):

@@ -4,24 +4,16 @@ a mistyped entry key is ignored) or crash it later (a non-string path, non-UTF-8
 log that is a folder) is one line naming the file and the key, exit 2, in every command that
 reads job files; every shipped job file passes."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tc_autotune.tuning import jobs
-from command_paths import script_path
+from command_paths import run_script as run
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "scripts"
 WORKLOADS = 'workloads = ["rfc-3x3-b1"]\n'
 
-
-def run(script, *args):
-    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def write(tmp_path, text, name="job.toml"):

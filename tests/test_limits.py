@@ -5,8 +5,6 @@ a kernel without a GPU says the package's "no CUDA GPU", not TVM's "Device API c
 enabled"."""
 
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,17 +13,11 @@ import pytest
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.workloads.dense import MAX_ELEMENTS, DenseWorkload
 from tc_autotune.backends.cuda.gpu import NoGpuError, local_gpu
-from command_paths import script_path
+from command_paths import run_script as run
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "scripts"
 INT32 = "the kernels index with 32-bit integers, at most 2147483647 elements per tensor"
 
-
-def run(script, *args):
-    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def assert_one_line(err, *needles):
