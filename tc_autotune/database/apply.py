@@ -103,14 +103,12 @@ def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[records.
 def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.Record]:
     """The successful records of ``workload`` on ``arch`` in ``logs`` (files or folders), from
     the per-file index: a log is parsed again only after it changed."""
-    found = []
-    for file in records.log_files(logs):
-        try:
-            stat = file.stat()
-        except OSError:  # removed since it was listed
-            continue
-        found += _log_index(str(file), stat.st_mtime_ns, stat.st_size).get((workload, arch), [])
-    return found
+    return [r for index in _indexes(logs) for r in index.get((workload, arch), [])]
+
+
+def _indexes(logs) -> list[dict]:
+    """The per-file index of each log file in ``logs``, parsed again only after it changed."""
+    return [_log_index(str(file), stat.st_mtime_ns, stat.st_size) for file, stat in records.stat_log_files(logs)]
 
 
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
@@ -137,15 +135,8 @@ def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, flo
     a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
     space = tasks.of(workload).space(workload, gpu)
     for path, _ in active_logs() if logs is None else logs:
-        found = []
-        for file in records.log_files(path):
-            try:
-                stat = file.stat()
-            except OSError:
-                continue
-            index = _log_index(str(file), stat.st_mtime_ns, stat.st_size)
-            found += [r for (w, arch), recs in index.items() if arch == gpu.arch and w != workload
-                      and same_gemm(w, workload) for r in recs if not r.stale]
+        found = [r for index in _indexes(path) for (w, arch), recs in index.items()
+                 if arch == gpu.arch and w != workload and same_gemm(w, workload) for r in recs if not r.stale]
         for record in sorted(found, key=lambda r: r.seconds):
             try:
                 config = space.from_entity(record.config)

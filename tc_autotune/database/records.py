@@ -388,6 +388,18 @@ def log_files(paths) -> list[Path]:
     return files
 
 
+def stat_log_files(paths) -> list[tuple[Path, os.stat_result]]:
+    """(file, its stat) of every log file named by ``paths`` (as ``log_files``), leaving out a
+    file removed since it was listed: size and mtime say whether a cached read is still good."""
+    found = []
+    for file in log_files(paths):
+        try:
+            found.append((file, file.stat()))
+        except OSError:
+            continue
+    return found
+
+
 def packaged_logs_dir() -> Path:
     """The tuning_logs/ folder that came with this copy of the package (best logs per GPU, tuning
     histories, job files): ``tc_autotune/tuning_logs/`` when the package was installed from a

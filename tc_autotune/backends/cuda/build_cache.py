@@ -82,14 +82,7 @@ def _digest(*parts) -> str:
 
 def _file_states(paths) -> list:
     """(path, size, mtime) of every log file named by ``paths``: what a choice read."""
-    states = []
-    for file in records.log_files(paths):
-        try:
-            stat = file.stat()
-        except OSError:
-            continue
-        states.append([str(file), stat.st_size, stat.st_mtime_ns])
-    return states
+    return [[str(file), stat.st_size, stat.st_mtime_ns] for file, stat in records.stat_log_files(paths)]
 
 
 def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
