@@ -61,8 +61,9 @@ def apply_history_best(logs, include_stale: bool = False):
     """Within the block, ``build_conv2d(workload)`` uses the best record of ``logs``
     (a log file, a directory of logs, or a list of those) before the shipped logs.
 
-    ``include_stale`` also accepts records made by another template version: their
-    times described another kernel, so they are skipped unless you ask.
+    ``include_stale`` also accepts stale records (their config's code changed since they were
+    timed, or nothing can check it): their times describe another kernel, so they are skipped
+    unless you ask.
     """
     paths = _as_paths(logs)
     missing = [p for p in paths if not Path(p).exists()]
