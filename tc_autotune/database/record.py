@@ -49,7 +49,7 @@ from ..core import tasks
 from ..core.results import CUDA_GRAPH, TIME_EVALUATOR, TIMERS, MeasureErrorNo, MeasureResult
 from ..workloads.conv2d import Conv2dWorkload
 from ..workloads.dense import DenseWorkload
-from .provenance import make_provenance, target_arch, tvm_version
+from .origin import make_provenance, target_arch, tvm_version
 
 # 3: records carry source_hash and code_hash (2-readers skip them); 2: template_version
 RECORD_VERSION = 3

@@ -2,7 +2,7 @@
 callers use, from the modules that hold them.
 
 * ``record``: one record, its JSON line, whether it is current (its code and source hashes);
-* ``provenance``: the GPU, toolchain and versions a record names;
+* ``origin``: the GPU, toolchain and versions a record names (its provenance);
 * ``logs``: where the logs are, appending, reading (a bad line costs only itself);
 * ``selection``: the best record of a workload, the top configs per workload, compaction;
 * ``merge``: folding a run's bests into a best log;
@@ -19,7 +19,7 @@ from .compare import faster, noise_margin
 from .logs import (BAD_LINE_WARNINGS, LOG_SUFFIXES, SHIPPED_LOGS, append, load, log_files, packaged_logs_dir,
                    shipped_log_files, shipped_logs_dir, stat_log_files)
 from .merge import BestLogChange, merge_best
-from .provenance import make_provenance, target_arch, tc_autotune_version, tvm_version
+from .origin import make_provenance, target_arch, tc_autotune_version, tvm_version
 from .record import (FRESH, LEGACY_SOURCE_HASHES, LEGACY_VERSIONS, RECORD_VERSION, RETIME_MSG, STALE, TASK_NAME,
                      UNVERIFIED, Record, inferred_timer)
 from .restamp import RestampReport, restamp

@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from . import journal
 from .compare import contenders_of, fastest, ranked, winner
 from .logs import load, records_of, serialise
-from .provenance import target_arch
+from .origin import target_arch
 from .record import UNVERIFIED, Record
 from ..backends.cuda.gpu import gpu_for_arch
 from ..workloads.conv2d import get as get_workload
