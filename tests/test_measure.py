@@ -138,7 +138,7 @@ def test_slow_runs_do_not_count_against_the_build_timeout(tmp_path):
         future = cf.Future()
         path = tmp_path / f"kernel_{len(list(tmp_path.iterdir()))}.so"
         path.write_bytes(b"")
-        future.set_result((str(path), None, 0.0))
+        future.set_result((str(path), None, 0.0, None))  # library, error, seconds, code hash
         return future
 
     with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=0.5), runners=[SlowFirstRun()]) as measure:

@@ -295,8 +295,9 @@ class LocalMeasurer:
                 return
             del batch.building[i]
             code = None
-            try:
-                so_path, error, _build_s, code = future.result()
+            try:  # (library, error, seconds[, code hash]): a build that names no code hash is allowed
+                so_path, error, _build_s, *code = future.result()
+                code = code[0] if code else None
             except Exception as err:  # a worker died
                 self._pool_broken |= pool is self._pool
                 so_path, error = None, f"build worker failed: {err}"
