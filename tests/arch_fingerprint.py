@@ -1,11 +1,8 @@
-"""The architecture fingerprint: what a refactor of space, rules, cost model and template
-must leave unchanged, hashed.
+"""The architecture fingerprint: what a refactor of space, rules and cost model must leave
+unchanged, hashed.  (The generated code of ~100 sampled configs was hashed here too, to remind
+a maintainer to bump the template version; records are keyed by their code's hash now, so a
+code change reaches no record unnoticed: ``database.record``, ``tc-records --restamp``.)
 
-* ``cuda``: sha256 of the generated code (build arch, nvcc flags, CUDA source:
-  ``generator.generated_code``) of ~100 configs sampled once, with a fixed seed, across every
-  intrinsic path (WMMA at each fragment shape, mma, wgmma), fp16 and fp32 input, fp16 output,
-  split-K, and workloads with stride, dilation, odd channels and 3 input channels.  The
-  configs are stored in the data file, so the check does not depend on how they were drawn.
 * ``masks``: per (workload, GPU arch, knob table), sha256 of ``cost_model.valid_mask`` over a
   large deterministic sample of config indices, of ``space.why_invalid``'s reasons over a
   smaller one, and the count of valid configs.
@@ -17,7 +14,7 @@ Knobs and features added after the data file was first written (``LATER_KNOBS``,
 ``LATER_FEATURES``) leave the entries above as they were: those spaces pin the knobs to the
 default that reproduces the old kernels, and that hash leaves the features out.  Entries of
 their own cover them (``LATER_VARIANTS``, "<workload>/<arch>/full+<knob>", the later
-``FEATURE_ENTRIES``), each later variant's CUDA cases drawn after all those before it.
+``FEATURE_ENTRIES``).
 
     python tests/arch_fingerprint.py --write    # record today's values in tests/data/
 
@@ -29,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -38,10 +34,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from tc_autotune.search import cost_model  # noqa: E402
-from tc_autotune.templates.tc_gemm import generator
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch  # noqa: E402
-from tc_autotune.core.space import KNOB_DEFAULTS, KNOBS, ConfigSpace, Conv2dConfig  # noqa: E402
+from tc_autotune.core.space import KNOB_DEFAULTS, KNOBS, ConfigSpace  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "arch_fingerprint.json"
 SEED = 20261123
@@ -67,9 +62,11 @@ VARIANTS = {
     "wgmma": {"intrinsic": ("wgmma",), **_SWIZZLED, "block_row_warps": (4,), "chunk": (4,),
               "frag_buffers": (1,)},
 }
-# Knobs appended since (generator.LATER_KNOBS), pinned to their default in the spaces above;
-# variants that use them.
-LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in generator.LATER_KNOBS}
+# Knobs appended since the data file was first written, pinned to their default in the spaces
+# above; variants that use them.
+LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in (
+    "wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col",
+    "tma_store", "setmaxnreg")}
 LATER_VARIANTS = {
     "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
     "warp-specialized": {**VARIANTS["wgmma"], "warp_specialized": (1,)},
@@ -81,10 +78,6 @@ LATER_VARIANTS = {
     "setmaxnreg": {**VARIANTS["wgmma"], "warp_specialized": (1, 2), "ping_pong": (0, 1), "tma_store": (0, 1),
                    "setmaxnreg": (1,)},
 }
-# Later variants with masks only, no CUDA cases: the warp-specialized kernel's code is
-# fingerprinted by the generator's probes (WS_PROBES and those after it).
-MASK_ONLY_VARIANTS = ("warp-specialized", "consumers-along-m", "multicast-b", "ping-pong", "tma-im2col", "tma-store",
-                      "setmaxnreg")
 LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b",
                   "ping_pong", "tma_im2col", "tma_store", "setmaxnreg")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
@@ -103,7 +96,6 @@ FEATURE_ENTRIES = {
                             "tma_im2col", "tma_store", "setmaxnreg"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
-CUDA_PER_CELL = 2  # configs per (workload, variant)
 MASK_SAMPLE = 200_000  # indices per full space
 VARIANT_MASK_SAMPLE = 40_000  # indices per pinned-variant space
 REASON_SAMPLE = 1500
@@ -121,40 +113,7 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# ---- choosing the CUDA sample (only when writing) -------------------------------------------
-def sample_cuda_cases() -> list[dict]:
-    """Valid configs per (workload, variant), plus split-K ones where the grid is small."""
-    rng = random.Random(SEED)
-    cases = []
-
-    def draw(name, variant, extra, n):
-        space = _space(name, "sm_90", variant, extra)
-        found = []
-        for _ in range(20000):
-            if len(found) == n:
-                break
-            config = space.get(rng.randrange(len(space)))
-            if config not in found and space.why_invalid(config) is None:
-                found.append(config)
-        cases.extend({"workload": WORKLOADS[name], "config": generator.hashed_config(c)} for c in found)
-
-    later = ({name: pinned} for name, pinned in LATER_VARIANTS.items() if name not in MASK_ONLY_VARIANTS)
-    for variants in (VARIANTS, *later):  # each later one after all those before it
-        for name in WORKLOADS:
-            for variant in variants:
-                draw(name, variant, None, CUDA_PER_CELL)
-        for name in ("small-grid", "fp32-in", "dilation2"):
-            for variant in variants:
-                draw(name, variant, {"split_k": (2, 4, 8, 16)}, 1)
-    return cases
-
-
 # ---- computing --------------------------------------------------------------------------------
-def cuda_hash(case: dict) -> str:
-    code = generator.generated_code(workloads.get(case["workload"]), Conv2dConfig(**case["config"]))
-    return _sha(json.dumps(code, sort_keys=True).encode())
-
-
 def mask_spaces():
     """(key, space, sample size) of every space whose validity is fingerprinted."""
     for name in WORKLOADS:
@@ -194,9 +153,8 @@ def default_index(name: str, arch: str) -> int:
     return space.index(space.default_config())
 
 
-def compute(cuda_cases: list[dict]) -> dict:
+def compute() -> dict:
     return {
-        "cuda": [{**case, "sha256": cuda_hash(case)} for case in cuda_cases],
         "masks": {key: mask_fingerprint(key, space, n) for key, space, n in mask_spaces()},
         "defaults": {f"{name}/{arch}": default_index(name, arch) for name, arch in DEFAULTS},
         **{key: features_hash(free) for key, free in FEATURE_ENTRIES.items()},
@@ -207,7 +165,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write", action="store_true", help=f"write the fingerprint to {DATA}")
     args = p.parse_args(argv)
-    data = compute(sample_cuda_cases())
+    data = compute()
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     if args.write:
         DATA.parent.mkdir(parents=True, exist_ok=True)

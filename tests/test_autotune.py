@@ -6,9 +6,9 @@ import pytest
 from tc_autotune.database import records
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
-from tc_autotune.templates.tc_gemm.generator import TEMPLATE_VERSION
 from tc_autotune.backends.cuda.gpu import GpuInfo
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
+from tc_autotune.core import tasks
 from tc_autotune.core.space import conv2d_space
 
 from synthetic import SyntheticMeasurer
@@ -91,11 +91,11 @@ def test_another_gpu_of_the_same_arch_is_transfer_data_not_history(tmp_path):
     assert {r.gpu for r in records.load(h200_log)} == {"Synthetic H200"}
 
 
-def _record(workload, config, seconds, gpu=GPU, template=TEMPLATE_VERSION):
+def _record(workload, config, seconds, gpu=GPU, current=True):
     space = conv2d_space(workload, gpu)
+    stamp = dict(source_hash=tasks.of(workload).template.source_hash) if current else {}  # else stale
     return records.Record(f"cuda -arch={gpu.arch}", workload, space.to_entity(config),
-                          MeasureResult((seconds,), timestamp=1.7e9), {"gpu": gpu.name},
-                          template_version=template)
+                          MeasureResult((seconds,), timestamp=1.7e9), {"gpu": gpu.name}, **stamp)
 
 
 def test_first_batch_measures_todays_pick_the_stale_best_and_the_default(tmp_path, monkeypatch):
@@ -108,8 +108,8 @@ def test_first_batch_measures_todays_pick_the_stale_best_and_the_default(tmp_pat
     records.append(shipped / "synthetic-gpu.jsonl", [_record(WL, shipped_pick, 1e-4)])
     monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(shipped))
     log = tmp_path / "tune.jsonl"
-    records.append(log, [_record(WL, stale_pick, 6e-6, template=None),   # stale: not history
-                         _record(WL, other, 7e-6, template=None)])  # (the fastest a GPU allows: ~5e-6)
+    records.append(log, [_record(WL, stale_pick, 6e-6, current=False),   # stale: not history
+                         _record(WL, other, 7e-6, current=False)])  # (the fastest a GPU allows: ~5e-6)
     summary = tune(log, 8)
     measured = [i for _, i in SyntheticMeasurer.calls]
     assert measured[:3] == [space.index(c) for c in (shipped_pick, stale_pick, default)]

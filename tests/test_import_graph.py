@@ -31,7 +31,9 @@ LIGHT = ("workloads.conv2d", "workloads.dense", "workloads.epilogue", "backends.
          "core.space", "search.cost_model", "search.tuner", "database.records", "cli.common",
          "workloads.reference", "backends.cuda.nvcc", "tuning.jobs", "search.zero_shot", "database.apply",
          "core.tasks", "measure.dispatch", "measure.devices", "tuning.duplicates",
-         "templates.tc_gemm.probe_cover", "templates.tc_gemm.cover_probes", "measure.runner_protocol",
+         "templates.tc_gemm.generator", "measure.runner_protocol", "backends.cuda.code_hash",
+         "database.record", "database.origin", "database.logs", "database.selection", "database.merge",
+         "database.summary", "database.restamp",
          "search.tree_ranker", "search.zero_shot_train", "search.zero_shot_eval", "core.template",
          "templates.tc_gemm.template", "templates.tc_gemm.validity", "templates.tc_gemm.features")
 

@@ -18,14 +18,15 @@ SMALL = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1")
 
 def test_build_worker_exports_a_loadable_library(tmp_path):
     config = conv2d_space(SMALL, gpu_for_arch("sm_90")).default_config()
-    path, error, seconds = _build_one(str(SMALL), config.as_dict(), "sm_90", str(tmp_path), 60)
+    path, error, seconds, code = _build_one(str(SMALL), config.as_dict(), "sm_90", str(tmp_path), 60)
     assert error is None and os.path.getsize(path) > 10_000 and seconds > 0
+    assert len(code) == 64  # the kernel's code hash, which its record carries
 
 
 def test_build_worker_reports_errors_as_text(tmp_path):
     config = conv2d_space(SMALL, gpu_for_arch("sm_90")).default_config()
-    path, error, _ = _build_one("n=2,h=14", config.as_dict(), "sm_90", str(tmp_path), 60)
-    assert path is None and "missing" in error
+    path, error, _, code = _build_one("n=2,h=14", config.as_dict(), "sm_90", str(tmp_path), 60)
+    assert path is None and "missing" in error and code is None
 
 
 def test_invalid_configs_are_recorded_not_built():
@@ -99,7 +100,7 @@ def test_gpu_measures_checked_times_and_survives_bad_kernels(tmp_path):
         shifted = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=2x2x0x0")
         other = conv2d_space(shifted)
         config = other.default_config()
-        path, error, _ = _build_one(str(shifted), config.as_dict(), space.gpu.arch, str(tmp_path), 60)
+        path, error, _, _ = _build_one(str(shifted), config.as_dict(), space.gpu.arch, str(tmp_path), 60)
         assert error is None
         status, msg = measure._runner.run(path, measure._key, out + workspaces(shifted, config))
         assert status == "wrong" and "relative L2 error" in msg
@@ -137,7 +138,7 @@ def test_slow_runs_do_not_count_against_the_build_timeout(tmp_path):
         future = cf.Future()
         path = tmp_path / f"kernel_{len(list(tmp_path.iterdir()))}.so"
         path.write_bytes(b"")
-        future.set_result((str(path), None, 0.0))
+        future.set_result((str(path), None, 0.0, None))  # library, error, seconds, code hash
         return future
 
     with LocalMeasurer(space, MeasureOptions(build_workers=1, build_timeout=0.5), runners=[SlowFirstRun()]) as measure:

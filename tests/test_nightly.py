@@ -255,8 +255,8 @@ def test_a_short_run_never_removes_the_best_logs_records(tmp_path):
     best_log.parent.mkdir(parents=True)
     from dataclasses import replace  # the first workload's record made stale: any current one wins
 
-    held = [replace(r, template_version=None) if r.workload == workloads.get(first) else r
-            for r in records.load(shipped)]
+    held = [replace(r, template_version=None, source_hash=None, code_hash=None) if r.workload == workloads.get(first)
+            else r for r in records.load(shipped)]
     records.append(best_log, held)
     before = best_log.read_bytes()
     clock = iter(range(0, 10_000, 400))  # budget 600 s: only the first workload is reached
@@ -281,7 +281,8 @@ def test_report_only_on_a_fresh_clone_reports_from_the_shipped_logs(tmp_path):
         (tmp_path / log.name).write_bytes(log.read_bytes())
     from dataclasses import replace
 
-    stale = replace(next(records.load(tmp_path / "nvidia-h200.jsonl")), template_version=None)
+    stale = replace(next(records.load(tmp_path / "nvidia-h200.jsonl")), template_version=None, source_hash=None,
+                    code_hash=None)
     records.append(tmp_path / "nvidia-h200.jsonl", [stale])
     proc = subprocess.run([sys.executable, str(SCRIPT), str(job_path), "--report-only"],
                           capture_output=True, text=True, timeout=120)
@@ -322,10 +323,10 @@ def test_stale_records_are_counted_and_listed(tmp_path):
     job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
     run(job)
     first = next(records.load(job.log))
-    records.append(job.log, [replace(first, template_version=None)])
+    records.append(job.log, [replace(first, template_version=None, source_hash=None, code_hash=None)])
     report = nightly.run_nightly(job, gpu=GPU, report_only=True)
     assert report.rows[0].stale == 1
-    assert "Stale records (made by another template version" in report.to_markdown()
+    assert "Stale records (their kernel's code changed or cannot be checked" in report.to_markdown()
 
 
 def test_toml_jobs_read_without_tomllib(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The README and the guides in docs/ against the code: the numbers they state (starting tilings,
-knobs added later and their defaults, the space's size, what the shipped logs hold and their
-template versions), every ``scripts/...`` and ``lab/...`` command and flag they show, every
+knobs added later and their defaults, the space's size, what the shipped logs hold and that
+each record is current), every ``scripts/...`` and ``lab/...`` command and flag they show, every
 function or module attribute and every repository path they name, the README's length and every
 relative link.  (``test_cli`` checks the other way: every flag of a script is documented.)
 
@@ -24,7 +24,6 @@ import tc_autotune
 from tc_autotune.tuning import jobs
 from tc_autotune.templates.tc_gemm import knobs, warp_specialized
 from tc_autotune.database import records
-from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.core.space import conv2d_space
@@ -98,10 +97,10 @@ def test_the_shipped_logs_hold_what_the_readme_says():
                       r"of `tuning_logs/llm-dense.toml` and (\d+) of them fused \([^)]*\), and the (\d+) fp16-output\s+"
                       r"fused layers of ResNet-50 at each of batch 1 and 32 \(`tuning_logs/resnet50-fp16-b1.toml` and\s+"
                       r"`tuning_logs/resnet50-fp16-b32.toml`, written by `tc.extract_workloads`\); every record current "
-                      r"\(conv2d template version (\d+), dense template version (\d+)\)", _text(README_PATH))
+                      r"\(stamped with the hash of the code it timed, checked by `tc-records --restamp`\)",
+                      _text(README_PATH))
     assert match, "the README's sentence on the shipped logs changed (update this test with it)"
-    plain, fused, llm, llm_fused, model_layers, conv_version, dense_version = map(int, match.groups())
-    assert (conv_version, dense_version) == (tasks.CONV2D.template_version, tasks.DENSE.template_version)
+    plain, fused, llm, llm_fused, model_layers = map(int, match.groups())
 
     def shapes(job):
         return {e.workload for e in jobs.load_job(ROOT / "tuning_logs" / job).entries}
@@ -115,6 +114,7 @@ def test_the_shipped_logs_hold_what_the_readme_says():
                           ("nvidia-h100-80gb-hbm3.jsonl", nightly | resnet_fused | dense | model_b1 | model_b32)):
         held = list(records.load(ROOT / "tuning_logs" / log))
         assert not [str(r.workload) for r in held if r.stale], f"{log}: not every record is current"
+        assert all(r.code_hash for r in held), f"{log}: a record without the hash of its code"
         found = {r.workload for r in held}
         assert expected <= found, f"{log} lacks {sorted(map(str, expected - found))[:3]}"
         extra = found - expected

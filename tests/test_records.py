@@ -17,7 +17,7 @@ import pytest
 from tc_autotune.database import journal
 from tc_autotune.backends.cuda import peaks
 from tc_autotune.database import records as rec
-from tc_autotune.templates.tc_gemm.generator import TEMPLATE_VERSION
+from tc_autotune.core.tasks import CONV2D
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.database.records import Record
@@ -39,14 +39,25 @@ PROV_A100 = {"gpu": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0", "cuda"
              "tc_autotune": "0.1.0"}
 
 
+TODAY = CONV2D.template.source_hash  # the template's key today
+OLD = "0" * 63 + "1"  # a source hash of other sources
+CODE, OTHER_CODE = "c" * 64, "d" * 64
+# How a test record is stamped: current; stamped under other sources (unverified); found changed
+# under today's; format 2 without a version, and of a retired version (both stale).
+STAMPS = {"fresh": dict(source_hash=TODAY, code_hash=CODE),
+          "unverified": dict(source_hash=OLD, code_hash=CODE),
+          "changed": dict(source_hash=OLD, code_hash=CODE, stale_at=TODAY),
+          "unversioned": {},
+          "old-version": dict(template_version=rec.LEGACY_VERSIONS[CONV2D.name] + 1)}
+
+
 def make(config_i=0, costs=(1e-4,), error_no=MeasureErrorNo.NO_ERROR, workload=WL,
-         arch="sm_90", provenance=PROV_H100, error_msg="", timestamp=1.7e9, template=TEMPLATE_VERSION,
+         arch="sm_90", provenance=PROV_H100, error_msg="", timestamp=1.7e9, stamp="fresh",
          timer=TIME_EVALUATOR):
     space = conv2d_space(workload, gpu_for_arch(arch))
     config = space.to_entity(CONFIGS[config_i])
     result = MeasureResult(tuple(costs), MeasureErrorNo(error_no), error_msg, 2.5, timestamp, timer=timer)
-    return Record(f"cuda -arch={arch}", workload, config, result, dict(provenance),
-                  template_version=template)
+    return Record(f"cuda -arch={arch}", workload, config, result, dict(provenance), **STAMPS[stamp])
 
 
 def warnings_of(caplog):
@@ -83,9 +94,11 @@ def test_json_shape():
     assert obj["input"] == ["cuda -arch=sm_90", "conv2d_nhwc_tensorcore.cuda", [str(WL)], {}]
     assert obj["config"] == SPACE.to_entity(CONFIGS[3])
     assert obj["result"] == [[2e-4, 4e-4], 0, 2.5, 1.7e9]
-    assert obj["version"] == rec.RECORD_VERSION == 2
-    assert obj["template_version"] == TEMPLATE_VERSION
-    assert "template_version" not in json.loads(make(3, template=None).to_json())  # unversioned stays so
+    assert obj["version"] == rec.RECORD_VERSION == 3
+    assert (obj["source_hash"], obj["code_hash"]) == (TODAY, CODE) and "stale_at" not in obj
+    assert "template_version" not in obj
+    unversioned = json.loads(make(3, stamp="unversioned").to_json())  # stays so
+    assert not {"template_version", "source_hash", "code_hash"} & set(unversioned)
     assert isinstance(obj["tvm_version"], str) and obj["tvm_version"]
     assert obj["provenance"] == PROV_H100
     assert obj["error_msg"] == ""
@@ -140,7 +153,7 @@ def _mutate(obj_fn):
     (_mutate(lambda o: o["result"].pop()), "result must be"),
     (_mutate(lambda o: o.__setitem__("error_msg", 3)), "error_msg"),
     (_mutate(lambda o: o.__setitem__("provenance", "h100")), "provenance"),
-    (_mutate(lambda o: o.__setitem__("version", 3)), "newer"),
+    (_mutate(lambda o: o.__setitem__("version", 4)), "newer"),
     # values that would let one bad line take over apply-best (issue 16, finding 4)
     (_mutate(lambda o: o["result"].__setitem__(0, [0.0])), "finite and positive"),
     (_mutate(lambda o: o["result"].__setitem__(0, [-1e-4])), "finite and positive"),
@@ -153,6 +166,9 @@ def _mutate(obj_fn):
     (_mutate(lambda o: o.__setitem__("template_version", 0)), "template_version"),
     (_mutate(lambda o: o.__setitem__("template_version", "1")), "template_version"),
     (_mutate(lambda o: o.__setitem__("template_version", True)), "template_version"),
+    (_mutate(lambda o: o.__setitem__("source_hash", "abc")), "source_hash"),
+    (_mutate(lambda o: o.__setitem__("code_hash", CODE.upper())), "code_hash"),
+    (_mutate(lambda o: o.__setitem__("stale_at", 7)), "stale_at"),
     (_mutate(lambda o: o["config"].__setitem__("index", True)), "index"),
     (_mutate(lambda o: o["config"]["entity"][0].__setitem__(2, True)), "entity"),
     (_mutate(lambda o: o["config"]["entity"][0].__setitem__(2, 2.0)), "entity"),
@@ -288,7 +304,7 @@ def test_invalid_utf8_line_is_skipped(tmp_path, caplog):
 
 
 # The writers import no module that imports tvm (tc_autotune.core.results, not .measure, holds
-# MeasureResult; tasks holds the template versions): they start in a fraction of a second.
+# MeasureResult; tasks holds the templates, whose source hash reads files): they start in a fraction of a second.
 _WRITER = textwrap.dedent("""
     import os
     import sys
@@ -413,7 +429,7 @@ def test_load_best_skips_configs_outside_space(mixed_log, caplog):
     stale = make(0, costs=(8.5e-5,))
     entity = [[k, kind, 3 if k == "chunk" else v] for k, kind, v in stale.config["entity"]]
     rec.append(mixed_log, [Record(stale.target, WL, {"index": 0, "entity": entity}, stale.result,
-                                  stale.provenance, template_version=TEMPLATE_VERSION)])
+                                  stale.provenance, **STAMPS["fresh"])])
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert rec.load_best(mixed_log, WL, "sm_90") == (CONFIGS[1], pytest.approx(1e-4))
     messages = [w.getMessage() for w in warnings_of(caplog)]
@@ -472,10 +488,10 @@ def test_measured_indices(mixed_log):
     assert rec.measured_indices(mixed_log, WL, PROV_A100["gpu"]) == {idx[3], idx[4]}  # a path works
 
 
-# ---- template versions: stale records (issue 11) ----------------------------------
+# ---- stale records (issue 11; derived from hashes since issue 30) ---------------------------
 def test_stale_records_are_skipped_unless_asked_for(mixed_log, caplog):
-    rec.append(mixed_log, [make(0, costs=(8.5e-5,), template=None),                 # unversioned
-                           make(2, costs=(9e-5,), template=TEMPLATE_VERSION + 1)])  # another generator
+    rec.append(mixed_log, [make(0, costs=(8.5e-5,), stamp="unversioned"),  # nothing can check it
+                           make(2, costs=(9e-5,), stamp="changed")])       # its code changed
     assert [r.stale for r in rec.load(mixed_log)][-2:] == [True, True]
     with caplog.at_level(logging.INFO, logger=LOGGER):
         assert rec.load_best(mixed_log, WL, "sm_90") == (CONFIGS[1], pytest.approx(1e-4))
@@ -490,15 +506,15 @@ def test_stale_records_are_skipped_unless_asked_for(mixed_log, caplog):
     assert rec.load_best(out, WL, "sm_90", include_stale=True)[1] == 8.5e-5
 
 
-def test_summary_counts_versions_and_stale_records(mixed_log):
-    rec.append(mixed_log, [make(0, costs=(8.5e-5,), template=None)])
+def test_summary_counts_unverified_and_stale_records(mixed_log):
+    rec.append(mixed_log, [make(0, costs=(8.5e-5,), stamp="unversioned"), make(2, costs=(9.5e-5,), stamp="unverified")])
     rows = {(str(r.workload), r.gpu): r for r in rec.summarize(mixed_log)}
     row = rows[(str(WL), PROV_H100["gpu"])]
-    assert (row.records, row.ok, row.stale) == (5, 4, 1)
-    assert row.versions == {None, TEMPLATE_VERSION}
-    assert row.best_s == pytest.approx(1e-4) and row.best_stale_s == 8.5e-5
+    assert (row.records, row.ok, row.unverified, row.stale) == (6, 5, 1, 1)
+    assert row.best_s == pytest.approx(9.5e-5) and row.best_stale_s == 8.5e-5  # unverified counts as current
     table = rec.summary_table(rec.summarize(mixed_log))
-    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 5 | 4 | 1 | 1,none | 0.1000 | 0.0850 |" in table
+    assert f"| tutorial | {PROV_H100['gpu']} | sm_90 | 6 | 5 | 1 | 1 | 0.0950 | 0.0850 |" in table
+    assert f"template source hash today: tc_gemm {TODAY[:16]}" in table
 
 
 def _best_log(tmp_path, *records_):
@@ -523,7 +539,7 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
     held = _best_log(tmp_path, make(1, costs=(1e-4,)), other)
     before = held.read_bytes()
     new = [make(2, costs=(9e-5,)),                                          # faster: replaces
-           make(3, costs=(8.5e-5,), template=None),                         # stale: never chosen
+           make(3, costs=(8.5e-5,), stamp="changed"),                       # stale: never chosen
            make(0, costs=(3e-4,), provenance=PROV_A100),                     # another GPU: ignored
            make(0, costs=(7e-5,), workload=get("rfc-3x3-b1"))]               # new workload: added
     changes = rec.merge_best(held, new, PROV_H100["gpu"])
@@ -535,7 +551,7 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
 
 
 def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
-    held = _best_log(tmp_path, make(1, costs=(8.5e-5,), template=None))  # fast, but another kernel
+    held = _best_log(tmp_path, make(1, costs=(8.5e-5,), stamp="old-version"))  # fast, but another kernel
     changes = rec.merge_best(held, [make(2, costs=(3e-4,))], PROV_H100["gpu"])
     assert [(c.action, c.before_s, c.after_s) for c in changes] == [("replaced stale", 8.5e-5, 3e-4)]
     assert [(r.seconds, r.stale) for r in rec.load(held)] == [(3e-4, False)]
@@ -603,10 +619,8 @@ _KILLABLE_WRITER = textwrap.dedent("""
     from tc_autotune.database.records import Record
     from tc_autotune.core.results import MeasureResult
     from tc_autotune.core.space import conv2d_space
-    from tc_autotune.core.tasks import CONV2D
     from tc_autotune.workloads.conv2d import get
 
-    TEMPLATE_VERSION = CONV2D.template_version  # generator.TEMPLATE_VERSION, without importing tvm
     path, tag = sys.argv[1], sys.argv[2]
     space = conv2d_space(get("tutorial"), gpu_for_arch("sm_90"))
     entity = space.to_entity(space.sample(1, seed=0)[0])
@@ -616,7 +630,7 @@ _KILLABLE_WRITER = textwrap.dedent("""
         for i in range(10**6):
             batch = [Record("cuda -arch=sm_90", space.workload, entity,
                             MeasureResult((1e-4,), error_msg=f"{tag}:{i}:{j}:{pad}", timestamp=float(i)),
-                            {"gpu": f"writer {tag}"}, template_version=TEMPLATE_VERSION) for j in range(10)]
+                            {"gpu": f"writer {tag}"}, source_hash="0" * 64) for j in range(10)]
             rec.append(path, batch)
             done.write(f"{i}\\n")  # only after append returned: these must never be lost
             done.flush()
@@ -801,7 +815,7 @@ def test_pick_best_refuses_a_missing_input_and_leaves_the_output(mixed_log, tmp_
 
 def test_pick_best_refuses_to_compact_a_stale_history_to_nothing(tmp_path):
     history = tmp_path / "history.jsonl"
-    rec.append(history, [make(i, costs=(1e-4 * (i + 1),), template=None) for i in range(4)])
+    rec.append(history, [make(i, costs=(1e-4 * (i + 1),), stamp="unversioned") for i in range(4)])
     before = history.read_bytes()
     with pytest.raises(ValueError, match="nothing to write from 4 record.*4 stale.*include_stale"):
         rec.pick_best(history, history)
@@ -811,7 +825,7 @@ def test_pick_best_refuses_to_compact_a_stale_history_to_nothing(tmp_path):
 
 
 def test_pick_best_says_what_it_left_out(mixed_log, caplog):
-    rec.append(mixed_log, [make(0, costs=(9e-5,), template=None)])
+    rec.append(mixed_log, [make(0, costs=(9e-5,), stamp="unversioned")])
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert rec.pick_best(mixed_log, mixed_log) == 3
     messages = [w.getMessage() for w in warnings_of(caplog)]

@@ -10,7 +10,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune.templates.tc_gemm import generator
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.nvcc import find_nvcc
@@ -202,19 +201,6 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
         space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
         ws, plain = prior_score(space, positions_from_configs(space, [WS, replace(WS, warp_specialized=0)]))
         assert (ws > plain) == boxed, name
-
-
-@pytest.mark.parametrize("which", generator.WARP_SPECIALIZED_PROBE_SETS)
-def test_warp_specialized_probes_have_their_fingerprint(which):
-    """The code the kernel generator writes for the probes is the code the task's template
-    version names: a change to it must bump the version (records measured before go stale)."""
-    probes, fingerprints, version = generator.probe_set(which)
-    for workload, config in generator.probe_kernels(probes):
-        assert config.warp_specialized in (1, 2)
-        assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
-    found = generator.fingerprint(probes)
-    assert found == fingerprints[version], (
-        f"the warp-specialized code changed: bump the task's template_version and add {found!r}")
 
 
 def test_consumers_along_m_split_the_rows_and_widen_the_wgmma():

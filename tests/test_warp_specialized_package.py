@@ -1,7 +1,8 @@
 """The warp-specialized kernel's package (``tc_autotune.templates.tc_gemm.warp_specialized``): small emitter modules
 that write the kernel's text right the first time, the fixed CUDA in ``.cuh`` files, the names
-callers import from the package, and the SM count as one parameter.  No GPU; the generated code
-itself is guarded by the fingerprints (test_arch_fingerprint.py, test_warp_specialized.py)."""
+callers import from the package, and the SM count as one parameter.  No GPU; what the generated
+code does is tested in test_warp_specialized.py and on the GPU, and records of it are keyed by its
+hash (database.record)."""
 
 import ast
 from dataclasses import replace

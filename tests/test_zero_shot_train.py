@@ -155,7 +155,7 @@ def test_a_stale_stored_model_is_retrained(tmp_path, count_training):
     folder = copy_logs(tmp_path, "history/nvidia-h100-20261122-nvcc.jsonl")
     path = zero_shot_train.refresh_stored_model(folder)
     doc = json.loads(path.read_bytes())
-    doc["template_version"] = 99
+    doc["knob_table"] = "0" * 16
     path.write_text(json.dumps(doc))
     assert zero_shot.stored_models(folder)[0] == ()
     count_training.clear()

@@ -1,17 +1,29 @@
 """``build_conv2d`` and ``build_dense``: the template applied to one workload and config,
-ready to run.  One kernel class serves every task: its tensors are the task's signature."""
+ready to run.  One kernel class serves every task: its tensors are the task's signature.
+
+Here the code a config generates is known, so here records are checked against it
+(``verify_record``): a build that takes an unverified record (its template's sources changed
+since it was stamped) hashes the code it lowered anyway, and uses the record only where that is
+the code the record timed (``database.record``).  ``code_hashes`` does the same for
+``tc-records --restamp``, many configs at once.
+"""
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures as cf
 import contextlib
 import logging
+import multiprocessing as mp
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import tvm
 import tvm_ffi
 
+from ..backends.cuda import code_hash as code_keys
 from ..backends.cuda import nvcc, tensormap
 from ..core import tasks
 from ..database.apply import best_or_default_config
@@ -73,6 +85,11 @@ class Kernel:
     @property
     def arch(self) -> str:
         return str(self.target.attrs["arch"])
+
+    @property
+    def code_hash(self) -> str:
+        """The key of this kernel's code (``backends.cuda.code_hash``): what its records carry."""
+        return kernel_code_hash(self.config, self.arch, self.cuda_source)
 
     def _function(self):
         """The kernel's host function, looked up once (loading compiles: our callback serves
@@ -263,7 +280,7 @@ def build(workload, config=None, target=None) -> Kernel:
         local = default_gpu()
         gpu = local if local.arch == arch else gpu_for_arch(arch)
     if config is None:
-        config = best_or_default_config(workload, gpu)
+        config = best_or_default_config(workload, gpu, verify=verify_record)
     return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
 
 
@@ -281,10 +298,80 @@ def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
     must not depend on what the process happened to build or run before: NVRTC's ptxas makes
     other code than nvcc's, so one config would time differently by the process's history.
     """
-    target = tvm.target.Target({"kind": "cuda", "arch": build_arch(config, gpu)})
+    target, executable = lower(workload, config, gpu)
+    source = executable.mod.imports[0].inspect_source()
+    cubin = nvcc.compile_cubin(source, build_arch(config, gpu), nvcc_timeout)
+    code_keys.remember(workload, config, gpu.arch, kernel_code_hash(config, build_arch(config, gpu), source))
+    return Kernel(workload, config, target, executable, cubin)
+
+
+# (str(workload), config, build arch) -> (target, executable) of the last few lowerings: a build
+# that checked a record's code (``verify_record``) compiles the very lowering it hashed.
+_LOWERED: collections.OrderedDict = collections.OrderedDict()
+_LOWERED_MAX = 2
+
+
+def lower(workload, config: Conv2dConfig, gpu: GpuInfo):
+    """(target, TVM Executable) of a resolved config: the template's lowering, with our nvcc
+    callback installed (see ``compile_kernel``)."""
+    arch = build_arch(config, gpu)
+    key = (str(workload), config, arch)
+    if key in _LOWERED:
+        return _LOWERED.pop(key)  # each lowering serves one build
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
     nvcc.install_compile_callback()
     with target:  # the callback compiles for this target's arch
         executable = tasks.of(workload).lower(workload, config, target)
-    cubin = nvcc.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
-                               nvcc_timeout)
-    return Kernel(workload, config, target, executable, cubin)
+    return target, executable
+
+
+def kernel_code_hash(config: Conv2dConfig, arch: str, source: str) -> str:
+    """The code hash of a kernel of ``config`` compiled for ``arch`` from ``source``: with the TMA
+    im2col encoder's source where its host code calls it (``tensormap``)."""
+    host = [("backends/cuda/tensormap.py", Path(tensormap.__file__))] if getattr(config, "tma_im2col", 0) else []
+    return code_keys.code_hash(source, arch, host)
+
+
+def code_hash_of(workload, config: Conv2dConfig, gpu: GpuInfo) -> str:
+    """The code hash of what the template generates today for (workload, config) on ``gpu``'s
+    arch (lowered, not compiled; the lowering is kept for a build that follows)."""
+    arch = build_arch(config, gpu)
+    found = code_keys.recall(workload, config, gpu.arch)
+    if found is not None:
+        return found
+    target, executable = lower(workload, config, gpu)
+    digest = kernel_code_hash(config, arch, executable.mod.imports[0].inspect_source())
+    code_keys.remember(workload, config, gpu.arch, digest)
+    _LOWERED[(str(workload), config, arch)] = (target, executable)
+    while len(_LOWERED) > _LOWERED_MAX:
+        _LOWERED.popitem(last=False)
+    return digest
+
+
+def verify_record(record, config: Conv2dConfig) -> bool:
+    """Whether ``config`` (``record``'s) generates today the code ``record`` timed: what a build
+    passes ``apply`` to check an unverified record.  A config that no longer lowers has changed."""
+    try:
+        return code_hash_of(record.workload, config, gpu_for_arch(record.arch or "sm_90")) == record.code_hash
+    except Exception as err:  # noqa: BLE001 (a TVM error lowering an old config: it cannot be that kernel)
+        log.info("%s: config %s of a record no longer lowers: %s", record.workload, config, err)
+        return False
+
+
+def _key_code_hash(key) -> str | None:
+    """The code hash of a ``database.restamp.CodeKey`` (workload spec, knobs, arch); None where
+    the config no longer lowers."""
+    try:
+        return code_hash_of(get(key[0]), Conv2dConfig(**dict(key[1])), gpu_for_arch(key[2]))
+    except Exception:  # noqa: BLE001 (a config today's template cannot generate)
+        return None
+
+
+def code_hashes(keys, jobs: int = 1) -> dict:
+    """``{key: code hash or None}`` of ``database.restamp.CodeKey``s, lowered by ``jobs``
+    processes (each imports TVM once; ~0.5 s a config)."""
+    keys = list(keys)
+    if jobs <= 1 or len(keys) < 2:
+        return {key: _key_code_hash(key) for key in keys}
+    with cf.ProcessPoolExecutor(min(jobs, len(keys)), mp_context=mp.get_context("spawn")) as pool:
+        return dict(zip(keys, pool.map(_key_code_hash, keys, chunksize=8)))

@@ -53,6 +53,9 @@ class MeasureResult:
     # What measured it ("cuda:1 GPU-<uuid>", "rpc:<key>@host:port"); not part of its identity.
     device: str | None = field(default=None, compare=False)
     timer: str = TIME_EVALUATOR  # one of TIMERS
+    # The key of the kernel it timed (``backends.cuda.code_hash``), where the build that made it
+    # said; its record carries it.  Not part of its identity.
+    code_hash: str | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -2,8 +2,8 @@
 
 A task is an operator family the package can tune: its name (written in every record), its
 workload type (parses the spec a record holds), the tensors a kernel takes, the host
-reference and the baseline it is checked and compared against, its knob space, and the
-version of its kernel generator (records of another version are stale) and its GEMM view
+reference and the baseline it is checked and compared against, its knob space and template
+(whose ``source_hash`` keys its records: ``database.record``) and its GEMM view
 (``gemm.GemmView``: M, N, K, dtypes, the operands' layout and index maps), which is all the
 space, the rules and the template read.  The template registers the function that lowers a
 (workload, config) with ``templates``.  A new task (dense, a fused epilogue) is one more
@@ -39,12 +39,6 @@ class Task:
     gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
     template: Template  # knobs, rules, prior, features, lowering (``core.template``)
     baseline_name: str = "cuDNN"  # what reports call the baseline
-
-    @property
-    def template_version(self) -> int:
-        """Records of another version are stale; the template bumps it when the generated code
-        changes (tc_gemm: ``generator.FINGERPRINTS``, ``DENSE_FINGERPRINTS``)."""
-        return self.template.versions[self.name]
 
     def space(self, workload, gpu=None) -> ConfigSpace:
         """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
@@ -125,6 +119,6 @@ DENSE = register(Task(
     inputs=dense_inputs,
     baseline=baseline.checked_cublas_time,
     gemm_view=gemm.dense_view,
-    template=TC_GEMM,  # the conv2d template's generator (generator.DENSE_FINGERPRINTS)
+    template=TC_GEMM,  # the conv2d template's generator
     baseline_name="cuBLAS",
 ))

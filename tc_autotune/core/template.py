@@ -11,13 +11,23 @@ literal, a missing part fails at construction, and the functions take the space 
 holds the template) explicitly, so they stay vectorised numpy code with no hidden state.
 ``eq=False``: a template hashes by identity, so it can key caches (``default_config``).
 
+``source_hash`` keys the records of a template's kernels: the sha256 of the source files that
+shape the code it generates and of the toolchain that compiles it (``sources``, ``toolchain``;
+the template names both, and hashes them with ``hash_sources``).  It replaced a version number
+bumped by hand: no edit to those files can reach a record without changing the key, and a
+record whose key differs is re-checked by the code its config generates (``database.record``).
+
 Imports nothing of the package: every template depends on this module, never the reverse.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
 
 def _none(space, config):
@@ -30,6 +40,23 @@ def _no_pins(space) -> frozenset:
 
 def _no_starts(space) -> list:
     return []
+
+
+def _no_sources() -> list:
+    return []
+
+
+def _no_toolchain() -> dict:
+    return {}
+
+
+def hash_sources(files: Iterable[tuple[str, Path]], toolchain: Mapping) -> str:
+    """sha256 of the (name, path) files' names and bytes, in name order, then of ``toolchain``."""
+    h = hashlib.sha256()
+    for name, path in sorted(files):
+        h.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    h.update(json.dumps(dict(toolchain), sort_keys=True).encode())
+    return h.hexdigest()
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,8 +87,17 @@ class Template:
     # a sliver of the space; the search reaches them by moves and starting configs).
     draw_pinned: Callable = _no_pins
     starting_configs: Callable = _no_starts  # (space) -> configs worth measuring first
-    # {task name: version}: records of another version are stale (bump when code changes).
-    versions: Mapping[str, int] = field(default_factory=dict)
+    # () -> (name, path) of every file whose text shapes the generated code: the template's
+    # own sources and those outside it that its code generation reads.
+    sources: Callable[[], Iterable[tuple[str, Path]]] = _no_sources
+    # () -> what else turns those sources into a cubin (TVM's and nvcc's releases, nvcc's flags)
+    toolchain: Callable[[], Mapping] = _no_toolchain
+
+    @functools.cached_property
+    def source_hash(self) -> str:
+        """The key of the code this template generates today (read once per process): a record
+        stamped with it is current; one stamped with another is checked by its code hash."""
+        return hash_sources(self.sources(), self.toolchain())
 
     @property
     def knob_names(self) -> tuple:

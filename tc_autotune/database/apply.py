@@ -2,10 +2,17 @@
 
 Logs given with ``apply_history_best`` come first, then the shipped logs (the checkout's
 tuning_logs/ folder, or its copy inside an installed package: ``records.shipped_logs_dir``).
-The first log set that has a successful, current-version record for the workload on this
-GPU's architecture wins (stale records, made by another template version, only where
+The first log set that has a successful, current record for the workload on this GPU's
+architecture wins (stale records, whose code changed or cannot be checked, only where
 ``include_stale=True`` was asked for); without one, the space's default config is used and
 a warning names the workload.
+
+A record is current when its template's sources are those it was stamped under, or, where
+they changed since, when the code its config generates today is the code it timed.  Only a
+build generates code, so the build passes ``verify`` (``api.kernel.verify_record``): an
+unverified best record is checked there (the lowering is the build's own, reused), and one
+whose code changed is skipped for the next best.  Without ``verify`` (the tuner's first batch,
+which measures its picks anyway) unverified records count as current.
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import records
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
-from .records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from .logs import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from .logs import load, stat_log_files
+from .record import Record
+from .selection import Verify, load_best
 from ..core.space import Conv2dConfig
 from ..workloads.dense import DenseWorkload
 from ..workloads.epilogue import NONE as NO_EPILOGUE
@@ -52,8 +61,9 @@ def apply_history_best(logs, include_stale: bool = False):
     """Within the block, ``build_conv2d(workload)`` uses the best record of ``logs``
     (a log file, a directory of logs, or a list of those) before the shipped logs.
 
-    ``include_stale`` also accepts records made by another template version: their
-    times described another kernel, so they are skipped unless you ask.
+    ``include_stale`` also accepts stale records (their config's code changed since they were
+    timed, or nothing can check it): their times describe another kernel, so they are skipped
+    unless you ask.
     """
     paths = _as_paths(logs)
     missing = [p for p in paths if not Path(p).exists()]
@@ -90,17 +100,17 @@ def _shipped_log_sets(_location: str | None) -> tuple[tuple[str, bool], ...]:
 
 
 @functools.lru_cache(maxsize=128)
-def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[records.Record]]:
+def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[Record]]:
     """The successful records of one log file by (workload, arch); read once per process
     and version of the file (its path, mtime and size key the cache)."""
-    index: dict[tuple, list[records.Record]] = {}
-    for record in records.load(path):
+    index: dict[tuple, list[Record]] = {}
+    for record in load(path):
         if record.ok:
             index.setdefault((record.workload, record.arch), []).append(record)
     return index
 
 
-def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.Record]:
+def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[Record]:
     """The successful records of ``workload`` on ``arch`` in ``logs`` (files or folders), from
     the per-file index: a log is parsed again only after it changed."""
     return [r for index in _indexes(logs) for r in index.get((workload, arch), [])]
@@ -108,16 +118,18 @@ def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[records.R
 
 def _indexes(logs) -> list[dict]:
     """The per-file index of each log file in ``logs``, parsed again only after it changed."""
-    return [_log_index(str(file), stat.st_mtime_ns, stat.st_size) for file, stat in records.stat_log_files(logs)]
+    return [_log_index(str(file), stat.st_mtime_ns, stat.st_size) for file, stat in stat_log_files(logs)]
 
 
-def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
+def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None,
+                verify: Verify | None = None) -> tuple[Conv2dConfig, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first
-    (``logs``: (path, include stale) pairs, default ``active_logs()``)."""
+    (``logs``: (path, include stale) pairs, default ``active_logs()``); with ``verify``, an
+    unverified record whose code changed is skipped (``selection.best_record``)."""
     space = tasks.of(workload).space(workload, gpu)
     for path, include_stale in active_logs() if logs is None else logs:
-        found = records.load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
-                                  include_stale=include_stale)
+        found = load_best(indexed_records(path, workload, gpu.arch), workload, target=gpu.arch,
+                          include_stale=include_stale, verify=verify)
         if found and space.is_valid(found[0]):
             return found[0], found[1], path
     return None
@@ -158,13 +170,15 @@ class ConfigChoice:
     log: str | None = None  # the log set the record came from
 
 
-def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, logs=None) -> ConfigChoice:
-    """The best record of the active logs (or of ``logs``, as ``best_config`` takes them);
+def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, logs=None,
+                  verify: Verify | None = None) -> ConfigChoice:
+    """The best record of the active logs (or of ``logs``, as ``best_config`` takes them, and
+    checked by ``verify`` where it is unverified);
     without one, the config the stored zero-shot model of the shipped histories predicts for
     this unseen shape (``zero_shot``: read, never trained here); without a usable model for this
     GPU's arch (none, stale, no record of the arch), the default config.  The last two warn
     (``NoTunedConfigWarning``)."""
-    found = best_config(workload, gpu, logs)
+    found = best_config(workload, gpu, logs, verify)
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])
@@ -189,9 +203,9 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
     return ConfigChoice(tasks.of(workload).space(workload, gpu).default_config(), "default")
 
 
-def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> Conv2dConfig:
+def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo, verify: Verify | None = None) -> Conv2dConfig:
     """The config ``build_conv2d`` uses when given none (``choose_config``'s)."""
-    return choose_config(workload, gpu).config
+    return choose_config(workload, gpu, verify=verify).config
 
 
 def dtype_name(array) -> str:

@@ -13,7 +13,9 @@ and several processes may append to one log.  What this module guarantees:
 * Readers never hold a whole oversized line in memory: lines over
   ``MAX_LINE_BYTES`` are skipped while being read.
 * ``replace_atomic`` swaps a whole file (temp file, fsync, rename, directory
-  fsync), optionally keeping the previous content as ``<file>.bak``.
+  fsync), optionally keeping the previous content as ``<file>.bak``.  ``rewrite`` does it
+  under the append lock, and appenders check, once they hold the lock, that the file they
+  opened is still the one at the path: a rewrite never loses a concurrent append.
 """
 
 from __future__ import annotations
@@ -42,16 +44,50 @@ def append_lines(path, lines: Iterable[bytes], is_whole: Callable[[bytes], bool]
     data = b"".join(line + b"\n" for line in lines)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab+") as f:  # append mode; '+' to read a torn tail
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            data = _fence(f, path, is_whole) + data
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    return len(lines)
+    while True:
+        with open(path, "ab+") as f:  # append mode; '+' to read a torn tail
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                if not _still_at(f, path):  # ``rewrite`` replaced the file while we waited: append to the new one
+                    continue
+                f.write(_fence(f, path, is_whole) + data)
+                f.flush()
+                os.fsync(f.fileno())
+                return len(lines)
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _still_at(f, path: Path) -> bool:
+    """Whether the open file ``f`` is still the file at ``path`` (not renamed over since it was opened)."""
+    try:
+        here, there = os.fstat(f.fileno()), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def rewrite(path, transform: Callable[[bytes], bytes], backup: bool = False) -> bool:
+    """Replace ``path`` by ``transform(its bytes)``, atomically (``replace_atomic``), holding its
+    append lock from the read to the rename: an append waiting for the lock then finds the file
+    replaced and goes to the new one (``append_lines``), so no line is lost.  Returns whether
+    anything changed (an unchanged file is not rewritten).  FileNotFoundError where it is missing.
+    """
+    path = Path(path)
+    while True:
+        with open(path, "rb") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                if not _still_at(f, path):
+                    continue
+                data = f.read()
+                new = transform(data)
+                if new == data:
+                    return False
+                replace_atomic(path, new, backup=backup)
+                return True
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _fence(f, path: Path, is_whole: Callable[[bytes], bool]) -> bytes:
@@ -156,4 +192,4 @@ def _write_new(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-__all__ = ["MAX_LINE_BYTES", "TORN_SUFFIX", "append_lines", "read_lines", "replace_atomic"]
+__all__ = ["MAX_LINE_BYTES", "TORN_SUFFIX", "append_lines", "read_lines", "replace_atomic", "rewrite"]

@@ -86,18 +86,19 @@ def _run_pickled(payload: bytes):
 
 
 def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: float):
-    """Lower, nvcc-compile (cubin into the disk cache) and export one candidate."""
+    """Lower, nvcc-compile (cubin into the disk cache) and export one candidate: (library,
+    None, seconds, the kernel's code hash, which its record carries), or (None, error, seconds, None)."""
     start = time.time()
     try:
         workload = get_workload(spec)
         kernel = compile_kernel(workload, Conv2dConfig(**knobs), gpu_for_arch(arch), nvcc_timeout)
         path = os.path.join(out_dir, f"{os.getpid()}_{time.monotonic_ns()}.so")
         kernel.executable.export_library(path)
-        return path, None, time.time() - start
+        return path, None, time.time() - start, kernel.code_hash
     except nvcc.CudaCompileError as err:
-        return None, f"nvcc: {err}", time.time() - start
+        return None, f"nvcc: {err}", time.time() - start, None
     except Exception as err:  # TVM schedule/lowering errors are configs that cannot build
-        return None, f"{type(err).__name__}: {str(err)[-1500:]}", time.time() - start
+        return None, f"{type(err).__name__}: {str(err)[-1500:]}", time.time() - start, None
 
 
 class _Batch:
@@ -293,8 +294,10 @@ class LocalMeasurer:
                 _discard(future)
                 return
             del batch.building[i]
-            try:
-                so_path, error, _build_s = future.result()
+            code = None
+            try:  # (library, error, seconds[, code hash]): a build that names no code hash is allowed
+                so_path, error, _build_s, *code = future.result()
+                code = code[0] if code else None
             except Exception as err:  # a worker died
                 self._pool_broken |= pool is self._pool
                 so_path, error = None, f"build worker failed: {err}"
@@ -304,7 +307,7 @@ class LocalMeasurer:
                 tensors = [batch.out_spec, *workspaces(batch.workload, batch.configs[i])]
                 batch.running[i] = self._dispatcher.submit(
                     (so_path, batch.key, tensors),
-                    lambda status, payload, label: self._ran(batch, i, so_path, status, payload, label),
+                    lambda status, payload, label: self._ran(batch, i, so_path, status, payload, label, code),
                     priority=batch.seq)
             self._changed.notify_all()
 
@@ -340,13 +343,14 @@ class LocalMeasurer:
             batch.deadline = self._build_deadline()
 
     # ---- runs --------------------------------------------------------------------
-    def _ran(self, batch: _Batch, i: int, so_path: str, status: str, payload, label: str) -> None:
+    def _ran(self, batch: _Batch, i: int, so_path: str, status: str, payload, label: str,
+             code: str | None = None) -> None:
         """A run finished (a runner thread); a cancelled one counts for nothing."""
         Path(so_path).unlink(missing_ok=True)
         with self._lock:
             if batch.running.pop(i, None) is None:
                 return
-            batch.results[i] = _run_result(status, payload, label, batch.elapsed())
+            batch.results[i] = _run_result(status, payload, label, batch.elapsed(), code)
             self._changed.notify_all()
 
 
@@ -358,9 +362,9 @@ def _discard(future) -> None:
             Path(so_path).unlink(missing_ok=True)
 
 
-def _run_result(status: str, payload, label: str, elapsed: float) -> MeasureResult:
+def _run_result(status: str, payload, label: str, elapsed: float, code_hash: str | None = None) -> MeasureResult:
     if status == "ok":
-        return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed, device=label)
+        return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed, device=label, code_hash=code_hash)
     code = {"wrong": MeasureErrorNo.WRONG_RESULT, "timeout": MeasureErrorNo.RUN_TIMEOUT}.get(
         status, MeasureErrorNo.RUN_ERROR)
-    return MeasureResult((), code, str(payload), elapsed, device=label)
+    return MeasureResult((), code, str(payload), elapsed, device=label, code_hash=code_hash)

@@ -19,7 +19,7 @@ Without a record of a workload, ``build_conv2d`` used the analytic prior's defau
 
 This module only reads: the trees are evaluated with numpy (``tree_ranker``, equal to xgboost's
 predictions), so a build never imports xgboost nor trains; a pick takes ~0.2 s.  A stored model
-that is missing, unreadable or made for another template (version, features, knob table) is not
+that is missing, unreadable or made for another template (features, knob table) is not
 used: ``apply`` then falls back to the default config and its warning says why; the tuning side
 (``tc-nightly``, ``tc-tune``, ``tc-records --train-zero-shot``) trains and stores a new one.
 Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` (a checkout's) are never trained on, so the
@@ -45,7 +45,7 @@ from ..backends.cuda.gpu import GpuInfo
 from ..tuning.jobs import load_job
 from ..templates.tc_gemm.features import FEATURE_NAMES  # the stored model is tc_gemm's (conv2d only)
 from ..templates.tc_gemm.knobs import KNOBS
-from ..database.records import TEMPLATE_VERSION, shipped_log_files, shipped_logs_dir
+from ..database.logs import shipped_log_files, shipped_logs_dir
 from ..core.space import ConfigSpace, Conv2dConfig, conv2d_space
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
@@ -173,10 +173,12 @@ def model_path(folder=None) -> Path | None:
 
 def signature() -> dict:
     """What a stored model must have been made for to rank today's configs: the file layout,
-    the template version, the features (names, in order), the knob table (stored best configs
-    are indices into it) and the prior margin the scores add."""
+    the features (names, in order), the knob table (stored best configs are indices into it)
+    and the prior margin the scores add.  (A template version was here until versions retired:
+    which records are stale is written in the logs now, by ``tc-records --restamp``, and a
+    stored model is behind logs whose sha256 moved: ``zero_shot_train.stored_is_current``.)"""
     knobs = hashlib.sha256(json.dumps({k: [str(v) for v in vals] for k, vals in KNOBS.items()}).encode())
-    return {"format": MODEL_FORMAT, "template_version": TEMPLATE_VERSION, "feature_names": list(FEATURE_NAMES),
+    return {"format": MODEL_FORMAT, "feature_names": list(FEATURE_NAMES),
             "knob_table": knobs.hexdigest()[:16], "prior_margin": PRIOR_MARGIN}
 
 
@@ -186,8 +188,6 @@ def stale_reason(meta: dict) -> str | None:
         have = meta.get(key)
         if have == wanted:
             continue
-        if key == "template_version":
-            return f"it was trained for template version {have}, this package's is {wanted}"
         if key == "feature_names":
             return f"it was trained on other features ({len(have or [])}, today {len(wanted)})"
         return f"its {key.replace('_', ' ')} is {have!r}, today {wanted!r}"

@@ -47,7 +47,7 @@ class ReportRow:
     gpu: str | None = None  # the GPU these figures are of
     trials_run: int = 0
     records: int = 0
-    stale: int = 0  # records of another template version (not applied)
+    stale: int = 0  # records whose code changed or cannot be checked (not applied)
     best_s: float | None = None  # best current-version time in the logs for this GPU
     retimed_s: float | None = None  # the best config re-timed in this run
     default_s: float | None = None  # the default config, same run
@@ -137,7 +137,7 @@ class Report:
                          f"{', '.join(r.devices) or '-'} |")
         stale = [r for r in self.rows if r.stale]
         if stale:
-            lines += ["", f"Stale records (made by another template version; not applied, kept as training "
+            lines += ["", f"Stale records (their kernel's code changed or cannot be checked; not applied, kept as training "
                           f"data): {', '.join(f'{r.name} ({r.stale})' for r in stale)}."]
         if self.best_log_changes:
             lines += ["", "Best log:"] + [f"- {change}" for change in self.best_log_changes]
@@ -286,7 +286,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
 def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
     """Re-time the best config beside the default and cuDNN; a loss to the previous report or
     to the default is confirmed by a second measurement before it counts.  Returns the
-    re-timings as records (current template version, this GPU)."""
+    re-timings as records (stamped with today's template, this GPU)."""
     first = retime(workload, config)
     row.retimed_s, row.default_s, row.cudnn_s = first.tuned_s, first.default_s, first.cudnn_s
     if first.tuned_s:

@@ -46,7 +46,7 @@ from ...core import tasks
 from ...search import zero_shot
 from .nvcc import nvcc_version
 from .gpu import GpuInfo, default_gpu
-from ...api.kernel import Kernel, build_arch, compile_kernel
+from ...api.kernel import Kernel, build_arch, compile_kernel, verify_record
 from ...core.space import Conv2dConfig
 from ...workloads.conv2d import get as get_workload
 
@@ -177,11 +177,13 @@ def cached_module(key: str, workload, config: Conv2dConfig, arch: str):
 
 # ---- one kernel, many kernels --------------------------------------------------------------
 def choose(workload, gpu: GpuInfo, logs: tuple) -> apply.ConfigChoice:
-    """``apply.choose_config`` with the log sets ``logs``, through the choice cache."""
+    """``apply.choose_config`` with the log sets ``logs``, through the choice cache; an unverified
+    record is checked against the code its config generates (``api.kernel.verify_record``) before
+    it is chosen, once per state of the package and the logs (the choice's key)."""
     key = choice_key(workload, gpu, logs)
     choice = cached_choice(key)
     if choice is None:
-        choice = apply.choose_config(workload, gpu, warn=False, logs=logs)
+        choice = apply.choose_config(workload, gpu, warn=False, logs=logs, verify=verify_record)
         store_choice(key, choice)
     return choice
 

@@ -8,6 +8,9 @@ the records are unchanged.  Light: no TVM (the lowering functions register thems
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from ...backends.cuda import code_hash
 from ...core.template import Template
 from . import validity
 from .features import FEATURE_NAMES, block_tiles, features_of
@@ -16,6 +19,26 @@ from .knobs import KNOB_DEFAULTS, KNOBS, WMMA_SHAPES, Conv2dConfig
 from .prior import prior_of, prior_score
 from .rules import MAX_ACCUMULATOR_FRAGMENTS, derive_rows
 from .validity import INTRINSIC_REQUIRES
+
+
+_PACKAGE = Path(__file__).resolve().parents[2]  # tc_autotune/
+# Modules outside the template package whose text shapes the code it generates: the workloads
+# (shapes, layouts, the epilogue formula its TE compute evaluates) and the host-side encoder of
+# the TMA im2col maps that its kernels call.
+OUTSIDE_SOURCES = ("workloads/conv2d.py", "workloads/dense.py", "workloads/epilogue.py",
+                   "backends/cuda/tensormap.py")
+
+
+def source_files() -> list[tuple[str, Path]]:
+    """(name under tc_autotune/, path) of every file that shapes the generated code: the whole
+    template package (its Python and the warp-specialized kernel's .cuh files; search-only modules
+    such as the prior are in it too, which costs a re-check of the records, never a wrong key)
+    and ``OUTSIDE_SOURCES``."""
+    here = Path(__file__).resolve().parent
+    files = [p for p in here.rglob("*") if p.suffix in (".py", ".cuh") and p.is_file()
+             and "__pycache__" not in p.parts]
+    files += [_PACKAGE / name for name in OUTSIDE_SOURCES]
+    return [(p.relative_to(_PACKAGE).as_posix(), p) for p in files]
 
 
 def features_from_positions(space, pos):
@@ -41,8 +64,9 @@ TC_GEMM = Template(
     # warpgroup, chunk 4, one fragment buffer); off wgmma, wgmma_in_flight and warp_specialized 0
     requires={"intrinsic": {name: path.requires for name, path in PATHS.items()}},
     draw_pinned=validity.draw_pinned,
-    # records stamp these (generator.FINGERPRINTS, DENSE_FINGERPRINTS keep them honest)
-    versions={"conv2d_nhwc_tensorcore.cuda": 1, "dense_tensorcore.cuda": 2},
+    # records stamp the hash of these (``Template.source_hash``) and of each kernel's code
+    sources=source_files,
+    toolchain=code_hash.toolchain,
 )
 
 # Re-exported by core.space for its callers (compatibility, until they import from here).
