@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Conv2dWorkload": "workloads.conv2d",
     "ConfigSpace": "core.space",
-    "Conv2dConfig": "core.space",
+    "TcGemmConfig": "core.space",
+    "Conv2dConfig": "core.space",  # the earlier name of TcGemmConfig
     "conv2d_space": "core.space",
     "Kernel": "api.kernel",
     "Conv2dKernel": "api.kernel",  # the earlier name of Kernel

@@ -212,11 +212,11 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
 
     from tc_autotune.templates.tc_gemm.gemm import view_of
     from tc_autotune.workloads.reference import relative_l2_error
-    from tc_autotune.core.space import Conv2dConfig
+    from tc_autotune.core.space import TcGemmConfig
     from tc_autotune.templates.tc_gemm.schedule import gemm_compute, workspaces
 
     wl = replace(workloads.get(base), epilogue=name)
-    config = Conv2dConfig(**{**BASE, "block_row_warps": 1, "block_col_warps": 1, "split_k": split_k})
+    config = TcGemmConfig(**{**BASE, "block_row_warps": 1, "block_col_warps": 1, "split_k": split_k})
     inputs, out, extra = gemm_compute(view_of(wl), config)
     main = tvm.compile(tvm.IRModule({"main": te.create_prim_func([*inputs, out, *extra])}), "llvm")["main"]
     arrays = tasks.of(wl).inputs(wl, seed=1)
@@ -254,12 +254,12 @@ MARKERS = {"wmma": "wmma::mma_sync", "mma": "mma.sync.aligned.m16n8k16", "wgmma"
 
 
 def _config(wl, variant: str, split_path: str):
-    from tc_autotune.core.space import Conv2dConfig
+    from tc_autotune.core.space import TcGemmConfig
 
     if variant == "split-k":
-        config = Conv2dConfig(**{**BASE, **VARIANTS[split_path], "split_k": 2})
+        config = TcGemmConfig(**{**BASE, **VARIANTS[split_path], "split_k": 2})
     else:
-        config = Conv2dConfig(**{**BASE, **VARIANTS[variant]})
+        config = TcGemmConfig(**{**BASE, **VARIANTS[variant]})
     assert tasks.of(wl).space(wl, SM90).why_invalid(config) is None, (wl, config)
     return config
 

@@ -15,7 +15,7 @@ from tc_autotune.templates.tc_gemm.gemm import (COL_MAJOR, GemmView, Im2col, Ope
     conv2d_view, view_of)
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
-from tc_autotune.core.space import ConfigSpace, Conv2dConfig, conv2d_space
+from tc_autotune.core.space import ConfigSpace, TcGemmConfig, conv2d_space
 
 SM90 = gpu_for_arch("sm_90")
 
@@ -166,7 +166,7 @@ def test_a_col_major_b_is_copied_along_k_and_read_col_major():
     rows = dense_view(m, n, k)
     view = replace(rows, b=Operand("b", (n, k), Transposed((n, k)), k, "rows of B", layout=COL_MAJOR))
     space = ConfigSpace(view, SM90)
-    config = Conv2dConfig(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
+    config = TcGemmConfig(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
                           wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=8, vec_b=8, vec_c=4)
     assert space.why_invalid(config) is None
     arch = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})

@@ -22,7 +22,7 @@ from tc_autotune.search.cost_model import (TransferCostModel, XGBCostModel, conf
     normalise_per_group, positions_from_indices, valid_mask)
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
-from tc_autotune.core.space import ConfigSpace, Conv2dConfig, conv2d_space
+from tc_autotune.core.space import ConfigSpace, TcGemmConfig, conv2d_space
 from tc_autotune.search.tuner import GridTuner, RandomTuner, XGBTuner, progress_logger
 
 GPU = gpu_for_arch("sm_90")
@@ -45,7 +45,7 @@ def plain_space_of(name: str) -> ConfigSpace:
     return ConfigSpace(workloads.get(name), GPU, {**KNOBS, "warp_specialized": (0,)})
 
 
-def synthetic_seconds(space: ConfigSpace, config: Conv2dConfig) -> float | None:
+def synthetic_seconds(space: ConfigSpace, config: TcGemmConfig) -> float | None:
     """Deterministic kernel time of a config, or None where it 'fails to launch'."""
     m, n, k = space.workload.gemm_shape
     bm, bn, bk = config.block_m, config.block_n, config.block_k

@@ -16,10 +16,10 @@ from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.templates.tc_gemm.gemm import box_tile, view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.templates.tc_gemm.knobs import Conv2dConfig
+from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 from tc_autotune.templates.tc_gemm.warp_specialized import _element, plan, smem_bytes, tma_boxes
 
-WS = Conv2dConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, chunk=4,
+WS = TcGemmConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, chunk=4,
                   wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=0, vec_a=8, vec_b=8, vec_c=1, stages=4,
                   intrinsic="wgmma", wgmma_in_flight=1, warp_specialized=1)
 # padding, stride 2, dilation, a 7x7 filter, dense with either weight layout and a batch

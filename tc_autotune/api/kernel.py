@@ -18,7 +18,7 @@ from ..database.apply import best_or_default_config
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, gpu_for_arch, probe_local_gpu
 from ..templates.tc_gemm.intrinsic_paths import get as intrinsic_path
 from ..workloads.dense import DenseWorkload
-from ..core.space import Conv2dConfig
+from ..core.space import TcGemmConfig
 from ..templates.tc_gemm.schedule import workspace_shape, workspaces
 from ..workloads.conv2d import Conv2dWorkload, get
 
@@ -32,7 +32,7 @@ class Kernel:
     (scale, bias, residual: ``tasks.Task.signature``)."""
 
     workload: Conv2dWorkload | DenseWorkload
-    config: Conv2dConfig
+    config: TcGemmConfig
     target: tvm.target.Target
     executable: object  # tvm.runtime.Executable, or the runtime Module loaded from the build cache
     cubin: bytes
@@ -208,15 +208,15 @@ def _from_dlpack(value, name):
 Conv2dKernel = DenseKernel = Kernel
 
 
-def resolve_config(workload, config, gpu: GpuInfo) -> Conv2dConfig:
-    """A Conv2dConfig from a config, a knob dict or a space index; ValueError if invalid."""
+def resolve_config(workload, config, gpu: GpuInfo) -> TcGemmConfig:
+    """A TcGemmConfig from a config, a knob dict or a space index; ValueError if invalid."""
     space = tasks.of(workload).space(workload, gpu)
     if isinstance(config, int):
         config = space.get(config)
     elif isinstance(config, dict):
         config = space.from_entity(config) if "entity" in config else space.from_dict(config)
-    elif not isinstance(config, Conv2dConfig):
-        raise ValueError(f"config must be a Conv2dConfig, a dict or an index, got {type(config).__name__}")
+    elif not isinstance(config, TcGemmConfig):
+        raise ValueError(f"config must be a TcGemmConfig, a dict or an index, got {type(config).__name__}")
     space.index(config)  # raises for values outside the space
     reason = space.why_invalid(config)
     if reason:
@@ -267,12 +267,12 @@ def build(workload, config=None, target=None) -> Kernel:
     return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
 
 
-def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
+def build_arch(config: TcGemmConfig, gpu: GpuInfo) -> str:
     """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
     return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
 
 
-def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
+def compile_kernel(workload, config: TcGemmConfig, gpu: GpuInfo,
                    nvcc_timeout: float | None = None) -> Kernel:
     """Lower a resolved config and compile its cubin (into the disk cache).
 

@@ -23,11 +23,11 @@ from ..workloads.conv2d import Conv2dWorkload
 from ..workloads.dense import DenseWorkload
 
 __all__ = ["KNOBS", "KNOB_DEFAULTS", "KNOB_NAMES", "WMMA_SHAPES", "MAX_ACCUMULATOR_FRAGMENTS",
-           "INTRINSIC_REQUIRES", "Conv2dConfig", "ConfigSpace", "conv2d_space", "dense_space", "valid_mask",
+           "INTRINSIC_REQUIRES", "TcGemmConfig", "Conv2dConfig", "ConfigSpace", "conv2d_space", "dense_space", "valid_mask",
            "radices", "positions_from_indices", "indices_from_positions", "positions_from_configs"]
 
 KNOBS, KNOB_DEFAULTS, KNOB_NAMES = TC_GEMM.knobs, TC_GEMM.knob_defaults, TC_GEMM.knob_names
-Conv2dConfig = TC_GEMM.config_type
+TcGemmConfig = Conv2dConfig = TC_GEMM.config_type
 
 
 class ConfigSpace(config_space.ConfigSpace):

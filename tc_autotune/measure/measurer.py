@@ -46,7 +46,7 @@ from ..core.results import MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
 from .runner import START_TIMEOUT, LocalRunner, checker_path
 from .runner_protocol import MeasureOptions
-from ..core.space import Conv2dConfig
+from ..core.space import TcGemmConfig
 from ..templates.tc_gemm.schedule import workspaces
 from ..workloads.conv2d import get as get_workload
 
@@ -90,7 +90,7 @@ def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: fl
     start = time.time()
     try:
         workload = get_workload(spec)
-        kernel = compile_kernel(workload, Conv2dConfig(**knobs), gpu_for_arch(arch), nvcc_timeout)
+        kernel = compile_kernel(workload, TcGemmConfig(**knobs), gpu_for_arch(arch), nvcc_timeout)
         path = os.path.join(out_dir, f"{os.getpid()}_{time.monotonic_ns()}.so")
         kernel.executable.export_library(path)
         return path, None, time.time() - start

@@ -46,7 +46,7 @@ from ..tuning.jobs import load_job
 from ..templates.tc_gemm.features import FEATURE_NAMES  # the stored model is tc_gemm's (conv2d only)
 from ..templates.tc_gemm.knobs import KNOBS
 from ..database.records import TEMPLATE_VERSION, shipped_log_files, shipped_logs_dir
-from ..core.space import ConfigSpace, Conv2dConfig, conv2d_space
+from ..core.space import ConfigSpace, TcGemmConfig, conv2d_space
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
 from .tuner import anneal_walk
@@ -337,7 +337,7 @@ def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -
 
 
 # ---- the API -----------------------------------------------------------------------------------
-def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list[Conv2dConfig]:
+def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list[TcGemmConfig]:
     """The ``k`` configs predicted fastest for ``workload`` on ``gpu``, best first (the first is
     the pick), each valid on its space; no GPU needed, no training.
 
@@ -362,7 +362,7 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
         return []
     space = conv2d_space(workload, gpu)
     found = candidates(model, space)
-    picks: list[Conv2dConfig] = []
+    picks: list[TcGemmConfig] = []
     for i in found.indices.tolist():
         config = space.get(i)
         if space.is_valid(config):
@@ -381,7 +381,7 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     return picks
 
 
-def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None) -> Conv2dConfig | None:
+def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None) -> TcGemmConfig | None:
     """The zero-shot pick for ``workload`` on ``gpu`` (``zero_shot_configs``' first), or None."""
     picks = zero_shot_configs(workload, gpu, k=1, model=model)
     return picks[0] if picks else None

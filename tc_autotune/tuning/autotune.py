@@ -30,7 +30,7 @@ from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..database.records import shipped_log_files
 from ..core.results import TIME_EVALUATOR
 from ..measure.rpc_runner import RpcRunner, free_servers
-from ..core.space import Conv2dConfig
+from ..core.space import TcGemmConfig
 from ..templates.tc_gemm.warp_specialized import starting_configs
 from ..search.tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
 from ..workloads.dense import DenseWorkload
@@ -77,7 +77,7 @@ class TuneSummary:
     default_seconds: float | None = None  # the default config, measured in this search
     errors: int = 0
     elapsed: float = 0.0
-    best_config: Conv2dConfig | None = None
+    best_config: TcGemmConfig | None = None
     best_seconds: float | None = None  # from the log (tuner's measurement)
     final_seconds: float | None = None  # best config re-timed beside cuDNN
     cudnn_seconds: float | None = None
@@ -157,7 +157,7 @@ def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) ->
     return list(unique.values())
 
 
-def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dConfig]:
+def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[TcGemmConfig]:
     """What the first batch measures before the search picks anything: the config apply
     would pick today (a record, a zero-shot prediction or the default), the best stale
     record's config of this workload on this GPU (its old time no longer counts), the
@@ -322,13 +322,13 @@ def _stop_at(deadline: float):
     return stop
 
 
-def compare_with_cudnn(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50):
+def compare_with_cudnn(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50):
     """(tuned seconds, cuDNN seconds or None), both medians timed here, both checked first."""
     timed = retime_against_default(workload, config, repeat=repeat, with_default=False)
     return timed.tuned_s, timed.cudnn_s
 
 
-def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50,
+def retime_against_default(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50,
                            with_default: bool = True):
     """A ``Retimed``: ``config``, the default config and cuDNN timed in this process on
     the same inputs, each checked against the fp32 reference first (None where wrong)."""

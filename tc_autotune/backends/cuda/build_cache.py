@@ -47,7 +47,7 @@ from ...search import zero_shot
 from .nvcc import nvcc_version
 from .gpu import GpuInfo, default_gpu
 from ...api.kernel import Kernel, build_arch, compile_kernel
-from ...core.space import Conv2dConfig
+from ...core.space import TcGemmConfig
 from ...workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
                    _file_states([*records.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
 
 
-def module_key(workload, config: Conv2dConfig, arch: str) -> str:
+def module_key(workload, config: TcGemmConfig, arch: str) -> str:
     """The key of the module the template makes of (workload, config) for ``arch``."""
     return _digest("module", FORMAT, tasks.of(workload).name, str(workload), asdict(config), arch,
                    code_fingerprint(), *_toolchain())
@@ -116,7 +116,7 @@ def cached_choice(key: str) -> apply.ConfigChoice | None:
     if meta is None or meta.get("format") != FORMAT:
         return None
     try:
-        return apply.ConfigChoice(Conv2dConfig(**meta["config"]), meta["source"], meta.get("seconds"),
+        return apply.ConfigChoice(TcGemmConfig(**meta["config"]), meta["source"], meta.get("seconds"),
                                   meta.get("log"))
     except (KeyError, TypeError) as err:
         log.warning("build cache: ignoring the malformed choice %s: %s", key[:12], err)
@@ -159,7 +159,7 @@ def _load_module(path: str):
     return tvm.runtime.load_module(path)
 
 
-def cached_module(key: str, workload, config: Conv2dConfig, arch: str):
+def cached_module(key: str, workload, config: TcGemmConfig, arch: str):
     """The kernel of a committed entry, or None (a miss, or a library this process cannot load)."""
     folder = cache_dir() / "modules"
     meta = _read_json(folder / f"{key}.json")

@@ -37,7 +37,7 @@ from ...core import tasks
 from .cover_probes import COVER_PROBES, COVER_WS_PROBES
 from ...backends.cuda.gpu import gpu_for_arch
 from ...api.kernel import build_arch
-from ...core.space import KNOB_DEFAULTS, Conv2dConfig
+from ...core.space import KNOB_DEFAULTS, TcGemmConfig
 from ...workloads.conv2d import get
 
 TEMPLATE_VERSION = tasks.CONV2D.template_version
@@ -375,7 +375,7 @@ def probe_set(name: str) -> tuple[tuple, dict, int]:
 
 def probe_kernels(probes=PROBES):
     """The probes as (workload, config) pairs."""
-    return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
+    return [(get(name), TcGemmConfig(**{**_BASE, **changes})) for name, changes in probes]
 
 
 def generated_code(workload, config, arch: str = PROBE_ARCH) -> dict:

@@ -41,18 +41,18 @@ from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand, conv2d_view, dense_vi
 from .intrinsic_paths import get as intrinsic_path
 from .intrinsic_paths import schedules
 from .rules import round_up as _round_up
-from ...core.space import Conv2dConfig
+from ...core.space import TcGemmConfig
 from ...workloads.conv2d import Conv2dWorkload
 
 SMEM = "shared.dyn"
 
 
-def conv2d_compute(workload: Conv2dWorkload, config: Conv2dConfig):
+def conv2d_compute(workload: Conv2dWorkload, config: TcGemmConfig):
     """``gemm_compute`` of a conv2d workload's view."""
     return gemm_compute(conv2d_view(workload), config)
 
 
-def gemm_compute(view: GemmView, config: Conv2dConfig):
+def gemm_compute(view: GemmView, config: TcGemmConfig):
     """TE definition from the view's index maps: (input tensors in argument order, C's
     tensor, workspace tensors in ``workspaces`` order), the GEMM padded to the tile."""
     m, n, k = view.shape
@@ -169,7 +169,7 @@ def _input_name(name: str, dtype: str) -> str:
     return name if dtype == "float16" else f"{name}_{dtype.replace('float', 'fp')}"
 
 
-def workspace_shape(workload, config: Conv2dConfig) -> tuple[int, int, int] | None:
+def workspace_shape(workload, config: TcGemmConfig) -> tuple[int, int, int] | None:
     """Shape of the fp32 split-K partial sums (None: no split, or the warp-specialized kernel's,
     whose K slices sum in their cluster's shared memory); the first of ``workspaces``.
     ``workload``: a task's workload or its GemmView."""
@@ -179,7 +179,7 @@ def workspace_shape(workload, config: Conv2dConfig) -> tuple[int, int, int] | No
     return (config.split_k, _round_up(view.m, config.block_m), _round_up(view.n, config.block_n))
 
 
-def workspaces(workload, config: Conv2dConfig) -> list[tuple[tuple[int, ...], str]]:
+def workspaces(workload, config: TcGemmConfig) -> list[tuple[tuple[int, ...], str]]:
     """(shape, dtype) of each buffer the kernel takes after its output, in order: the fp32
     split-K partial sums (split_k > 1), then for fp32 input the fp16 copies of the A and B
     tensors (conv2d: data and weight) that the cast kernel writes and the GEMM kernel reads.
@@ -194,7 +194,7 @@ def workspaces(workload, config: Conv2dConfig) -> list[tuple[tuple[int, ...], st
     return out
 
 
-def _cooperative_copy(sch, block, config: Conv2dConfig, vec: int):
+def _cooperative_copy(sch, block, config: TcGemmConfig, vec: int):
     """All threads of the block copy a 2-D tile, ``vec`` contiguous elements each."""
     loops = sch.get_loops(block)
     fused = sch.fuse(*loops[-2:])
@@ -220,12 +220,12 @@ def _schedule_split_k_sum(sch, out_block) -> None:
     sch.set_scope(total, 0, "local")
 
 
-def schedule_conv2d(workload: Conv2dWorkload, config: Conv2dConfig) -> tvm.IRModule:
+def schedule_conv2d(workload: Conv2dWorkload, config: TcGemmConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one (workload, config)."""
     return schedule_gemm(conv2d_view(workload), config)
 
 
-def schedule_gemm(view: GemmView, config: Conv2dConfig) -> tvm.IRModule:
+def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
     the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload.
     A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``)."""
@@ -304,7 +304,7 @@ def _schedule_input_cast(sch, view: GemmView) -> None:
         sch.bind(tx, "threadIdx.x")
 
 
-def _tile_block(sch, loops, config: Conv2dConfig, tile_mnk):
+def _tile_block(sch, loops, config: TcGemmConfig, tile_mnk):
     """m -> [bx, ty, warp_row_tiles, tm], n -> [by, tz, warp_col_tiles, tn], k -> [ko, chunk, tk]
     (tile loops outermost to innermost), bound to blocks and warps."""
     i, j, kk = loops
@@ -331,7 +331,7 @@ def _stage_output(sch, gemm, by, tz, acc_scope: str, inline_out: str | None):
     return c_frag, c_shared
 
 
-def _stage_operands(sch, gemm, by, tz, ko, ki, config: Conv2dConfig, frag_scopes, inline_out: str | None):
+def _stage_operands(sch, gemm, by, tz, ko, ki, config: TcGemmConfig, frag_scopes, inline_out: str | None):
     """Accumulators -> shared C tile (per block) -> global; global -> shared A/B tiles (per
     ko) -> fragments (per chunk step, unless ``frag_scopes`` has None for A and B: wgmma
     reads shared memory itself); cooperative vector copies.  Returns the blocks:
@@ -365,7 +365,7 @@ def _fragment_tiles(sch, block, rows: int, cols: int):
     return r_i
 
 
-def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
+def _align_c_tile(sch, store_name: str, config: TcGemmConfig) -> None:
     if config.offset_c:
         # After tensorize: the tensorized store block is the C tile's writer now.
         sch.storage_align(sch.get_sblock(store_name + "_o"), 0, axis=-2,
@@ -373,7 +373,7 @@ def _align_c_tile(sch, store_name: str, config: Conv2dConfig) -> None:
 
 
 @schedules("wmma")
-def _schedule_wmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None, b_layout: str):
+def _schedule_wmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
     """WMMA fragments on padded shared tiles (a col_major B: [n][k] rows, padded along K,
     loaded as col_major matrix_b fragments); returns the (ko, ki) loops."""
     wm, wn, wk = config.wmma_mnk
@@ -427,7 +427,7 @@ def _fragment_layout_map(ndim: int, transposed: bool = False):
 
 
 @schedules("mma")
-def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None, b_layout: str):
+def _schedule_mma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
     """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
     chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
     and the ldmatrix reads of 8 rows both hit 8 distinct bank groups; a col_major B's rows
@@ -467,7 +467,7 @@ def _schedule_mma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None
 
 
 @schedules("wgmma")
-def _schedule_wgmma(sch, gemm, loops, config: Conv2dConfig, inline_out: str | None, b_layout: str):
+def _schedule_wgmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
     """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
     columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
@@ -533,7 +533,7 @@ def _copies_for_groups_in_flight(sch, ko, copies) -> None:
     sch.merge(*tops)
 
 
-def _drain_after(sch, ko, config: Conv2dConfig) -> tvm.IRModule:
+def _drain_after(sch, ko, config: TcGemmConfig) -> tvm.IRModule:
     """The module with a block calling ``wgmma_drain`` right after the ko loop (so after the
     pipeline's last steps, which TVM unrolls after it) and before the barrier that precedes
     the accumulator store: no group still reads the A and B tiles when the C tile overwrites
@@ -572,18 +572,18 @@ PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
 @tasks.templates(tasks.CONV2D.name)
-def lower_conv2d(workload: Conv2dWorkload, config: Conv2dConfig, target):
+def lower_conv2d(workload: Conv2dWorkload, config: TcGemmConfig, target):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
     return lower_gemm(conv2d_view(workload), config, target)
 
 
 @tasks.templates(tasks.DENSE.name)
-def lower_dense(workload: DenseWorkload, config: Conv2dConfig, target):
+def lower_dense(workload: DenseWorkload, config: TcGemmConfig, target):
     """``lower_conv2d`` of a dense workload: the same template on its view."""
     return lower_gemm(dense_view(workload), config, target)
 
 
-def lower_gemm(view: GemmView, config: Conv2dConfig, target):
+def lower_gemm(view: GemmView, config: TcGemmConfig, target):
     """``lower_conv2d`` of any task's GEMM view: a task's template is this on its view."""
     mod = schedule_gemm(view, config)
     with tvm.transform.PassContext(opt_level=3, config=PASS_CONFIG):

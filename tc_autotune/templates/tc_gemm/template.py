@@ -12,7 +12,7 @@ from ...core.template import Template
 from . import validity
 from .features import FEATURE_NAMES, block_tiles, features_of
 from .intrinsic_paths import PATHS
-from .knobs import KNOB_DEFAULTS, KNOBS, WMMA_SHAPES, Conv2dConfig
+from .knobs import KNOB_DEFAULTS, KNOBS, WMMA_SHAPES, TcGemmConfig
 from .prior import prior_of, prior_score
 from .rules import MAX_ACCUMULATOR_FRAGMENTS, derive_rows
 from .validity import INTRINSIC_REQUIRES
@@ -28,7 +28,7 @@ TC_GEMM = Template(
     name="tc_gemm",
     knobs=KNOBS,
     knob_defaults=KNOB_DEFAULTS,
-    config_type=Conv2dConfig,
+    config_type=TcGemmConfig,
     problem=validity.problem,
     valid_mask=validity.valid_mask,
     why_invalid=validity.why_invalid,

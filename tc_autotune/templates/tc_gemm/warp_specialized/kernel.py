@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass
 
 from ..gemm import COL_MAJOR, GemmView
-from ..knobs import PRODUCER_THREADS, WS_CONSUMER_REGS, WS_PRODUCER_REGS, Conv2dConfig
+from ..knobs import PRODUCER_THREADS, WS_CONSUMER_REGS, WS_PRODUCER_REGS, TcGemmConfig
 from . import epilogue, mainloop, pipeline, tile_scheduler
 from .boxes import Im2colBox, TmaBox
 from .layout import BlockLayout, block_layout
@@ -35,7 +35,7 @@ class KernelPlan:
     c_box: TmaBox | None = None  # tma_store: C's tensor map and box (``c_store_box``)
 
 
-def smem_bytes(config: Conv2dConfig) -> int:
+def smem_bytes(config: TcGemmConfig) -> int:
     """Dynamic shared memory of a warp-specialized kernel (``knobs.warp_specialized_smem``: the
     stages' A and B tiles, a full and an empty mbarrier per stage, 1024 bytes of alignment slack:
     the swizzle pattern repeats every 8 rows, so the tiles start 1024-aligned; tma_store's staging
@@ -44,7 +44,7 @@ def smem_bytes(config: Conv2dConfig) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def plan(view: GemmView, config: Conv2dConfig, num_sms: int = PERSISTENT_BLOCKS) -> KernelPlan:
+def plan(view: GemmView, config: TcGemmConfig, num_sms: int = PERSISTENT_BLOCKS) -> KernelPlan:
     """The kernel of one GEMM view and warp-specialized config.  ``num_sms``: the GPU's SMs, the
     most blocks a persistent kernel (``warp_specialized=2``) launches; the source does not depend on it."""
     lay = block_layout(view, config)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from ....backends.cuda import tensormap
 from ....workloads.epilogue import input_specs as epilogue_input_specs
 from ..gemm import GemmView
-from ..knobs import Conv2dConfig
+from ..knobs import TcGemmConfig
 from .boxes import Im2colBox
 from .kernel import plan
 from .tile_scheduler import PERSISTENT_BLOCKS
 
 
-def kernel_module(view: GemmView, config: Conv2dConfig, num_sms: int = PERSISTENT_BLOCKS):
+def kernel_module(view: GemmView, config: TcGemmConfig, num_sms: int = PERSISTENT_BLOCKS):
     """The IRModule TVM compiles: a PrimFunc of the task's (A, B, epilogue inputs, C) tensors
     whose kernel is one call of the generated device function, with the launch and shared memory above.
     Each TMA operand's tensor map is encoded by the host code on every call (from the
