@@ -193,7 +193,7 @@ def test_mma_intrinsic_is_refused_where_it_cannot_work():
 
 
 def test_mma_fragment_layout_is_the_m16n8k16_register_layout():
-    from tc_autotune.templates.tc_gemm.intrinsics import mma_fragment_layout
+    from tc_autotune.templates.tc_gemm.mma_sync import mma_fragment_layout
 
     places = {mma_fragment_layout(i, j): (i, j) for i in range(16) for j in range(16)}
     assert len(places) == 256 and {lane for lane, _ in places} == set(range(32))

@@ -191,7 +191,8 @@ def test_gelu_is_the_tanh_approximation_of_the_exact_one():
 def test_the_kernel_takes_the_signature_then_its_workspaces():
     pytest.importorskip("tvm")
     from tc_autotune.templates.tc_gemm.gemm import view_of
-    from tc_autotune.templates.tc_gemm.schedule import schedule_gemm, workspaces
+    from tc_autotune.templates.tc_gemm.schedule import schedule_gemm
+    from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
     for spec in (CONV, DENSE):
         wl = _workload(spec, "scale_bias_residual_relu")
@@ -213,7 +214,8 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
     from tc_autotune.templates.tc_gemm.gemm import view_of
     from tc_autotune.workloads.reference import relative_l2_error
     from tc_autotune.core.space import TcGemmConfig
-    from tc_autotune.templates.tc_gemm.schedule import gemm_compute, workspaces
+    from tc_autotune.templates.tc_gemm.compute import gemm_compute
+    from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
     wl = replace(workloads.get(base), epilogue=name)
     config = TcGemmConfig(**{**BASE, "block_row_warps": 1, "block_col_warps": 1, "split_k": split_k})

@@ -146,7 +146,7 @@ def test_split_k_runs_the_slices_as_a_cluster_that_sums_in_distributed_shared_me
     assert kp.grid == (4, 32) and kp.cluster == 4  # one M tile's 4 slices, 32 N tiles
     assert "SLICE = 16" in kp.source and "kt_begin = split_rank * SLICE" in kp.source
     assert kp.source.count("cluster_sync();") == 2 and "mapa.shared::cluster" in kp.source
-    from tc_autotune.templates.tc_gemm.schedule import workspaces
+    from tc_autotune.templates.tc_gemm.workspaces import workspaces
     assert workspaces(wl, config) == []  # no split-K workspace: the cluster sums in shared memory
     report = _ptxas_report(build(wl, config, target="sm_90").cuda_source)
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report

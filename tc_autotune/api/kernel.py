@@ -19,7 +19,8 @@ from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, gpu_for_arch, 
 from ..templates.tc_gemm.intrinsic_paths import get as intrinsic_path
 from ..workloads.dense import DenseWorkload
 from ..core.space import TcGemmConfig
-from ..templates.tc_gemm.schedule import workspace_shape, workspaces
+from ..templates.tc_gemm import schedule  # noqa: F401 (registers the template's lowering of each task)
+from ..templates.tc_gemm.workspaces import workspace_shape, workspaces
 from ..workloads.conv2d import Conv2dWorkload, get
 
 log = logging.getLogger(__name__)

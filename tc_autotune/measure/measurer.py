@@ -47,7 +47,7 @@ from .rpc_runner import RpcRunner
 from .runner import START_TIMEOUT, LocalRunner, checker_path
 from .runner_protocol import MeasureOptions
 from ..core.space import TcGemmConfig
-from ..templates.tc_gemm.schedule import workspaces
+from ..templates.tc_gemm.workspaces import workspaces
 from ..workloads.conv2d import get as get_workload
 
 __all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner", "RpcRunner",

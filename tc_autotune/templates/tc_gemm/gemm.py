@@ -39,6 +39,12 @@ ROW_MAJOR = "row_major"
 COL_MAJOR = "col_major"
 
 
+def b_tag(b_layout: str) -> str:
+    """The suffix of the names of code made for a B tile stored in ``b_layout`` (the intrinsics'
+    and wgmma's device functions): none for row_major, the layout every name had before."""
+    return "" if b_layout == ROW_MAJOR else "_bcol"
+
+
 @dataclass(frozen=True)
 class RowMajor:
     """A tensor seen as a row-major matrix: its dims before the last are flattened into rows

@@ -22,7 +22,7 @@ the roles are split and meet only on mbarriers:
 - each consumer warpgroup (``mainloop``; ``block_col_warps`` of them, ``warp_col_tiles * 16`` columns each,
   ``warp_row_tiles`` 64-row slabs; with ``consumers_along_m`` half the slabs and all
   ``block_n`` columns, one m64n256 for a 128 x 256 block) waits on *full*, issues the package's own wgmma calls
-  (``intrinsics._wgmma_source``: same shared layouts, descriptors and accumulators as the
+  (``wgmma_source``: same shared layouts, descriptors and accumulators as the
   ``wgmma`` path) and arrives on *empty*; with ``wgmma_in_flight`` a step's group runs on
   while the next step is waited for, and the stage of step kt - 1 is released after step kt
   is issued;

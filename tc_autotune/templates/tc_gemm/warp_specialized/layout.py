@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..gemm import COL_MAJOR, GemmView, RowMajor, RowTile, SpatialTile, box_tile
-from ..intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M
+from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
 from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
 

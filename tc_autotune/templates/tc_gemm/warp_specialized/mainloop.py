@@ -1,12 +1,12 @@
 """The consumers' main loop: for each k-step, wait until the stage is full, issue the package's own
-wgmma calls on it (``intrinsics._wgmma_source``: the ``wgmma`` path's shared layouts, descriptors
+wgmma calls on it (``wgmma_source``: the ``wgmma`` path's shared layouts, descriptors
 and accumulators) and release it.  With ``wgmma_in_flight`` a step's wgmma group runs on while the
 next step is waited for, so the stage of step kt - 1 is released after step kt is issued and the
 accumulators are read only after a drain."""
 
 from __future__ import annotations
 
-from ..intrinsics import WGMMA_ATOM, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
+from ..wgmma_source import WGMMA_ATOM, WGMMA_M, wgmma_drain_source, wgmma_name, wgmma_source
 from . import pipeline
 from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout
 
@@ -18,7 +18,7 @@ def device_functions(lay: BlockLayout) -> str:
     drain = _drain_source(lay)[1] if lay.in_flight else ""
     return f"""
 #include <mma.h>
-{_wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight)}
+{wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight)}
 {drain}
 """
 
@@ -76,7 +76,7 @@ def _issue(lay: BlockLayout, step: str, indent: str) -> str:
     """The step's calls, one per slab, then the release of the stage its wgmmas no longer read:
     with groups in flight, the previous step's (its groups are done once this step's calls return)."""
     i = indent
-    call = _wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight)
+    call = wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight)
     if lay.in_flight:
         release = f"if (kt > 0) {pipeline.release(lay, f'({step} - 1) % STAGES')}  // step kt - 1's groups are done"
     else:
