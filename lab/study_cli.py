@@ -17,7 +17,7 @@ import logging
 import sys
 
 from tc_autotune.cli import common as cli  # no TVM import
-from tc_autotune.search.tuner import XGB_VARIANTS  # no TVM import either
+from tc_autotune.search.xgb_tuner import XGB_VARIANTS  # no TVM import either
 
 PROG = "run_study.py"
 EXIT_INCOMPLETE = 7

@@ -25,7 +25,7 @@ _EXPORTS = {
     "dense": "api.functional",
     "load_best": "database.records",
     "pick_best": "database.records",
-    "XGBTuner": "search.tuner",
+    "XGBTuner": "search.xgb_tuner",
     "RandomTuner": "search.tuner",
     "GridTuner": "search.tuner",
     "optimize": "pytorch",  # these two import torch

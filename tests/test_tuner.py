@@ -23,7 +23,9 @@ from tc_autotune.search.cost_model import (TransferCostModel, XGBCostModel, conf
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.core.space import ConfigSpace, TcGemmConfig, conv2d_space
-from tc_autotune.search.tuner import GridTuner, RandomTuner, XGBTuner, progress_logger
+from tc_autotune.search.progress import progress_logger
+from tc_autotune.search.tuner import GridTuner, RandomTuner
+from tc_autotune.search.xgb_tuner import XGBTuner
 
 GPU = gpu_for_arch("sm_90")
 TUNERS = (RandomTuner, GridTuner, XGBTuner)
@@ -121,6 +123,15 @@ def small_space() -> ConfigSpace:
              "offset_a": (8,), "offset_b": (8,), "offset_c": (4,), "vec_a": (8,), "vec_b": (8,),
              "vec_c": (4,)}
     return ConfigSpace(workloads.get("rfc-3x3-b32"), GPU, knobs)
+
+
+def patch_valid_mask(monkeypatch, fake) -> None:
+    """``fake`` as the pre-filter of every search module that calls it (the tuners' draws and
+    scans, XGBTuner's annealing starts, the annealing walk)."""
+    from tc_autotune.search import anneal, tuner, xgb_tuner
+
+    for module in (tuner, xgb_tuner, anneal):
+        monkeypatch.setattr(module, "valid_mask", fake)
 
 
 # ---- cost model --------------------------------------------------------------------
@@ -433,7 +444,7 @@ def test_transfer_runs_hedge_with_the_prior_until_their_own_results_arrive(monke
 
 
 def test_tuner_names_build_their_variants():
-    from tc_autotune.search.tuner import XGB_VARIANTS, make_tuner
+    from tc_autotune.search.xgb_tuner import XGB_VARIANTS, make_tuner
     space = space_of("tutorial")
     made = {name: make_tuner(name, space, seed=0) for name in XGB_VARIANTS}
     assert made["xgb"].transfer == "residual" and made["xgb"].model.half_life == 64
@@ -468,7 +479,7 @@ def test_annealing_one_batch_costs_steps_times_chains_not_the_space(monkeypatch)
         raise AssertionError("full-space scan")
 
     monkeypatch.setattr(tuner.model, "predict", counting_predict)
-    monkeypatch.setattr(tuner_module, "valid_mask", counting_mask)
+    patch_valid_mask(monkeypatch, counting_mask)
     monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", no_scan)
     batch = tuner.next_batch(16)
     assert len(batch) == 16 and all(space.is_valid(c) for c in batch)
@@ -592,8 +603,11 @@ def test_draws_that_come_up_short_scan_a_small_space_but_never_a_large_one(monke
         scans.append(len(self.space))
         return small_valid if self.space is small else np.arange(len(self.space) // 2, dtype=np.int64)
 
-    monkeypatch.setattr(tuner_module, "valid_mask", lambda space, pos: np.zeros(len(pos), dtype=bool))
-    monkeypatch.setattr(tuner_module, "_DRAW_ROUNDS", 2)
+    patch_valid_mask(monkeypatch, lambda space, pos: np.zeros(len(pos), dtype=bool))
+    from tc_autotune.search import xgb_tuner
+
+    for module in (tuner_module, xgb_tuner):  # XGBTuner's starts draw as many rounds as the tuners' picks
+        monkeypatch.setattr(module, "_DRAW_ROUNDS", 2)
     monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", listed)
 
     def pick(space):
@@ -679,7 +693,7 @@ def test_tuning_32_trials_with_a_fake_runner_does_bounded_work(tuner_cls, name, 
     def no_scan(self):
         raise AssertionError("full-space scan")
 
-    monkeypatch.setattr(tuner_module, "valid_mask", counting_mask)
+    patch_valid_mask(monkeypatch, counting_mask)
     monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", no_scan)
     measure = SyntheticMeasure(space)
     best = tuner_cls(space, seed=0).tune(32, measure, callbacks=[lambda t, c, r: batches.append(len(c))])

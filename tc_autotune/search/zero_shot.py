@@ -49,7 +49,7 @@ from ..database.records import TEMPLATE_VERSION, shipped_log_files, shipped_logs
 from ..core.space import ConfigSpace, TcGemmConfig, conv2d_space
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
-from .tuner import anneal_walk
+from .anneal import anneal_walk
 from ..workloads.conv2d import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,8 @@ from ..core.results import TIME_EVALUATOR
 from ..measure.rpc_runner import RpcRunner, free_servers
 from ..core.space import TcGemmConfig
 from ..templates.tc_gemm.warp_specialized import starting_configs
-from ..search.tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
+from ..search.progress import progress_logger
+from ..search.xgb_tuner import TUNERS, make_tuner  # noqa: F401 (TUNERS: autotune's API)
 from ..workloads.dense import DenseWorkload
 from ..workloads.conv2d import Conv2dWorkload
 

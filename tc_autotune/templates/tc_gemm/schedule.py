@@ -145,3 +145,5 @@ def lower_dense(workload: DenseWorkload, config: TcGemmConfig, target):
 def lower_gemm(view: GemmView, config: TcGemmConfig, target):
     """``lower_conv2d`` of any task's GEMM view: a task's template is this on its view."""
     mod = schedule_gemm(view, config)
+    with tvm.transform.PassContext(opt_level=3, config=PASS_CONFIG):
+        return tvm.compile(mod, target)
