@@ -14,11 +14,13 @@ from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.workloads.dense import DenseWorkload
-from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, ROW_MAJOR, Transposed, dense_view, view_of
+from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, ROW_MAJOR, Transposed
+from tc_autotune.templates.tc_gemm.views import dense_view, view_of
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.workloads.reference import dense_inputs, dense_reference
 from tc_autotune.core.results import MeasureResult
-from tc_autotune.core.space import KNOB_NAMES, dense_space
+from tc_autotune.templates.tc_gemm.knobs import KNOB_NAMES
+from tc_autotune.templates.registry import dense_space
 
 from synthetic import SyntheticMeasurer
 from test_gemm import _matrix
@@ -85,7 +87,7 @@ def test_the_dense_views_maps_compute_numpys_matmul(spec):
     wl = workloads.get(spec)
     view = dense_view(wl)
     assert view.shape == (wl.batch * wl.m, wl.n, wl.k) and view.flops == wl.flops
-    assert view_of(wl) == view == tasks.DENSE.gemm_view(wl)
+    assert view_of(wl) == view == tasks.DENSE.space(wl, SM90).view
     assert [op.shape for op in (view.a, view.b, view.c)] == [wl.a_shape, wl.b_shape, wl.out_shape]
     assert (view.a.run, view.c.run) == (wl.k, wl.n)
     assert view.b.run == (wl.n if wl.b_layout == "kn" else wl.k)

@@ -190,7 +190,7 @@ def test_gelu_is_the_tanh_approximation_of_the_exact_one():
 # ---- the template -------------------------------------------------------------------------
 def test_the_kernel_takes_the_signature_then_its_workspaces():
     pytest.importorskip("tvm")
-    from tc_autotune.templates.tc_gemm.gemm import view_of
+    from tc_autotune.templates.tc_gemm.views import view_of
     from tc_autotune.templates.tc_gemm.schedule import schedule_gemm
     from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
@@ -211,9 +211,9 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
     tvm = pytest.importorskip("tvm")
     from tvm import te
 
-    from tc_autotune.templates.tc_gemm.gemm import view_of
-    from tc_autotune.workloads.reference import relative_l2_error
-    from tc_autotune.core.space import TcGemmConfig
+    from tc_autotune.templates.tc_gemm.views import view_of
+    from tc_autotune.core.results import relative_l2_error
+    from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
     from tc_autotune.templates.tc_gemm.compute import gemm_compute
     from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
@@ -256,7 +256,7 @@ MARKERS = {"wmma": "wmma::mma_sync", "mma": "mma.sync.aligned.m16n8k16", "wgmma"
 
 
 def _config(wl, variant: str, split_path: str):
-    from tc_autotune.core.space import TcGemmConfig
+    from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 
     if variant == "split-k":
         config = TcGemmConfig(**{**BASE, **VARIANTS[split_path], "split_k": 2})

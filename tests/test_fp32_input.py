@@ -229,7 +229,8 @@ def gpu_configs(wl):
 def test_gpu_fp32_input_matches_the_reference(spec):
     import tvm
 
-    from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
+    from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+    from tc_autotune.core.results import relative_l2_error
 
     wl = workloads.get(spec)
     dev = tvm.cuda(0)

@@ -4,7 +4,8 @@ import pytest
 
 from tc_autotune.templates.tc_gemm import generator
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.core.space import KNOBS, WMMA_SHAPES, conv2d_space
+from tc_autotune.templates.tc_gemm.knobs import KNOBS, WMMA_SHAPES
+from tc_autotune.templates.registry import conv2d_space
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ from tc_autotune.database import records
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.measure.measurer import MeasureOptions
-from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
+from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+from tc_autotune.core.results import relative_l2_error
 
 pytestmark = pytest.mark.gpu
 

@@ -28,14 +28,15 @@ LAZY = {
 LIGHT = ("workloads.conv2d", "workloads.dense", "workloads.epilogue", "backends.cuda.gpu",
          "templates.tc_gemm.gemm", "database.journal", "core.results", "templates.tc_gemm.knobs",
          "templates.tc_gemm.rules", "templates.tc_gemm.intrinsic_paths", "templates.tc_gemm.prior",
-         "core.space", "search.cost_model", "search.tuner", "database.records", "cli.common",
+         "core.config_space", "search.cost_model", "search.tuner", "database.records", "cli.common",
          "workloads.reference", "backends.cuda.nvcc", "tuning.jobs", "search.zero_shot", "database.apply",
          "core.tasks", "measure.dispatch", "measure.devices", "tuning.duplicates",
          "templates.tc_gemm.probe_cover", "templates.tc_gemm.cover_probes", "measure.runner_protocol",
          "search.tree_ranker", "search.zero_shot_train", "search.zero_shot_eval", "core.template",
          "templates.tc_gemm.template", "templates.tc_gemm.validity", "templates.tc_gemm.features",
          "search.xgb_tuner", "search.anneal", "search.progress", "templates.tc_gemm.wgmma_source",
-         "templates.tc_gemm.workspaces", "templates.tc_gemm.ws_probes")
+         "templates.tc_gemm.workspaces", "templates.tc_gemm.ws_probes", "templates.tc_gemm.views",
+         "templates.tc_gemm.starting_tilings", "templates.registry")
 
 # What a kernel build runs reads the stored zero-shot model: it never reaches the modules that
 # train it, and the modules that pick and rank import no xgboost, not even inside a function.

@@ -308,7 +308,7 @@ def test_a_best_that_loses_to_the_default_is_a_failure(tmp_path):
     assert [r.status for r in report.failed] == ["slower than default"] and len(calls) == 2
     assert report.rows[0].default_ratio == pytest.approx(0.5)
     # the re-timings are records: the best log now holds the default, which won
-    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.templates.registry import conv2d_space
 
     best_log = job.best_log_dir / "synthetic-gpu.jsonl"
     config, seconds = records.load_best(best_log, workloads.get("rfc-3x3-b1"))

@@ -10,7 +10,8 @@ from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.knobs import KNOBS, TcGemmConfig
 from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
-from tc_autotune.core.space import ConfigSpace, positions_from_configs, positions_from_indices, valid_mask
+from tc_autotune.templates.registry import ConfigSpace
+from tc_autotune.core.config_space import positions_from_configs, positions_from_indices, valid_mask
 
 SPACE = ConfigSpace(workloads.get("tutorial"), gpu_for_arch("sm_90"))
 

@@ -7,7 +7,7 @@ import pytest
 from tc_autotune.database import records
 from lab import study
 from tc_autotune.backends.cuda.gpu import GpuInfo
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.workloads.conv2d import Conv2dWorkload
 
 from synthetic import SyntheticMeasurer

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.core.space import ConfigSpace, positions_from_indices, valid_mask
+from tc_autotune.core.config_space import ConfigSpace, positions_from_indices, valid_mask
 from tc_autotune.core.template import Template
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.search.tuner import RandomTuner

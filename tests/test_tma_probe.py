@@ -66,7 +66,7 @@ def test_tvm_passes_a_host_encoded_tensor_map_to_the_packages_wgmma_kernel():
 
     from tc_autotune.backends.cuda import nvcc as cuda
     from tc_autotune.templates.tc_gemm.generator import DENSE_IN_FLIGHT_PROBES, probe_kernels
-    from tc_autotune.templates.tc_gemm.gemm import dense_view
+    from tc_autotune.templates.tc_gemm.views import dense_view
     from tc_autotune.templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm
 
     workload, config = next((w, c) for w, c in probe_kernels(DENSE_IN_FLIGHT_PROBES) if w.b_layout == "nk")

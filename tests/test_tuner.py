@@ -22,7 +22,8 @@ from tc_autotune.search.cost_model import (TransferCostModel, XGBCostModel, conf
     normalise_per_group, positions_from_indices, valid_mask)
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
-from tc_autotune.core.space import ConfigSpace, TcGemmConfig, conv2d_space
+from tc_autotune.templates.registry import ConfigSpace, conv2d_space
+from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 from tc_autotune.search.progress import progress_logger
 from tc_autotune.search.tuner import GridTuner, RandomTuner
 from tc_autotune.search.xgb_tuner import XGBTuner
@@ -176,7 +177,7 @@ def test_vectorised_validity_agrees_with_the_space(name):
 def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
     """Near the mma and wgmma paths (16x16x16, unpadded; the warpgroup, chunk and fragment
     knobs left free), where uniform samples of the whole space rarely land."""
-    from tc_autotune.core.space import KNOBS
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
@@ -194,7 +195,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     """The warp-specialized kernel's own knobs (consumers along M, B multicast, ping-pong, TMA im2col,
     setmaxnreg, split-K, stages, tilings) free around its required values, where their rules interact."""
-    from tc_autotune.core.space import KNOBS
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
@@ -626,7 +627,7 @@ def test_default_config_is_cheap_and_small_uncached(monkeypatch):
     offset-fixed configs (let alone the space): rows counted, memory traced, no clock."""
     import tracemalloc
 
-    from tc_autotune.core import space as space_module
+    from tc_autotune.core import config_space as space_module
     from tc_autotune.templates.tc_gemm import validity  # the template's default_config lives there
 
     space_module._default_config.cache_clear()

@@ -14,7 +14,8 @@ from tc_autotune.templates.tc_gemm import generator
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.nvcc import find_nvcc
-from tc_autotune.templates.tc_gemm.gemm import box_tile, view_of
+from tc_autotune.templates.tc_gemm.gemm import box_tile
+from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 from tc_autotune.templates.tc_gemm.warp_specialized import _element, plan, smem_bytes, tma_boxes
@@ -195,7 +196,7 @@ def test_untuned_shapes_never_default_to_the_warp_specialized_kernel():
 
 def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import positions_from_configs
+    from tc_autotune.core.config_space import positions_from_configs
 
     for name, boxed in (("rfc-1x1-b32", True), ("rfc-3x3-b32", True), ("resnet50-res3-1x1-256-512-s2-b1", False)):
         wl = workloads.get(name)
@@ -477,7 +478,7 @@ def test_rules_of_tma_im2col():
 
 def test_the_prior_counts_an_im2col_a_as_boxed():
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import positions_from_configs
+    from tc_autotune.core.config_space import positions_from_configs
 
     wl = workloads.get("resnet50-res3-1x1-256-512-s2-b1")  # gathered without im2col (28-pixel rows: row boxes)
     space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
@@ -638,7 +639,7 @@ def test_random_draws_keep_tma_store_setmaxnreg_and_an_im2col_that_cannot_apply_
     from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     def space(name, **knobs):
-        from tc_autotune.core.space import ConfigSpace
+        from tc_autotune.templates.registry import ConfigSpace
 
         return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
 
@@ -693,7 +694,7 @@ def test_tma_store_kernels_compile_without_spills_and_encode_cs_map(name, knobs)
 
 def test_the_prior_weighs_tma_stores_more_for_fp16_output():
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import positions_from_configs
+    from tc_autotune.core.config_space import positions_from_configs
 
     gains = {}
     for dtype in ("float32", "float16"):
@@ -708,7 +709,7 @@ def test_validity_and_the_prior_take_zero_rows():
     """A conv whose A comes in TMA boxes asks per block_m; with no rows that is an empty answer
     (the per-block_m lookup once raised on an empty column in the tma_store rule)."""
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import valid_mask
+    from tc_autotune.core.config_space import valid_mask
 
     wl = workloads.get("rfc-3x3-b32")
     space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))

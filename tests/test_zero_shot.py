@@ -25,7 +25,7 @@ from tc_autotune.search.cost_model import XGBCostModel
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.tuning.nightly import load_job
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.workloads.conv2d import Conv2dWorkload, get
 
 REPO = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ from tc_autotune.database.apply import packaged_logs_dir
 from tc_autotune.cli import records as records_command
 from tc_autotune.search.cost_model import features_from_positions
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.search.tree_ranker import TreeEnsemble
 from tc_autotune.workloads.conv2d import get
 

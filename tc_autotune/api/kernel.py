@@ -16,11 +16,9 @@ from ..backends.cuda import nvcc, tensormap
 from ..core import tasks
 from ..database.apply import best_or_default_config
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, gpu_for_arch, probe_local_gpu
-from ..templates.tc_gemm.intrinsic_paths import get as intrinsic_path
 from ..workloads.dense import DenseWorkload
-from ..core.space import TcGemmConfig
-from ..templates.tc_gemm import schedule  # noqa: F401 (registers the template's lowering of each task)
-from ..templates.tc_gemm.workspaces import workspace_shape, workspaces
+# The default template's TVM side: importing its schedule registers its lowering of each task.
+from ..templates.tc_gemm import schedule  # noqa: F401
 from ..workloads.conv2d import Conv2dWorkload, get
 
 log = logging.getLogger(__name__)
@@ -33,7 +31,7 @@ class Kernel:
     (scale, bias, residual: ``tasks.Task.signature``)."""
 
     workload: Conv2dWorkload | DenseWorkload
-    config: TcGemmConfig
+    config: object  # a config of the task's template (``template.config_type``)
     target: tvm.target.Target
     executable: object  # tvm.runtime.Executable, or the runtime Module loaded from the build cache
     cubin: bytes
@@ -49,14 +47,15 @@ class Kernel:
 
     @property
     def workspace_shape(self) -> tuple[int, int, int] | None:
-        """fp32 split-K partial sums (the first workspace), None without split-K."""
-        return workspace_shape(self.workload, self.config)
+        """fp32 split-K partial sums (the first workspace, the only fp32 one), None without split-K."""
+        return next((shape for shape, dtype in self.workspaces if dtype == "float32"), None)
 
     @property
     def workspaces(self) -> list[tuple[tuple[int, ...], str]]:
-        """(shape, dtype) of each buffer the kernel takes after ``out``: split-K partial sums,
-        fp16 copies of fp32 data and weight.  Allocated on first use, reused by every call."""
-        return workspaces(self.workload, self.config)
+        """(shape, dtype) of each buffer the kernel takes after ``out`` (its template's: split-K
+        partial sums, fp16 copies of fp32 data and weight).  Allocated on first use, reused by
+        every call."""
+        return tasks.of(self.workload).template.workspaces(self.workload, self.config)
 
     def _extra_args(self, dev) -> tuple:
         specs = self.workspaces
@@ -209,15 +208,17 @@ def _from_dlpack(value, name):
 Conv2dKernel = DenseKernel = Kernel
 
 
-def resolve_config(workload, config, gpu: GpuInfo) -> TcGemmConfig:
-    """A TcGemmConfig from a config, a knob dict or a space index; ValueError if invalid."""
+def resolve_config(workload, config, gpu: GpuInfo):
+    """A config of the task's template from a config, a knob dict or a space index; ValueError
+    if invalid."""
     space = tasks.of(workload).space(workload, gpu)
     if isinstance(config, int):
         config = space.get(config)
     elif isinstance(config, dict):
         config = space.from_entity(config) if "entity" in config else space.from_dict(config)
-    elif not isinstance(config, TcGemmConfig):
-        raise ValueError(f"config must be a TcGemmConfig, a dict or an index, got {type(config).__name__}")
+    elif not isinstance(config, space.template.config_type):
+        raise ValueError(f"config must be a {space.template.config_type.__name__}, a dict or an index, "
+                         f"got {type(config).__name__}")
     space.index(config)  # raises for values outside the space
     reason = space.why_invalid(config)
     if reason:
@@ -268,12 +269,13 @@ def build(workload, config=None, target=None) -> Kernel:
     return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
 
 
-def build_arch(config: TcGemmConfig, gpu: GpuInfo) -> str:
-    """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
-    return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
+def build_arch(workload, config, gpu: GpuInfo) -> str:
+    """The arch the kernel is compiled for, as its template says (tc_gemm: wgmma needs the
+    arch-specific sm_90a)."""
+    return tasks.of(workload).template.build_arch(config, gpu.arch)
 
 
-def compile_kernel(workload, config: TcGemmConfig, gpu: GpuInfo,
+def compile_kernel(workload, config, gpu: GpuInfo,
                    nvcc_timeout: float | None = None) -> Kernel:
     """Lower a resolved config and compile its cubin (into the disk cache).
 
@@ -282,10 +284,10 @@ def compile_kernel(workload, config: TcGemmConfig, gpu: GpuInfo,
     must not depend on what the process happened to build or run before: NVRTC's ptxas makes
     other code than nvcc's, so one config would time differently by the process's history.
     """
-    target = tvm.target.Target({"kind": "cuda", "arch": build_arch(config, gpu)})
+    arch = build_arch(workload, config, gpu)
+    target = tvm.target.Target({"kind": "cuda", "arch": arch})
     nvcc.install_compile_callback()
     with target:  # the callback compiles for this target's arch
         executable = tasks.of(workload).lower(workload, config, target)
-    cubin = nvcc.compile_cubin(executable.mod.imports[0].inspect_source(), build_arch(config, gpu),
-                               nvcc_timeout)
+    cubin = nvcc.compile_cubin(executable.mod.imports[0].inspect_source(), arch, nvcc_timeout)
     return Kernel(workload, config, target, executable, cubin)

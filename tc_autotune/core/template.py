@@ -32,6 +32,14 @@ def _no_starts(space) -> list:
     return []
 
 
+def _no_workspaces(workload, config) -> list:
+    return []
+
+
+def _same_arch(config, arch: str) -> str:
+    return arch
+
+
 @dataclass(frozen=True, eq=False)
 class Template:
     """One kernel template.  Functions named ``*(space, pos)`` take knob-position rows."""
@@ -60,6 +68,10 @@ class Template:
     # a sliver of the space; the search reaches them by moves and starting configs).
     draw_pinned: Callable = _no_pins
     starting_configs: Callable = _no_starts  # (space) -> configs worth measuring first
+    # (workload, config) -> [(shape, dtype)]: buffers a kernel takes after its output, which its
+    # caller allocates once; (config, arch) -> the arch a kernel is compiled for ("sm_90a").
+    workspaces: Callable = _no_workspaces
+    build_arch: Callable = _same_arch
     # {task name: version}: records of another version are stale (bump when code changes).
     versions: Mapping[str, int] = field(default_factory=dict)
 

@@ -24,7 +24,6 @@ from . import records
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
 from .records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
-from ..core.space import TcGemmConfig
 from ..workloads.dense import DenseWorkload
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload
@@ -111,7 +110,7 @@ def _indexes(logs) -> list[dict]:
     return [_log_index(str(file), stat.st_mtime_ns, stat.st_size) for file, stat in records.stat_log_files(logs)]
 
 
-def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[TcGemmConfig, float, str] | None:
+def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first
     (``logs``: (path, include stale) pairs, default ``active_logs()``)."""
     space = tasks.of(workload).space(workload, gpu)
@@ -129,7 +128,7 @@ def same_gemm(a, b) -> bool:
     return type(a) is type(b) and dataclasses.replace(a, epilogue=b.epilogue, out_dtype=b.out_dtype) == b
 
 
-def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[TcGemmConfig, float, str] | None:
+def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
     """(config, seconds, workload) of the fastest current record of the same GEMM with another
     epilogue or output dtype (``same_gemm``) that is valid for ``workload``, first log set first:
     a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
@@ -152,7 +151,7 @@ class ConfigChoice:
     """The config ``build_conv2d`` uses and where it comes from: a tuning record, a zero-shot
     prediction from the shipped histories, or the default config."""
 
-    config: TcGemmConfig
+    config: object  # a config of the workload's task's template
     source: str  # record; sibling (a record of the same GEMM, another epilogue/output), zero-shot, default
     seconds: float | None = None  # the record's time
     log: str | None = None  # the log set the record came from
@@ -189,7 +188,7 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
     return ConfigChoice(tasks.of(workload).space(workload, gpu).default_config(), "default")
 
 
-def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo) -> TcGemmConfig:
+def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo):
     """The config ``build_conv2d`` uses when given none (``choose_config``'s)."""
     return choose_config(workload, gpu).config
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .. import __version__ as _package_version
+from .._version import __version__ as _package_version
 from . import journal
 from ..backends.cuda import peaks
 from ..core import tasks

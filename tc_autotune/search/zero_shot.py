@@ -43,10 +43,9 @@ import numpy as np
 from .cost_model import features_from_positions, indices_from_positions, positions_from_indices, radices, valid_mask
 from ..backends.cuda.gpu import GpuInfo
 from ..tuning.jobs import load_job
-from ..templates.tc_gemm.features import FEATURE_NAMES  # the stored model is tc_gemm's (conv2d only)
-from ..templates.tc_gemm.knobs import KNOBS
-from ..database.records import TEMPLATE_VERSION, shipped_log_files, shipped_logs_dir
-from ..core.space import ConfigSpace, TcGemmConfig, conv2d_space
+from ..core import tasks
+from ..core.config_space import ConfigSpace
+from ..database.records import shipped_log_files, shipped_logs_dir
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
 from .anneal import anneal_walk
@@ -73,7 +72,9 @@ ANNEAL_CHAINS = 64
 ANNEAL_STEPS = 80
 SEED = 0
 
-_PRIOR_COLUMN = FEATURE_NAMES.index("prior")
+# The stored models rank configs of conv2d's template, as it is bound to the task (the histories'
+# records are conv2d's): its features, knob table and version make a model's signature.
+TASK = tasks.CONV2D
 
 
 # ---- the shapes never trained on ----------------------------------------------------------------
@@ -96,7 +97,8 @@ def excluded_workloads() -> frozenset[Conv2dWorkload]:
 # ---- the model -----------------------------------------------------------------------------------
 def margin(x: np.ndarray) -> np.ndarray:
     """PRIOR_MARGIN x log(analytic prior) of featurised rows: the score the trees start from."""
-    return PRIOR_MARGIN * np.log(np.maximum(x[:, _PRIOR_COLUMN].astype(np.float64), 1e-6))
+    prior = x[:, TASK.template.feature_names.index("prior")]
+    return PRIOR_MARGIN * np.log(np.maximum(prior.astype(np.float64), 1e-6))
 
 
 def _shape_vector(workload: Conv2dWorkload) -> np.ndarray:
@@ -175,8 +177,10 @@ def signature() -> dict:
     """What a stored model must have been made for to rank today's configs: the file layout,
     the template version, the features (names, in order), the knob table (stored best configs
     are indices into it) and the prior margin the scores add."""
-    knobs = hashlib.sha256(json.dumps({k: [str(v) for v in vals] for k, vals in KNOBS.items()}).encode())
-    return {"format": MODEL_FORMAT, "template_version": TEMPLATE_VERSION, "feature_names": list(FEATURE_NAMES),
+    template = TASK.template
+    knobs = hashlib.sha256(json.dumps({k: [str(v) for v in vals] for k, vals in template.knobs.items()}).encode())
+    return {"format": MODEL_FORMAT, "template_version": TASK.template_version,
+            "feature_names": list(template.feature_names),
             "knob_table": knobs.hexdigest()[:16], "prior_margin": PRIOR_MARGIN}
 
 
@@ -337,7 +341,7 @@ def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -
 
 
 # ---- the API -----------------------------------------------------------------------------------
-def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list[TcGemmConfig]:
+def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list:
     """The ``k`` configs predicted fastest for ``workload`` on ``gpu``, best first (the first is
     the pick), each valid on its space; no GPU needed, no training.
 
@@ -360,9 +364,9 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
         model, _ = stored_model(gpu)
     if model is None:
         return []
-    space = conv2d_space(workload, gpu)
+    space = TASK.space(workload, gpu)
     found = candidates(model, space)
-    picks: list[TcGemmConfig] = []
+    picks: list = []
     for i in found.indices.tolist():
         config = space.get(i)
         if space.is_valid(config):
@@ -381,7 +385,7 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     return picks
 
 
-def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None) -> TcGemmConfig | None:
+def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None):
     """The zero-shot pick for ``workload`` on ``gpu`` (``zero_shot_configs``' first), or None."""
     picks = zero_shot_configs(workload, gpu, k=1, model=model)
     return picks[0] if picks else None

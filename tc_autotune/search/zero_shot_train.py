@@ -40,7 +40,7 @@ from ..database import journal, records
 from . import zero_shot
 from .cost_model import XGBCostModel, features_from_positions, normalise_per_group, positions_from_indices
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
-from ..core.space import conv2d_space
+from ..templates.registry import conv2d_space
 from .tree_ranker import TreeEnsemble
 from .tuner import _entity_matches
 from ..workloads.conv2d import Conv2dWorkload, get as get_workload

@@ -30,8 +30,7 @@ from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..database.records import shipped_log_files
 from ..core.results import TIME_EVALUATOR
 from ..measure.rpc_runner import RpcRunner, free_servers
-from ..core.space import TcGemmConfig
-from ..templates.tc_gemm.warp_specialized import starting_configs
+from ..templates.tc_gemm.knobs import TcGemmConfig
 from ..search.progress import progress_logger
 from ..search.xgb_tuner import TUNERS, make_tuner  # noqa: F401 (TUNERS: autotune's API)
 from ..workloads.dense import DenseWorkload
@@ -162,9 +161,9 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[TcGemmCon
     """What the first batch measures before the search picks anything: the config apply
     would pick today (a record, a zero-shot prediction or the default), the best stale
     record's config of this workload on this GPU (its old time no longer counts), the
-    default config and the warp-specialized kernel's starting tilings (Hopper only:
-    ``warp_specialized.starting_configs``).  Without ``zero_shot`` (``--no-transfer``) nothing learnt from other
-    workloads' histories is measured: only a record of this workload stands for apply's pick."""
+    default config and the template's starting configs (``Template.starting_configs``: tc_gemm's
+    warp-specialized tilings, Hopper only).  Without ``zero_shot`` (``--no-transfer``) nothing learnt
+    from other workloads' histories is measured: only a record of this workload stands for apply's pick."""
     if zero_shot:
         picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
     else:
@@ -177,7 +176,7 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[TcGemmCon
         except ValueError:
             pass
     picks.append(space.default_config())
-    return picks + starting_configs(space)
+    return picks + space.template.starting_configs(space)
 
 
 def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_path, tuner: str = "xgb",

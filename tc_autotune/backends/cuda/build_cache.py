@@ -47,7 +47,6 @@ from ...search import zero_shot
 from .nvcc import nvcc_version
 from .gpu import GpuInfo, default_gpu
 from ...api.kernel import Kernel, build_arch, compile_kernel
-from ...core.space import TcGemmConfig
 from ...workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)
@@ -94,7 +93,7 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
                    _file_states([*records.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
 
 
-def module_key(workload, config: TcGemmConfig, arch: str) -> str:
+def module_key(workload, config, arch: str) -> str:
     """The key of the module the template makes of (workload, config) for ``arch``."""
     return _digest("module", FORMAT, tasks.of(workload).name, str(workload), asdict(config), arch,
                    code_fingerprint(), *_toolchain())
@@ -111,12 +110,13 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def cached_choice(key: str) -> apply.ConfigChoice | None:
+def cached_choice(key: str, workload) -> apply.ConfigChoice | None:
     meta = _read_json(cache_dir() / "choices" / f"{key}.json")
     if meta is None or meta.get("format") != FORMAT:
         return None
     try:
-        return apply.ConfigChoice(TcGemmConfig(**meta["config"]), meta["source"], meta.get("seconds"),
+        config = tasks.of(workload).template.config_type(**meta["config"])
+        return apply.ConfigChoice(config, meta["source"], meta.get("seconds"),
                                   meta.get("log"))
     except (KeyError, TypeError) as err:
         log.warning("build cache: ignoring the malformed choice %s: %s", key[:12], err)
@@ -159,7 +159,7 @@ def _load_module(path: str):
     return tvm.runtime.load_module(path)
 
 
-def cached_module(key: str, workload, config: TcGemmConfig, arch: str):
+def cached_module(key: str, workload, config, arch: str):
     """The kernel of a committed entry, or None (a miss, or a library this process cannot load)."""
     folder = cache_dir() / "modules"
     meta = _read_json(folder / f"{key}.json")
@@ -179,7 +179,7 @@ def cached_module(key: str, workload, config: TcGemmConfig, arch: str):
 def choose(workload, gpu: GpuInfo, logs: tuple) -> apply.ConfigChoice:
     """``apply.choose_config`` with the log sets ``logs``, through the choice cache."""
     key = choice_key(workload, gpu, logs)
-    choice = cached_choice(key)
+    choice = cached_choice(key, workload)
     if choice is None:
         choice = apply.choose_config(workload, gpu, warn=False, logs=logs)
         store_choice(key, choice)
@@ -188,7 +188,7 @@ def choose(workload, gpu: GpuInfo, logs: tuple) -> apply.ConfigChoice:
 
 def _lookup(workload, gpu: GpuInfo, logs: tuple, choice: apply.ConfigChoice | None):
     """(module key, cached kernel or None) of ``workload``'s chosen config."""
-    arch = build_arch(choice.config, gpu)
+    arch = build_arch(workload, choice.config, gpu)
     key = module_key(workload, choice.config, arch)
     return key, cached_module(key, workload, choice.config, arch)
 
@@ -222,7 +222,7 @@ PHASES: dict[str, float] = {}  # seconds this process spent in each phase of bui
 
 def cached_kernel(workload, gpu: GpuInfo, logs: tuple):
     """The kernel of ``workload`` if both caches hold it, else None (nothing is built)."""
-    choice = cached_choice(choice_key(workload, gpu, logs))
+    choice = cached_choice(choice_key(workload, gpu, logs), workload)
     return None if choice is None else _lookup(workload, gpu, logs, choice)[1]
 
 

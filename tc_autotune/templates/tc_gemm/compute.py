@@ -20,9 +20,10 @@ import tvm
 from tvm import te
 
 from ...workloads.epilogue import input_specs as epilogue_input_specs
-from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand, conv2d_view
+from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand
 from .knobs import TcGemmConfig
 from .rules import round_up as _round_up
+from .views import conv2d_view
 from ...workloads.conv2d import Conv2dWorkload
 
 

@@ -11,7 +11,7 @@ Forgetting to bump the version is caught by a test: ``fingerprint()`` hashes the
 source (plus build arch and nvcc flags) generated for ``PROBES``, a fixed set of
 (workload, config) pairs covering every intrinsic and knob path, and the test compares
 it with ``FINGERPRINTS[TEMPLATE_VERSION]``.  When the generated code changes on
-purpose: bump the task's ``template_version`` (``tasks.CONV2D``, which records read
+purpose: bump the task's version (``TC_GEMM.versions``, which records read
 without importing TVM), add its fingerprint here (``python -m tc_autotune.templates.tc_gemm.generator``
 prints it), never edit an older entry.  Dense (``tasks.DENSE``) shares the generator but
 has its own version, probes and fingerprints (``DENSE_PROBES``: both weight layouts,
@@ -37,11 +37,13 @@ from ...core import tasks
 from . import ws_probes
 from .cover_probes import COVER_PROBES, COVER_WS_PROBES
 from ...backends.cuda.gpu import gpu_for_arch
-from ...api.kernel import build_arch
-from ...core.space import KNOB_DEFAULTS, TcGemmConfig
+from . import schedule  # noqa: F401 (registers TC_GEMM's lowering of each task: the code hashed here)
+from .knobs import KNOB_DEFAULTS, TcGemmConfig
+from .template import TC_GEMM
 from ...workloads.conv2d import get
 
-TEMPLATE_VERSION = tasks.CONV2D.template_version
+# The versions of TC_GEMM's code for each task (``Template.versions``; records stamp them).
+TEMPLATE_VERSION = TC_GEMM.versions[tasks.CONV2D.name]
 
 # version -> fingerprint of PROBES' generated code (never edit an entry; add one per bump).
 FINGERPRINTS = {
@@ -70,7 +72,7 @@ PROBES: tuple[tuple[str, dict], ...] = (
 )
 PROBE_ARCH = "sm_90"
 
-DENSE_TEMPLATE_VERSION = tasks.DENSE.template_version
+DENSE_TEMPLATE_VERSION = TC_GEMM.versions[tasks.DENSE.name]
 DENSE_FINGERPRINTS = {
     1: "fd5b6b730ab87edfe512b0160ff2df2f58ffaffaee90576a0462d91318d4a1b7",
     # 2: an (N, K) weight is copied along K with vector loads / cp.async and stored [n][k]
@@ -193,9 +195,9 @@ def probe_kernels(probes=PROBES):
 
 def generated_code(workload, config, arch: str = PROBE_ARCH) -> dict:
     """What the generator makes of one config: build arch, nvcc flags and CUDA source."""
-    gpu = gpu_for_arch(arch)
-    build = build_arch(config, gpu)
-    executable = tasks.of(workload).lower(workload, config, tvm.target.Target({"kind": "cuda", "arch": build}))
+    build = TC_GEMM.build_arch(config, gpu_for_arch(arch).arch)
+    target = tvm.target.Target({"kind": "cuda", "arch": build})
+    executable = TC_GEMM.lower(tasks.of(workload).name, workload, config, target)
     return {"workload": str(workload), "config": hashed_config(config), "arch": build,
             "nvcc_flags": list(nvcc.NVCC_FLAGS), "source": executable.mod.imports[0].inspect_source()}
 
@@ -222,9 +224,9 @@ def version_check(found: str | None = None) -> str | None:
         return None
     return (f"the code generated for the probe configs changed (fingerprint {found}, version "
             f"{TEMPLATE_VERSION} is {known!r}): records measured before are stale now, so bump "
-            f"TEMPLATE_VERSION to {TEMPLATE_VERSION + 1} (template_version of tasks.CONV2D in "
-            f"tc_autotune/tasks.py) and add FINGERPRINTS[{TEMPLATE_VERSION + 1}] = {found!r} in "
-            "tc_autotune/generator.py")
+            f"TEMPLATE_VERSION to {TEMPLATE_VERSION + 1} (TC_GEMM's versions, in "
+            f"tc_autotune/templates/tc_gemm/template.py) and add FINGERPRINTS[{TEMPLATE_VERSION + 1}] = "
+            f"{found!r} in tc_autotune/templates/tc_gemm/generator.py")
 
 
 if __name__ == "__main__":

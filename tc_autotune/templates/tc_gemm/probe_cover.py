@@ -24,7 +24,8 @@ import itertools
 from ...backends.cuda.gpu import gpu_for_arch
 from .intrinsic_paths import PATHS
 from .knobs import KNOB_DEFAULTS, KNOB_NAMES, KNOBS
-from ...core.space import ConfigSpace
+from ...core.config_space import ConfigSpace
+from .template import TC_GEMM
 from ...workloads.conv2d import get
 
 # Shapes whose valid configs reach every value: a large and a small GEMM (split-K), a 1x1, and
@@ -71,7 +72,7 @@ def sampled(family: str, n: int | None = None) -> list[tuple[str, object]]:
     out = []
     for table in family_tables(family):
         for name in (COVER_WS_WORKLOADS if family == "ws" else COVER_WORKLOADS):
-            space = ConfigSpace(get(name), gpu, table)
+            space = ConfigSpace(get(name), gpu, table, template=TC_GEMM)
             out += [(name, c) for c in space.sample(n or SAMPLES[family], seed=0)]
     return out
 

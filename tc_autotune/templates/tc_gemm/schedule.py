@@ -19,13 +19,15 @@ import tvm
 from tvm import te
 
 from ...core import tasks
-from . import warp_specialized
 from ...workloads.dense import DenseWorkload
 from .compute import gemm_compute
-from .gemm import GemmView, conv2d_view, dense_view
+from .gemm import GemmView
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import TcGemmConfig
 from .path_schedules import drain_after
+from .template import TC_GEMM
+from .views import conv2d_view, dense_view
+from .warp_specialized.tvm_module import kernel_module
 from ...workloads.conv2d import Conv2dWorkload
 
 
@@ -52,7 +54,7 @@ def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
     the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload.
     A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``)."""
     if config.warp_specialized:
-        return warp_specialized.kernel_module(view, config)
+        return kernel_module(view, config)
     inputs, out, extra = gemm_compute(view, config)
     sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
     gemm = sch.get_sblock("C")
@@ -130,13 +132,13 @@ def _schedule_input_cast(sch, view: GemmView) -> None:
 PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
-@tasks.templates(tasks.CONV2D.name)
+@TC_GEMM.lowers(tasks.CONV2D.name)
 def lower_conv2d(workload: Conv2dWorkload, config: TcGemmConfig, target):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
     return lower_gemm(conv2d_view(workload), config, target)
 
 
-@tasks.templates(tasks.DENSE.name)
+@TC_GEMM.lowers(tasks.DENSE.name)
 def lower_dense(workload: DenseWorkload, config: TcGemmConfig, target):
     """``lower_conv2d`` of a dense workload: the same template on its view."""
     return lower_gemm(dense_view(workload), config, target)

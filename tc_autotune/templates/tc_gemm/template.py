@@ -1,9 +1,11 @@
 """``TC_GEMM``: the Tensor Core implicit-GEMM template as a ``core.template.Template``.
 
 Only wiring: each part is the function that existed before the protocol (knobs, the rule table
-through ``validity``, the prior, ``features``), so the generated code, the config indices and
-the records are unchanged.  Light: no TVM (the lowering functions register themselves from
-``schedule`` through ``Template.lowers``, via ``core.tasks.templates``).
+through ``validity``, the prior, ``features``, the starting tilings, the workspaces, the build
+arch of each intrinsic path), so the generated code, the config indices and the records are
+unchanged.  Light: no TVM (the lowering functions register themselves from ``schedule``
+through ``Template.lowers``).  Which tasks it serves is the package face's choice
+(``core.tasks.use_template``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 from ...core.template import Template
 from . import validity
 from .features import FEATURE_NAMES, block_tiles, features_of
-from .intrinsic_paths import PATHS
-from .knobs import KNOB_DEFAULTS, KNOBS, WMMA_SHAPES, TcGemmConfig
+from .intrinsic_paths import PATHS, build_arch
+from .knobs import KNOB_DEFAULTS, KNOBS, TcGemmConfig
 from .prior import prior_of, prior_score
-from .rules import MAX_ACCUMULATOR_FRAGMENTS, derive_rows
-from .validity import INTRINSIC_REQUIRES
+from .rules import derive_rows
+from .starting_tilings import starting_configs
+from .workspaces import workspaces
 
 
 def features_from_positions(space, pos):
@@ -41,9 +44,10 @@ TC_GEMM = Template(
     # warpgroup, chunk 4, one fragment buffer); off wgmma, wgmma_in_flight and warp_specialized 0
     requires={"intrinsic": {name: path.requires for name, path in PATHS.items()}},
     draw_pinned=validity.draw_pinned,
+    # the warp-specialized kernel's tilings (Hopper), whose good region a short search misses
+    starting_configs=starting_configs,
+    workspaces=workspaces,
+    build_arch=build_arch,
     # records stamp these (generator.FINGERPRINTS, DENSE_FINGERPRINTS keep them honest)
     versions={"conv2d_nhwc_tensorcore.cuda": 1, "dense_tensorcore.cuda": 2},
 )
-
-# Re-exported by core.space for its callers (compatibility, until they import from here).
-__all__ = ["TC_GEMM", "INTRINSIC_REQUIRES", "MAX_ACCUMULATOR_FRAGMENTS", "WMMA_SHAPES"]

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gemm import im2col_window, view_of
+from .gemm import im2col_window
 from .intrinsic_paths import PATHS
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import code
 from .rules import FRAG_BUFFERS, HEAD, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context, derive, derive_rows, values_of_config
+from .views import view_of
 
 # The rules a config of each path must obey, in the order why_invalid reports them.
 _RULES_OF_PATH = {name: HEAD + path.rules + TAIL for name, path in PATHS.items()}

@@ -5,9 +5,9 @@ a kernel object and the measurer allocate."""
 
 from __future__ import annotations
 
-from .gemm import view_of
 from .knobs import TcGemmConfig
 from .rules import round_up as _round_up
+from .views import view_of
 
 
 def workspace_shape(workload, config: TcGemmConfig) -> tuple[int, int, int] | None:

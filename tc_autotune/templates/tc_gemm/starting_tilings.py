@@ -1,8 +1,10 @@
-"""The warp-specialized kernel's starting tilings: the configs a tune on Hopper measures first."""
+"""The warp-specialized kernel's starting tilings: the configs a tune on Hopper measures first
+(``Template.starting_configs``).  Search data, not code generation: no TVM, and not in the
+``warp_specialized`` package, which writes the kernel."""
 
 from __future__ import annotations
 
-from ..knobs import TcGemmConfig
+from .knobs import TcGemmConfig
 
 # The tilings cuBLAS's and cuDNN's own Hopper kernels use (their profiles say which) and the ones
 # that measured best on the H100, as knob changes: a first batch measures them
