@@ -308,7 +308,7 @@ def test_wgmma_in_flight_computes_each_step_before_the_copies_that_reuse_its_buf
     for the last groups before the barrier in front of the accumulator store."""
     from tc_autotune.templates.tc_gemm import generator
     from tc_autotune.core import tasks
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     [(workload, config)] = generator.probe_kernels([case])
     assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
@@ -364,7 +364,7 @@ def test_wgmma_in_flight_probes_have_their_fingerprint_and_are_not_serialized(wh
     Performance Loss ... serialized") or injects waits (C7517/C7519), and the knob buys nothing."""
     from tc_autotune.templates.tc_gemm import generator
     from tc_autotune.core import tasks
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     probes = getattr(generator, f"{which}_PROBES")
     version = generator.TEMPLATE_VERSION if which == "IN_FLIGHT" else generator.DENSE_TEMPLATE_VERSION
@@ -383,7 +383,7 @@ def test_the_kernel_class_keeps_its_earlier_names():
     """conv2d and dense kernels are one class, ``Kernel``; code written against the earlier
     names (``Conv2dKernel``, ``DenseKernel``) still gets it."""
     import tc_autotune as tc
-    from tc_autotune.api import kernel
+    from tc_autotune.api import build, kernel
 
     assert tc.Kernel is kernel.Kernel is tc.Conv2dKernel is kernel.DenseKernel
-    assert kernel.build_dense.__annotations__["return"] in ("Kernel", kernel.Kernel)
+    assert build.build_dense.__annotations__["return"] in ("Kernel", kernel.Kernel)

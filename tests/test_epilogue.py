@@ -293,7 +293,7 @@ def _addresses(src: str, tensor: str) -> set[str]:
 @pytest.mark.parametrize("index", range(len(NAMED)), ids=NAMED)
 @pytest.mark.parametrize("base", [CONV, DENSE], ids=["conv2d", "dense"])
 def test_the_epilogue_is_fused_into_the_output_store(base, index, variant):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     name = NAMED[index]
     split = variant == "split-k"

@@ -10,7 +10,8 @@ import pytest
 from tc_autotune.search import cost_model
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, GemmView, Im2col, Operand, RowMajor, Transposed
+from tc_autotune.templates.tc_gemm.gemm import GemmView, Im2col, Operand, RowMajor, Transposed
+from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR
 from tc_autotune.templates.tc_gemm.views import conv2d_view, view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs

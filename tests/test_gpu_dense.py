@@ -18,7 +18,7 @@ def check(workload, config, seed=0):
     import tvm
 
     from tc_autotune.backends.cuda.gpu import default_gpu
-    from tc_autotune.api.kernel import build_dense
+    from tc_autotune.api.build import build_dense
 
     if config is not None and config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")

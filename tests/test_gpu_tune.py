@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("spec", ["n=8,h=14,c=128,k=128,r=3,pad=1", "dense:m=256,n=512,k=1024,b=nk"])
 def test_tune_then_build_from_the_best_record(tmp_path, spec):
     from tc_autotune.core import tasks
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     wl = workloads.get(spec)
     task = tasks.of(wl)

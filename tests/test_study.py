@@ -109,7 +109,7 @@ def test_the_shipped_study_logs_are_read_by_nothing_that_learns(monkeypatch, fol
     become shipped logs: apply, transfer and the zero-shot model read only shipped_log_files()."""
     from pathlib import Path
 
-    from tc_autotune.database.apply import shipped_log_files
+    from tc_autotune.api.apply import shipped_log_files
 
     monkeypatch.delenv("TC_AUTOTUNE_SHIPPED_LOGS")
     root = Path(__file__).resolve().parent.parent

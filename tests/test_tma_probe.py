@@ -15,7 +15,7 @@ from tc_autotune.backends.cuda.nvcc import find_nvcc
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (set CUDA_HOME or put nvcc on PATH)")
 def test_probe_compiles_and_links_for_sm_90a_with_the_packages_wgmma(tmp_path):
-    from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, ROW_MAJOR
+    from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
     from tc_autotune.templates.tc_gemm.wgmma_source import wgmma_source
 
     binary, ptxas = probe.build(tmp_path, find_nvcc())

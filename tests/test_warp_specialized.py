@@ -107,7 +107,7 @@ def test_the_space_offers_warp_specialized_configs_on_hopper_only():
                                             ("dense:m=100,n=200,k=136,b=nk,out_dtype=float16", 1),
                                             ("dense:m=256,n=128,k=256,b=kn", 0)])
 def test_kernels_compile_for_sm90a_with_tensor_maps_and_unserialized_wgmma(name, in_flight):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -137,7 +137,7 @@ def test_kernels_compile_for_sm90a_with_tensor_maps_and_unserialized_wgmma(name,
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 def test_split_k_runs_the_slices_as_a_cluster_that_sums_in_distributed_shared_memory():
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -378,7 +378,7 @@ def test_rules_of_ping_pong():
                                                                                 ping_pong=1, wgmma_in_flight=0)),
                                         ("rfc-3x3-b256", dict(warp_specialized=2, warp_row_tiles=1, ping_pong=1))])
 def test_along_m_and_multicast_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -523,7 +523,7 @@ def test_encode_im2col_asks_the_driver_once_per_data_and_copies_the_map(monkeypa
                                          dict(block_col_warps=1, wgmma_in_flight=0)),
                                         ("rfc-3x3-b32", dict(warp_specialized=2, block_col_warps=1, ping_pong=1))])
 def test_im2col_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -676,7 +676,7 @@ def test_the_persistent_starting_tilings_store_c_with_tma_where_they_can():
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("name,knobs", STORE_VIEWS + [("dense:m=100,n=200,k=136,b=nk,out_dtype=float16", dict(stages=3))])
 def test_tma_store_kernels_compile_without_spills_and_encode_cs_map(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -772,7 +772,7 @@ def test_a_plain_workload_generates_the_kernel_it_did_before_epilogues():
 @pytest.mark.parametrize("name,knobs", FUSED_VIEWS[:4])
 def test_fused_warp_specialized_kernels_compile_without_spills_and_take_the_inputs(name, knobs):
     from tc_autotune.workloads.epilogue import parse
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -829,7 +829,7 @@ def test_rules_of_setmaxnreg():
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("name,knobs", MAXNREG_VIEWS)
 def test_setmaxnreg_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 

@@ -22,8 +22,9 @@ predictions), so a build never imports xgboost nor trains; a pick takes ~0.2 s. 
 that is missing, unreadable or made for another template (version, features, knob table) is not
 used: ``apply`` then falls back to the default config and its warning says why; the tuning side
 (``tc-nightly``, ``tc-tune``, ``tc-records --train-zero-shot``) trains and stores a new one.
-Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` (a checkout's) are never trained on, so the
-picks can be measured on them as shapes nobody tuned.  Seeded, stable sorts: the same model
+Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` (a checkout's) are never trained on
+(``zero_shot_train.excluded_workloads``), so the picks can be measured on them as shapes nobody
+tuned.  Seeded, stable sorts: the same model
 gives the same configs.  No TVM import.
 """
 
@@ -42,7 +43,6 @@ import numpy as np
 
 from .cost_model import features_from_positions, indices_from_positions, positions_from_indices, radices, valid_mask
 from ..backends.cuda.gpu import GpuInfo
-from ..tuning.jobs import load_job
 from ..core import tasks
 from ..core.config_space import ConfigSpace
 from ..database.records import shipped_log_files, shipped_logs_dir
@@ -57,12 +57,6 @@ log = logging.getLogger(__name__)
 # signature below does not show.
 MODEL_FORMAT = 2
 MODEL_FILE = "zero_shot_model.json"  # beside the shipped logs it was trained from
-# The maintainers' held-out and validation shapes (a checkout's lab/): the shipped logs never hold
-# them (a test checks), and training skips them even if a record of one reaches a log, so the
-# picks on them stay a measurement of shapes nobody tuned.  An installed package has no lab/.
-_LAB = Path(__file__).resolve().parents[2] / "lab"
-HELDOUT_JOB = _LAB / "heldout.toml"
-VALIDATION_JOB = _LAB / "validation.toml"
 # Trees are fitted on top of PRIOR_MARGIN x log(prior); 1 is the Bradley-Terry scale of pairwise
 # ranking (P(a faster than b) = prior_a / (prior_a + prior_b) before any tree).
 PRIOR_MARGIN = 1.0
@@ -75,23 +69,6 @@ SEED = 0
 # The stored models rank configs of conv2d's template, as it is bound to the task (the histories'
 # records are conv2d's): its features, knob table and version make a model's signature.
 TASK = tasks.CONV2D
-
-
-# ---- the shapes never trained on ----------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def heldout_workloads(job=None) -> frozenset[Conv2dWorkload]:
-    """The workloads of ``lab/heldout.toml`` (or ``job``): never trained on, so the
-    zero-shot picks can be measured on them as shapes nobody tuned."""
-    path = Path(job) if job is not None else HELDOUT_JOB
-    if not path.exists():
-        log.debug("no held-out job file at %s", path)
-        return frozenset()
-    return frozenset(entry.workload for entry in load_job(path).entries)
-
-
-def excluded_workloads() -> frozenset[Conv2dWorkload]:
-    """What no stored model is trained on: the held-out and the validation shapes."""
-    return heldout_workloads() | heldout_workloads(VALIDATION_JOB)
 
 
 # ---- the model -----------------------------------------------------------------------------------
@@ -392,8 +369,8 @@ def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None)
 
 
 __all__ = [
-    "MODEL_FORMAT", "MODEL_FILE", "HELDOUT_JOB", "VALIDATION_JOB", "Candidates", "ZeroShotModel",
-    "zero_shot_configs", "zero_shot_config", "heldout_workloads", "excluded_workloads", "shipped_log_files",
+    "MODEL_FORMAT", "MODEL_FILE", "Candidates", "ZeroShotModel",
+    "zero_shot_configs", "zero_shot_config", "shipped_log_files",
     "model_path", "signature", "stale_reason", "stored_models", "stored_model", "candidates",
     "workload_distance", "margin",
 ]

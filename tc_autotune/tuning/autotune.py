@@ -18,12 +18,12 @@ from pathlib import Path
 from ..measure import baseline
 from ..database import records
 from ..core import tasks
-from ..search import zero_shot_train
-from ..database.apply import best_config, choose_config
+from . import zero_shot_train
+from ..api.apply import best_config, choose_config
 from .benchmark import checked_kernel_time, kernel_timer, task_arrays
 from ..backends.cuda.nvcc import nvcc_version
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
-from ..api.kernel import build
+from ..api.build import build
 from ..measure.devices import RpcDevice, choose_local, local_devices
 from ..measure.dispatch import AllDevicesLost, RunnerFault
 from ..measure.measurer import LocalMeasurer, MeasureOptions

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..database import records
 from ..core import tasks
-from ..search import zero_shot_train
+from . import zero_shot_train
 from .autotune import retime_against_default, tune_workload
 from .benchmark import baseline_label
 from ..backends.cuda.gpu import gpu_log_name

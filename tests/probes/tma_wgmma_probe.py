@@ -39,7 +39,7 @@ def package_header() -> str:
     waiting call for 128 columns of an MN-major (row_major) B, two 64-column atoms."""
     import tvm
 
-    from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, ROW_MAJOR
+    from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
     from tc_autotune.templates.tc_gemm.wgmma import wgmma_drain
     from tc_autotune.templates.tc_gemm.wgmma_source import wgmma_source
 

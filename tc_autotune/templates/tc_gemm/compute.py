@@ -20,7 +20,8 @@ import tvm
 from tvm import te
 
 from ...workloads.epilogue import input_specs as epilogue_input_specs
-from .gemm import COL_MAJOR, ROW_MAJOR, GemmView, Operand
+from .gemm import GemmView, Operand
+from .operand_layout import COL_MAJOR, ROW_MAJOR
 from .knobs import TcGemmConfig
 from .rules import round_up as _round_up
 from .views import conv2d_view

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from .gemm import COL_MAJOR, ROW_MAJOR, b_tag
+from .operand_layout import COL_MAJOR, ROW_MAJOR, b_tag
 
 _PREFIX = "tc_autotune"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
-from .gemm import COL_MAJOR, ROW_MAJOR, b_tag
+from .operand_layout import COL_MAJOR, ROW_MAJOR, b_tag
 from .intrinsics import MMA_TILE, IntrinsicNames, _register
 
 # A 16x16 fp16 operand tile or fp32 accumulator tile lives in a warp as 32 lanes x 8 values;

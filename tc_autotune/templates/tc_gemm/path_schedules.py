@@ -7,7 +7,7 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 
-from .gemm import COL_MAJOR, ROW_MAJOR
+from .operand_layout import COL_MAJOR, ROW_MAJOR
 from .intrinsic_paths import schedules
 from .intrinsics import MMA_TILE, wmma_intrinsics
 from .knobs import TcGemmConfig

@@ -17,7 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from .gemm import COL_MAJOR, GemmView
+from .gemm import GemmView
+from .operand_layout import COL_MAJOR
 from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, storing_warpgroups,
     warp_specialized_smem, warp_specialized_tiles)
 

@@ -27,7 +27,7 @@ from .knobs import TcGemmConfig
 from .path_schedules import drain_after
 from .template import TC_GEMM
 from .views import conv2d_view, dense_view
-from .warp_specialized.tvm_module import kernel_module
+from .warp_specialized.kernel import kernel_module
 from ...workloads.conv2d import Conv2dWorkload
 
 

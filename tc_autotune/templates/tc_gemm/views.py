@@ -8,7 +8,8 @@ import functools
 
 from ...workloads.dense import DenseWorkload
 from ...workloads.epilogue import parse as parse_epilogue
-from .gemm import COL_MAJOR, GemmView, Im2col, Operand, RowMajor, Transposed
+from .gemm import GemmView, Im2col, Operand, RowMajor, Transposed
+from .operand_layout import COL_MAJOR
 from ...workloads.conv2d import Conv2dWorkload
 
 

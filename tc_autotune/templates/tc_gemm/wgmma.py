@@ -8,7 +8,7 @@ import tvm
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from .gemm import COL_MAJOR, ROW_MAJOR, b_tag
+from .operand_layout import COL_MAJOR, ROW_MAJOR, b_tag
 from .intrinsics import _PREFIX, _REGISTERING, MMA_TILE, _fragment_index
 from .wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M, wgmma_drain_source, wgmma_name, wgmma_source
 

@@ -19,7 +19,7 @@ would serialize the wgmmas if any other instruction did), up to ``wgmma_drain``.
 
 from __future__ import annotations
 
-from .gemm import COL_MAJOR, ROW_MAJOR, b_tag
+from .operand_layout import COL_MAJOR, ROW_MAJOR, b_tag
 
 WGMMA_M = 64  # rows of one warpgroup instruction
 WGMMA_K = 64  # k of one call: a 128-byte swizzled row of fp16, four k16 instructions

@@ -47,18 +47,17 @@ Shared tiles use the 128-byte swizzle: 16-byte chunk c of 128-byte row r at c ^ 
 The modules: ``layout`` (what a config makes of a block, for every emitter), ``boxes`` (the
 operands' addresses and tensor-map boxes), the emitters ``pipeline``, ``tile_scheduler``,
 ``mainloop`` and ``epilogue``, ``kernel`` (``plan``: the emitters composed into the device
-function), ``tvm_module`` (``kernel_module``: the PrimFunc TVM compiles); the starting tilings are
+function; ``kernel_module``: with ``tvm_module``'s PrimFunc, what TVM compiles); the starting tilings are
 the template's ``starting_tilings``.  The CUDA that no config changes is in the ``.cuh`` files beside them.
 """
 
 from .boxes import CExpr, Im2colBox, TmaBox, _element, c_store_box, tma_boxes
 from .epilogue import fused_pair
-from .kernel import KernelPlan, plan, smem_bytes
+from .kernel import KernelPlan, kernel_module, plan, smem_bytes
 from .layout import ROW_BYTES
 from .pipeline import CHUNK, WAIT_LIMIT_NS
 from .tile_scheduler import PERSISTENT_BLOCKS, RASTER_GROUP
 from ..starting_tilings import STARTING_TILINGS, starting_configs  # the package's names before they moved
-from .tvm_module import kernel_module
 
 __all__ = ["CExpr", "Im2colBox", "TmaBox", "c_store_box", "tma_boxes", "fused_pair", "KernelPlan", "plan", "smem_bytes",
            "ROW_BYTES", "CHUNK", "WAIT_LIMIT_NS", "PERSISTENT_BLOCKS", "RASTER_GROUP", "STARTING_TILINGS",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..gemm import COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowTile, a_is_matrix, box_tile, im2col_window
+from ..gemm import OUT_BYTES, GemmView, Im2colWindow, RowTile, a_is_matrix, box_tile, im2col_window
+from ..operand_layout import COL_MAJOR
 from ..wgmma_source import WGMMA_ATOM, WGMMA_K
 from ..knobs import WS_ROW_BYTES, WS_STAGING_ROWS, TcGemmConfig
 

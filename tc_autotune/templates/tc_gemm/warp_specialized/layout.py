@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from ..gemm import COL_MAJOR, GemmView, RowMajor, RowTile, SpatialTile, box_tile
+from ..gemm import GemmView, RowMajor, RowTile, SpatialTile, box_tile
+from ..operand_layout import COL_MAJOR
 from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
 from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes

@@ -40,14 +40,14 @@ from pathlib import Path
 
 import tvm
 
-from ...database import apply, journal, records
-from . import build_server
-from ...core import tasks
-from ...search import zero_shot
-from .nvcc import nvcc_version
-from .gpu import GpuInfo, default_gpu
-from ...api.kernel import Kernel, build_arch, compile_kernel
-from ...workloads.conv2d import get as get_workload
+from ..database import journal, records
+from . import apply, build_server
+from ..core import tasks
+from ..search import zero_shot
+from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.gpu import GpuInfo, default_gpu
+from .kernel import Kernel, build_arch, compile_kernel
+from ..workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def cache_dir() -> Path:
 def code_fingerprint() -> str:
     """sha256 of the package's Python source: the generated code is a function of it (and of
     the workload and config), so a kernel built by other code is never reused."""
-    root = Path(__file__).resolve().parents[2]  # the whole package, tc_autotune/
+    root = Path(__file__).resolve().parents[1]  # the whole package, tc_autotune/
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")

@@ -20,10 +20,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import records
+from ..database import records
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
-from .records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from ..database.records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
 from ..workloads.dense import DenseWorkload
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload
