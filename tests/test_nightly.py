@@ -168,7 +168,7 @@ def test_the_stored_zero_shot_model_follows_the_best_logs_the_run_merged(tmp_pat
     """A job whose best logs are the shipped logs (tuning_logs/nightly.toml's): after the merge,
     the zero-shot model stored beside them is retrained from them (builds only read it)."""
     from tc_autotune.search import zero_shot
-from tc_autotune.tuning import zero_shot_train
+    from tc_autotune.tuning import zero_shot_train
 
     job = nightly.load_job(write_job(tmp_path))
     job.best_log_dir.mkdir(parents=True)

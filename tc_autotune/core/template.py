@@ -2,9 +2,10 @@
 
 A template is a knob table with its config type plus a handful of pure functions of a
 ``ConfigSpace`` (one workload on one GPU) and knob-position rows (int64, one column per
-knob, ``space.knobs`` order).  ``core.space`` and ``search`` reach a template only through
-this object, so a second template (or the toy one of ``tests/test_template.py``) plugs in
-by building one ``Template``: nothing in the search assumes the Tensor Core GEMM's knobs.
+knob, ``space.knobs`` order).  ``core.config_space``, ``search`` and ``database`` reach a
+template only through this object, so a second template (or the toy one of
+``tests/test_template.py``) plugs in by building one ``Template``: nothing in the search assumes
+the Tensor Core GEMM's knobs.
 
 It is a frozen dataclass of data and plain functions rather than an ABC: a template is one
 literal, a missing part fails at construction, and the functions take the space (which

@@ -113,7 +113,7 @@ def _schedule_mma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None
 
 @schedules("wgmma")
 def _schedule_wgmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
-    """wgmma on 128-byte-swizzled shared tiles (see ``intrinsics``).  The four warps along M
+    """wgmma on 128-byte-swizzled shared tiles (see ``wgmma_source``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
     columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
     WMMA path's), while one wgmma takes 16 rows of each warp: the A tile's rows are permuted

@@ -1,7 +1,7 @@
 """The template's validity and default config, as ``core.template.Template`` functions.
 
-Moved from ``core.space`` so that the space holds no knowledge of this template's rules: the
-space asks its template (``TC_GEMM`` in ``template``) and this module answers from the rule
+Moved from the space (``core.config_space``) so that it holds no knowledge of this template's
+rules: the space asks its template (``TC_GEMM`` in ``template``) and this module answers from the rule
 table (``rules`` and each intrinsic path's rules).  Nothing here imports ``core``: the space is
 only ever an argument (its ``knobs``, ``context``, ``get``/``index``/``sample``), and the prior
 is the space's template's, so this module sits beside ``prior`` in the import graph, not above.

@@ -46,9 +46,11 @@ Shared tiles use the 128-byte swizzle: 16-byte chunk c of 128-byte row r at c ^ 
 
 The modules: ``layout`` (what a config makes of a block, for every emitter), ``boxes`` (the
 operands' addresses and tensor-map boxes), the emitters ``pipeline``, ``tile_scheduler``,
-``mainloop`` and ``epilogue``, ``kernel`` (``plan``: the emitters composed into the device
-function; ``kernel_module``: with ``tvm_module``'s PrimFunc, what TVM compiles); the starting tilings are
-the template's ``starting_tilings``.  The CUDA that no config changes is in the ``.cuh`` files beside them.
+``mainloop`` and ``epilogue`` (side by side: none imports another), ``kernel`` (``plan``: the
+emitters composed into the device function; ``kernel_module``: with ``tvm_module``'s PrimFunc,
+what TVM compiles).  The starting tilings are the template's (``starting_tilings``).  The CUDA
+that no config changes is in the ``.cuh`` files beside them.  This face only hands names on:
+the package's own modules import the module that defines a name.
 """
 
 from .boxes import CExpr, Im2colBox, TmaBox, _element, c_store_box, tma_boxes
