@@ -23,7 +23,8 @@ from pathlib import Path
 from ..database import records
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
-from ..database.records import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from ..database.records import (SHIPPED_LOGS, packaged_logs_dir, shipped_log_files,  # noqa: F401 (apply's API)
+    shipped_logs_dir)
 from ..workloads.dense import DenseWorkload
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload

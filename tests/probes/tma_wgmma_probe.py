@@ -40,12 +40,12 @@ def package_header() -> str:
     import tvm
 
     from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
-    from tc_autotune.templates.tc_gemm.wgmma import wgmma_drain
+    from tc_autotune.templates.tc_gemm.wgmma_intrinsic import wgmma_drain
     from tc_autotune.templates.tc_gemm.wgmma_source import wgmma_source
 
     drain = wgmma_drain(tvm.tirx.Var("c", "handle"), 4).value.args[-1].value
     return "\n".join([
-        "// Written by tests/probes/tma_wgmma_probe.py from tc_autotune.templates.tc_gemm.wgmma: do not edit.",
+        "// Written by tests/probes/tma_wgmma_probe.py from tc_autotune.templates.tc_gemm.wgmma_intrinsic: do not edit.",
         "#pragma once", "#include <mma.h>",
         wgmma_source(64, COL_MAJOR), wgmma_source(64, COL_MAJOR, in_flight=True), drain,
         wgmma_source(128, ROW_MAJOR)])

@@ -1,5 +1,5 @@
 """Tensor Core intrinsics for the template: the registry of the intrinsics it defines, and WMMA of
-every fragment shape (``mma_sync``: ldmatrix + mma.sync; ``wgmma``: Hopper's warpgroup MMA).
+every fragment shape (``mma_sync``: ldmatrix + mma.sync; ``wgmma_intrinsic``: Hopper's warpgroup MMA).
 Each comes for a B tile stored [k][n] in shared memory (row-major, N contiguous) and one stored
 [n][k] (column-major, K contiguous: an nn.Linear weight's layout, copied with vector loads along K).
 

@@ -13,7 +13,7 @@ from .intrinsics import MMA_TILE, wmma_intrinsics
 from .knobs import TcGemmConfig
 from .mma_sync import mma_fragment_layout, mma_intrinsics
 from .staging import SMEM, align_c_tile, fragment_tiles, stage_operands, tile_block
-from .wgmma import wgmma_drain, wgmma_intrinsic
+from .wgmma_intrinsic import wgmma_drain, wgmma_intrinsic
 from .wgmma_source import WGMMA_ATOM, WGMMA_K
 
 

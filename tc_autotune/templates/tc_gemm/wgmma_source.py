@@ -1,5 +1,5 @@
 """wgmma as CUDA text (no TVM): the instruction's shape, and the device functions the ``wgmma``
-path's intrinsic (``wgmma``) and the warp-specialized kernel's main loop call.
+path's intrinsic (``wgmma_intrinsic``) and the warp-specialized kernel's main loop call.
 
 A warpgroup (4 consecutive warps) computes a 64 x N tile with wgmma.mma_async, reading A
 and B straight from shared memory through matrix descriptors.  Warp w of the group owns
