@@ -23,8 +23,8 @@ from tc_autotune.database import records
 from tc_autotune.search import zero_shot
 from tc_autotune.tuning.autotune import time_configs, tune_workload
 from tc_autotune.tuning.benchmark import geomean, ms_cell, ratio_cell
-from tc_autotune.core.space import conv2d_space
-from tc_autotune.search.tuner import XGB_VARIANTS
+from tc_autotune.templates.registry import conv2d_space
+from tc_autotune.search.xgb_tuner import XGB_VARIANTS
 from tc_autotune.workloads.conv2d import Conv2dWorkload, display_name
 
 log = logging.getLogger(__name__)

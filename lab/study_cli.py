@@ -17,7 +17,7 @@ import logging
 import sys
 
 from tc_autotune.cli import common as cli  # no TVM import
-from tc_autotune.search.tuner import XGB_VARIANTS  # no TVM import either
+from tc_autotune.search.xgb_tuner import XGB_VARIANTS  # no TVM import either
 
 PROG = "run_study.py"
 EXIT_INCOMPLETE = 7
@@ -84,7 +84,7 @@ def _main(argv, prog: str) -> int:
         return cli.EXIT_OK
     budget = args.budget_minutes * 60 if args.budget_minutes else None
     from tc_autotune.measure.measurer import LocalMeasurer
-    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.templates.registry import conv2d_space
 
     with LocalMeasurer(conv2d_space(wls[0], gpu)) as measurer:  # one build pool and runner for all
         left = study.run_tuning(wls, out, budget_s=budget, estimate_s=args.estimate_minutes * 60, gpu=gpu,

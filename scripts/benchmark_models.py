@@ -55,7 +55,7 @@ def _main(argv) -> int:
         return 3
     import contextlib
 
-    from tc_autotune.database import apply
+    from tc_autotune.api import apply
     from tc_autotune.pytorch import bench
 
     with apply.apply_history_best(args.log) if args.log else contextlib.nullcontext():

@@ -1,30 +1,43 @@
 """tc-autotune: AutoTVM-style tuning of Tensor Core conv2d (NHWC) and dense (fp16 in, fp32 accumulate) on TVM.
 
+The package's composition: each task (core.tasks) gets the template that makes its kernels (the
+default of ``templates.registry``) and the vendor library its timings are compared with
+(``measure.baseline``).  Python runs this face before any module of the package, so the tasks
+are whole wherever records are read, while core/, search/ and database/ import no template.
+
 The top-level names load lazily, so ``import tc_autotune.database.records`` (and the CLIs'
 argument checks) stay fast and do not import TVM.
 """
 
 import importlib
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401 (the package's version)
+from .core import tasks as _tasks
+from .measure import baseline as _baseline
+from .templates import registry as _registry
+
+_tasks.use_template(_registry.DEFAULT, _tasks.CONV2D, _tasks.DENSE)
+_tasks.use_baseline(_tasks.CONV2D, _baseline.checked_cudnn_time)
+_tasks.use_baseline(_tasks.DENSE, _baseline.checked_cublas_time)
 
 _EXPORTS = {
     "Conv2dWorkload": "workloads.conv2d",
-    "ConfigSpace": "core.space",
-    "Conv2dConfig": "core.space",
-    "conv2d_space": "core.space",
+    "ConfigSpace": "templates.registry",
+    "TcGemmConfig": "templates.registry",
+    "Conv2dConfig": "templates.registry",  # the earlier name of TcGemmConfig
+    "conv2d_space": "templates.registry",
     "Kernel": "api.kernel",
     "Conv2dKernel": "api.kernel",  # the earlier name of Kernel
-    "build_conv2d": "api.kernel",
+    "build_conv2d": "api.build",
     "DenseWorkload": "workloads.dense",
-    "dense_space": "core.space",
-    "build_dense": "api.kernel",
-    "apply_history_best": "database.apply",
+    "dense_space": "templates.registry",
+    "build_dense": "api.build",
+    "apply_history_best": "api.apply",
     "conv2d": "api.functional",
     "dense": "api.functional",
     "load_best": "database.records",
     "pick_best": "database.records",
-    "XGBTuner": "search.tuner",
+    "XGBTuner": "search.xgb_tuner",
     "RandomTuner": "search.tuner",
     "GridTuner": "search.tuner",
     "optimize": "pytorch",  # these two import torch

@@ -2,7 +2,9 @@
 
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.core.space import INTRINSIC_REQUIRES, KNOBS, WMMA_SHAPES, ConfigSpace
+from tc_autotune.templates.tc_gemm.validity import INTRINSIC_REQUIRES
+from tc_autotune.templates.tc_gemm.knobs import KNOBS, WMMA_SHAPES
+from tc_autotune.templates.registry import ConfigSpace
 
 WORKLOADS = {
     "tutorial": "tutorial",

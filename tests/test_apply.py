@@ -7,7 +7,7 @@ import pytest
 from tc_autotune import apply_history_best, build_conv2d, conv2d_space
 from tc_autotune.database import records
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.database.apply import NoTunedConfigWarning, best_config
+from tc_autotune.api.apply import NoTunedConfigWarning, best_config
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 
@@ -71,7 +71,7 @@ def test_missing_log_is_an_error(tmp_path):
 def test_conv2d_derives_the_workload_from_the_arrays():
     import numpy as np
 
-    from tc_autotune.database.apply import workload_of
+    from tc_autotune.api.apply import workload_of
 
     data = np.zeros((2, 10, 12, 32), "float16")
     weight = np.zeros((3, 5, 32, 48), "float16")
@@ -112,7 +112,7 @@ def test_stale_records_are_not_applied_unless_asked_for(tmp_path):
 def test_an_unseen_shape_gets_a_zero_shot_config_from_the_shipped_histories(monkeypatch):
     from pathlib import Path
 
-    from tc_autotune.database.apply import choose_config
+    from tc_autotune.api.apply import choose_config
 
     monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(Path(__file__).resolve().parents[1] / "tuning_logs"))
     unseen = workloads.get("n=3,h=20,c=96,k=160,r=3,pad=1,out_dtype=float16")
@@ -139,7 +139,7 @@ def test_benchmark_table_reports_geomeans_and_losses_to_the_default():
 
 
 def test_a_log_is_indexed_once_until_it_changes(tmp_path, monkeypatch):
-    from tc_autotune.database import apply
+    from tc_autotune.api import apply
 
     space = conv2d_space(WL, GPU)
     first, second = space.sample(2, seed=21)

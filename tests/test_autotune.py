@@ -9,7 +9,7 @@ from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.backends.cuda.gpu import GpuInfo
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.core import tasks
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 
 from synthetic import SyntheticMeasurer
 
@@ -74,7 +74,7 @@ def test_another_gpu_of_the_same_arch_is_transfer_data_not_history(tmp_path):
     as training data; the H200 log holds H200 measurements only."""
     from dataclasses import replace
 
-    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.templates.registry import conv2d_space
 
     h100_log, h200_log = tmp_path / "h100.jsonl", tmp_path / "h200.jsonl"
     h100 = replace(GPU, name="Synthetic H100")

@@ -82,7 +82,7 @@ def test_cuda_checker_agrees_with_numpy_on_real_kernels(tmp_path, spec, knobs):
 
     import tvm
 
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     workload, shape, dtype = _output_of(spec)
     task = tasks.of(workload)

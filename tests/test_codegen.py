@@ -193,7 +193,7 @@ def test_mma_intrinsic_is_refused_where_it_cannot_work():
 
 
 def test_mma_fragment_layout_is_the_m16n8k16_register_layout():
-    from tc_autotune.templates.tc_gemm.intrinsics import mma_fragment_layout
+    from tc_autotune.templates.tc_gemm.mma_sync import mma_fragment_layout
 
     places = {mma_fragment_layout(i, j): (i, j) for i in range(16) for j in range(16)}
     assert len(places) == 256 and {lane for lane, _ in places} == set(range(32))
@@ -308,7 +308,7 @@ def test_wgmma_in_flight_computes_each_step_before_the_copies_that_reuse_its_buf
     for the last groups before the barrier in front of the accumulator store."""
     from tc_autotune.templates.tc_gemm import generator
     from tc_autotune.core import tasks
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     [(workload, config)] = generator.probe_kernels([case])
     assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
@@ -364,7 +364,7 @@ def test_wgmma_in_flight_probes_are_not_serialized(which):
     Performance Loss ... serialized") or injects waits (C7517/C7519), and the knob buys nothing."""
     from tc_autotune.templates.tc_gemm import generator
     from tc_autotune.core import tasks
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     probes = getattr(generator, f"{which}_PROBES")
     for workload, config in generator.probe_kernels(probes):
@@ -379,7 +379,7 @@ def test_the_kernel_class_keeps_its_earlier_names():
     """conv2d and dense kernels are one class, ``Kernel``; code written against the earlier
     names (``Conv2dKernel``, ``DenseKernel``) still gets it."""
     import tc_autotune as tc
-    from tc_autotune.api import kernel
+    from tc_autotune.api import build, kernel
 
     assert tc.Kernel is kernel.Kernel is tc.Conv2dKernel is kernel.DenseKernel
-    assert kernel.build_dense.__annotations__["return"] in ("Kernel", kernel.Kernel)
+    assert build.build_dense.__annotations__["return"] in ("Kernel", kernel.Kernel)

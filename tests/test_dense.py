@@ -14,11 +14,14 @@ from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.workloads.dense import DenseWorkload
-from tc_autotune.templates.tc_gemm.gemm import COL_MAJOR, ROW_MAJOR, Transposed, dense_view, view_of
+from tc_autotune.templates.tc_gemm.gemm import Transposed
+from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
+from tc_autotune.templates.tc_gemm.views import dense_view, view_of
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.workloads.reference import dense_inputs, dense_reference
 from tc_autotune.core.results import MeasureResult
-from tc_autotune.core.space import KNOB_NAMES, dense_space
+from tc_autotune.templates.tc_gemm.knobs import KNOB_NAMES
+from tc_autotune.templates.registry import dense_space
 
 from synthetic import SyntheticMeasurer
 from test_gemm import _matrix
@@ -85,7 +88,7 @@ def test_the_dense_views_maps_compute_numpys_matmul(spec):
     wl = workloads.get(spec)
     view = dense_view(wl)
     assert view.shape == (wl.batch * wl.m, wl.n, wl.k) and view.flops == wl.flops
-    assert view_of(wl) == view == tasks.DENSE.gemm_view(wl)
+    assert view_of(wl) == view == tasks.DENSE.space(wl, SM90).view
     assert [op.shape for op in (view.a, view.b, view.c)] == [wl.a_shape, wl.b_shape, wl.out_shape]
     assert (view.a.run, view.c.run) == (wl.k, wl.n)
     assert view.b.run == (wl.n if wl.b_layout == "kn" else wl.k)
@@ -180,7 +183,7 @@ def test_tune_workload_writes_dense_records(tmp_path, monkeypatch):
     assert '"dense_tensorcore.cuda"' in log.read_text().splitlines()[0]
     assert summary.best_config is not None
     assert any(r.config["entity"][KNOB_NAMES.index("vec_b")][2] > 1 for r in written)
-    from tc_autotune.database.apply import apply_history_best, best_config
+    from tc_autotune.api.apply import apply_history_best, best_config
 
     with apply_history_best(log):
         assert best_config(wl, gpu)[0] == summary.best_config
@@ -194,7 +197,7 @@ nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("index", range(8))
 def test_dense_kernels_compile_for_every_path_and_weight_layout(index):
     from tc_autotune.templates.tc_gemm import generator
-    from tc_autotune.api.kernel import build_dense
+    from tc_autotune.api.build import build_dense
 
     workload, config = generator.probe_kernels(generator.DENSE_PROBES)[index]
     kernel = build_dense(workload, config, target="sm_90")
@@ -228,7 +231,7 @@ def test_an_nk_weight_is_copied_along_k_and_fed_k_major(case):
     element at a time; col_major matrix_b fragments, ldmatrix without .trans, or a K-major
     wgmma B (no transpose)."""
     from tc_autotune.templates.tc_gemm import generator
-    from tc_autotune.api.kernel import build_dense
+    from tc_autotune.api.build import build_dense
 
     [(workload, config)] = generator.probe_kernels([case])
     assert dense_space(workload, SM90).why_invalid(config) is None
@@ -252,7 +255,7 @@ def test_an_nk_weight_is_copied_along_k_and_fed_k_major(case):
 
 def test_build_dense_refuses_a_conv_workload():
     pytest.importorskip("tvm")
-    from tc_autotune.api.kernel import build_dense
+    from tc_autotune.api.build import build_dense
 
     with pytest.raises(ValueError, match="expected a DenseWorkload, got Conv2dWorkload"):
         build_dense("tutorial")

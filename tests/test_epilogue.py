@@ -190,8 +190,9 @@ def test_gelu_is_the_tanh_approximation_of_the_exact_one():
 # ---- the template -------------------------------------------------------------------------
 def test_the_kernel_takes_the_signature_then_its_workspaces():
     pytest.importorskip("tvm")
-    from tc_autotune.templates.tc_gemm.gemm import view_of
-    from tc_autotune.templates.tc_gemm.schedule import schedule_gemm, workspaces
+    from tc_autotune.templates.tc_gemm.views import view_of
+    from tc_autotune.templates.tc_gemm.schedule import schedule_gemm
+    from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
     for spec in (CONV, DENSE):
         wl = _workload(spec, "scale_bias_residual_relu")
@@ -210,13 +211,14 @@ def test_the_templates_compute_run_unscheduled_on_the_cpu_is_the_reference(base,
     tvm = pytest.importorskip("tvm")
     from tvm import te
 
-    from tc_autotune.templates.tc_gemm.gemm import view_of
-    from tc_autotune.workloads.reference import relative_l2_error
-    from tc_autotune.core.space import Conv2dConfig
-    from tc_autotune.templates.tc_gemm.schedule import gemm_compute, workspaces
+    from tc_autotune.templates.tc_gemm.views import view_of
+    from tc_autotune.core.results import relative_l2_error
+    from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
+    from tc_autotune.templates.tc_gemm.compute import gemm_compute
+    from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
     wl = replace(workloads.get(base), epilogue=name)
-    config = Conv2dConfig(**{**BASE, "block_row_warps": 1, "block_col_warps": 1, "split_k": split_k})
+    config = TcGemmConfig(**{**BASE, "block_row_warps": 1, "block_col_warps": 1, "split_k": split_k})
     inputs, out, extra = gemm_compute(view_of(wl), config)
     main = tvm.compile(tvm.IRModule({"main": te.create_prim_func([*inputs, out, *extra])}), "llvm")["main"]
     arrays = tasks.of(wl).inputs(wl, seed=1)
@@ -254,12 +256,12 @@ MARKERS = {"wmma": "wmma::mma_sync", "mma": "mma.sync.aligned.m16n8k16", "wgmma"
 
 
 def _config(wl, variant: str, split_path: str):
-    from tc_autotune.core.space import Conv2dConfig
+    from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 
     if variant == "split-k":
-        config = Conv2dConfig(**{**BASE, **VARIANTS[split_path], "split_k": 2})
+        config = TcGemmConfig(**{**BASE, **VARIANTS[split_path], "split_k": 2})
     else:
-        config = Conv2dConfig(**{**BASE, **VARIANTS[variant]})
+        config = TcGemmConfig(**{**BASE, **VARIANTS[variant]})
     assert tasks.of(wl).space(wl, SM90).why_invalid(config) is None, (wl, config)
     return config
 
@@ -291,7 +293,7 @@ def _addresses(src: str, tensor: str) -> set[str]:
 @pytest.mark.parametrize("index", range(len(NAMED)), ids=NAMED)
 @pytest.mark.parametrize("base", [CONV, DENSE], ids=["conv2d", "dense"])
 def test_the_epilogue_is_fused_into_the_output_store(base, index, variant):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     name = NAMED[index]
     split = variant == "split-k"

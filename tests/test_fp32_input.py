@@ -15,7 +15,8 @@ from tc_autotune import build_conv2d, conv2d_space
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.templates.tc_gemm.schedule import schedule_conv2d, workspace_shape, workspaces
+from tc_autotune.templates.tc_gemm.schedule import schedule_conv2d
+from tc_autotune.templates.tc_gemm.workspaces import workspace_shape, workspaces
 
 from matrix import variant_space
 
@@ -228,7 +229,8 @@ def gpu_configs(wl):
 def test_gpu_fp32_input_matches_the_reference(spec):
     import tvm
 
-    from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
+    from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+    from tc_autotune.core.results import relative_l2_error
 
     wl = workloads.get(spec)
     dev = tvm.cuda(0)

@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from tc_autotune.search import cost_model
-from tc_autotune.templates.tc_gemm import gemm
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.templates.tc_gemm.gemm import (COL_MAJOR, GemmView, Im2col, Operand, RowMajor, Transposed,
-    conv2d_view, view_of)
+from tc_autotune.templates.tc_gemm.gemm import GemmView, Im2col, Operand, RowMajor, Transposed
+from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR
+from tc_autotune.templates.tc_gemm.views import conv2d_view, view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
-from tc_autotune.core.space import ConfigSpace, Conv2dConfig, conv2d_space
+from tc_autotune.templates.registry import ConfigSpace, conv2d_space
+from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 
 SM90 = gpu_for_arch("sm_90")
 
@@ -42,7 +43,7 @@ def test_conv2d_view_has_the_implicit_gemms_m_n_k(spec, mnk):
     assert view.flops == wl.flops
     assert [op.shape for op in (view.a, view.b, view.c)] == [wl.data_shape, wl.weight_shape, wl.out_shape]
     assert view_of(wl) == view and view_of(view) is view
-    assert tasks.CONV2D.gemm_view(wl) == view
+    assert tasks.CONV2D.space(wl, SM90).view == view
     assert conv2d_space(wl, SM90).view == view
 
 
@@ -128,12 +129,10 @@ def test_the_dense_views_rules_follow_its_runs_not_a_conv():
     assert "vec_a=8 does not divide the 36 columns of A" in (space.why_invalid(wide) or "")
 
 
-def test_views_are_registered_once_per_workload_type():
+def test_the_template_views_each_tasks_workloads_and_nothing_else():
     assert view_of(workloads.get("tutorial")) == conv2d_view(workloads.get("tutorial"))
     with pytest.raises(TypeError, match="no GEMM view for str"):
         view_of("tutorial")
-    with pytest.raises(ValueError, match="has a GEMM view already"):
-        gemm.views(workloads.Conv2dWorkload)(lambda wl: None)
 
 
 def test_a_dense_view_lowers_to_a_tensor_core_kernel():
@@ -166,7 +165,7 @@ def test_a_col_major_b_is_copied_along_k_and_read_col_major():
     rows = dense_view(m, n, k)
     view = replace(rows, b=Operand("b", (n, k), Transposed((n, k)), k, "rows of B", layout=COL_MAJOR))
     space = ConfigSpace(view, SM90)
-    config = Conv2dConfig(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
+    config = TcGemmConfig(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
                           wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=8, vec_b=8, vec_c=4)
     assert space.why_invalid(config) is None
     arch = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})

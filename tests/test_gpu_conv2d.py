@@ -5,7 +5,8 @@ import pytest
 
 from tc_autotune import build_conv2d
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
+from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+from tc_autotune.core.results import relative_l2_error
 
 from matrix import WORKLOADS, cases, variant_space
 

@@ -8,7 +8,8 @@ import pytest
 
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.templates.tc_gemm.generator import DENSE_PROBES, probe_kernels
-from tc_autotune.workloads.reference import dense_inputs, dense_reference, relative_l2_error
+from tc_autotune.workloads.reference import dense_inputs, dense_reference
+from tc_autotune.core.results import relative_l2_error
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +18,7 @@ def check(workload, config, seed=0):
     import tvm
 
     from tc_autotune.backends.cuda.gpu import default_gpu
-    from tc_autotune.api.kernel import build_dense
+    from tc_autotune.api.build import build_dense
 
     if config is not None and config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")
@@ -40,7 +41,7 @@ def test_dense_probes_match_numpy(index):
 @pytest.mark.parametrize("spec", ["dense:m=1,n=1000,k=2048,b=nk", "dense:m=33,n=72,k=200",
                                   "dense:batch=3,m=5,n=64,k=96,b=nk,out_dtype=float16"])
 def test_default_and_sampled_configs_match_numpy(spec):
-    from tc_autotune.core.space import dense_space
+    from tc_autotune.templates.registry import dense_space
 
     wl = workloads.get(spec)
     space = dense_space(wl)
@@ -75,7 +76,7 @@ def test_k_major_weight_configs_match_numpy(case):
 
 def test_every_weight_vector_width_and_pipeline_matches_numpy():
     """An (N, K) weight copied along K 1, 2, 4 or 8 elements at a time, plain or cp.async."""
-    from tc_autotune.core.space import dense_space
+    from tc_autotune.templates.registry import dense_space
 
     [(wl, base)] = probe_kernels([("dense:m=200,n=136,k=264,b=nk", {})])
     space = dense_space(wl)

@@ -7,7 +7,7 @@ import pytest
 
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.workloads.reference import relative_l2_error
+from tc_autotune.core.results import relative_l2_error
 
 from test_epilogue import CONV, DENSE, NAMED, SPLIT_PATHS, VARIANTS, _config, _workload
 
@@ -20,7 +20,7 @@ def run(workload, config=None, seed=0):
     import tvm
 
     from tc_autotune.backends.cuda.gpu import default_gpu
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     if config is not None and config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
         pytest.skip(f"wgmma needs a Hopper GPU, this one is {default_gpu().arch}")
@@ -77,7 +77,7 @@ def test_presets_and_odd_shapes_match_the_reference(spec):
 
 def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
     from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
 
     wl = _workload(CONV, "scale_bias_residual_relu", "float16")

@@ -160,7 +160,7 @@ def test_an_nchw_input_falls_back_once_and_stays_correct(torch, small):
 
 
 def test_a_new_process_loads_the_kernel_from_the_disk_cache(torch, tmp_path):
-    code = ("import time, torch, tc_autotune as tc; from tc_autotune import workloads; from tc_autotune.backends.cuda import build_cache; torch.manual_seed(0)\n"
+    code = ("import time, torch, tc_autotune as tc; from tc_autotune import workloads; from tc_autotune.api import build_cache; torch.manual_seed(0)\n"
             "wl = workloads.get('n=2,h=8,c=32,k=64,r=3,pad=1,out_dtype=float16')\n"
             "start = time.perf_counter(); k = build_cache.kernel(wl)\n"
             "x = torch.randn(wl.data_shape, device='cuda').half(); w = torch.randn(wl.weight_shape, device='cuda').half()\n"

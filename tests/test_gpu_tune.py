@@ -7,7 +7,8 @@ from tc_autotune.database import records
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.measure.measurer import MeasureOptions
-from tc_autotune.workloads.reference import conv2d_reference, random_inputs, relative_l2_error
+from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+from tc_autotune.core.results import relative_l2_error
 
 pytestmark = pytest.mark.gpu
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("spec", ["n=8,h=14,c=128,k=128,r=3,pad=1", "dense:m=256,n=512,k=1024,b=nk"])
 def test_tune_then_build_from_the_best_record(tmp_path, spec):
     from tc_autotune.core import tasks
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     wl = workloads.get(spec)
     task = tasks.of(wl)

@@ -83,7 +83,7 @@ def test_counts_and_times_past_any_real_run_exit_2(tmp_path, script, args, needl
 # ---- targets ------------------------------------------------------------------------------
 @pytest.mark.parametrize("target", ["llvm", {"kind": "llvm"}, "c"])
 def test_a_non_cuda_target_is_refused(target):
-    from tc_autotune.api.kernel import build_conv2d
+    from tc_autotune.api.build import build_conv2d
 
     with pytest.raises(ValueError) as err:
         build_conv2d("rfc-3x3-b1", target=target)
@@ -193,7 +193,7 @@ def test_calling_a_kernel_without_a_gpu_says_no_cuda_gpu():
 @no_gpu
 def test_tc_conv2d_without_a_gpu_says_so_before_building(monkeypatch):
     import tc_autotune as tc
-    from tc_autotune.backends.cuda import build_cache
+    from tc_autotune.api import build_cache
 
     monkeypatch.setattr(build_cache, "kernel", lambda *a, **k: pytest.fail("built a kernel it cannot run"))
     with pytest.raises(NoGpuError) as err:

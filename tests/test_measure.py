@@ -11,7 +11,7 @@ from tc_autotune import conv2d_space
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch, local_gpu
 from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
-from tc_autotune.templates.tc_gemm.schedule import workspaces
+from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=3,pad=1")
 

@@ -29,7 +29,7 @@ from tc_autotune.measure.devices import LocalDevice, RpcDevice, choose_local, pa
 from tc_autotune.measure.dispatch import AllDevicesLost, RunnerFault
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions
-from tc_autotune.templates.tc_gemm.schedule import workspaces
+from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=1")

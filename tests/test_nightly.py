@@ -167,7 +167,8 @@ def test_run_tunes_compacts_and_reports(tmp_path):
 def test_the_stored_zero_shot_model_follows_the_best_logs_the_run_merged(tmp_path, monkeypatch):
     """A job whose best logs are the shipped logs (tuning_logs/nightly.toml's): after the merge,
     the zero-shot model stored beside them is retrained from them (builds only read it)."""
-    from tc_autotune.search import zero_shot, zero_shot_train
+    from tc_autotune.search import zero_shot
+    from tc_autotune.tuning import zero_shot_train
 
     job = nightly.load_job(write_job(tmp_path))
     job.best_log_dir.mkdir(parents=True)
@@ -309,7 +310,7 @@ def test_a_best_that_loses_to_the_default_is_a_failure(tmp_path):
     assert [r.status for r in report.failed] == ["slower than default"] and len(calls) == 2
     assert report.rows[0].default_ratio == pytest.approx(0.5)
     # the re-timings are records: the best log now holds the default, which won
-    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.templates.registry import conv2d_space
 
     best_log = job.best_log_dir / "synthetic-gpu.jsonl"
     config, seconds = records.load_best(best_log, workloads.get("rfc-3x3-b1"))

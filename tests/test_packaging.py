@@ -144,12 +144,13 @@ def test_an_installed_copy_finds_its_logs_inside_itself(site):
         import tc_autotune
         from tc_autotune.database import records
         from tc_autotune.search import zero_shot
+        from tc_autotune.tuning import zero_shot_train
         from tc_autotune.backends.cuda.gpu import gpu_for_arch
         model, why = zero_shot.stored_model(gpu_for_arch("sm_90"))
         found = dict(package=tc_autotune.__file__, packaged=str(records.packaged_logs_dir()),
                      shipped=str(records.shipped_logs_dir()),
                      files=[str(f) for f in records.shipped_log_files()],
-                     heldout=str(zero_shot.HELDOUT_JOB), heldout_workloads=len(zero_shot.heldout_workloads()),
+                     heldout=str(zero_shot_train.HELDOUT_JOB), heldout_workloads=len(zero_shot_train.heldout_workloads()),
                      model=str(zero_shot.model_path()), model_rows=model.rows if model else why,
                      pick=bool(zero_shot.zero_shot_config("n=3,h=20,c=96,k=160,r=3,pad=1", gpu_for_arch("sm_90"))),
                      xgboost=any(m.startswith("xgboost") for m in sys.modules))

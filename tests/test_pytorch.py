@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 import tc_autotune as tc  # noqa: E402
-from tc_autotune.database import apply  # noqa: E402
-from tc_autotune.backends.cuda import build_cache
+from tc_autotune.api import apply  # noqa: E402
+from tc_autotune.api import build_cache
 from tc_autotune.tuning import jobs
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
@@ -292,7 +292,7 @@ def test_the_build_server_leaves_torch_out_only_where_it_is_asked_to(tmp_path):
     import os
     import subprocess
 
-    code = ("import tc_autotune.backends.cuda.build_server, importlib.util\n"
+    code = ("import tc_autotune.api.build_server, importlib.util\n"
             "try:\n    import torch\n    print('torch', torch.__version__)\nexcept ImportError:\n    print('no torch')\n")
     env = {k: v for k, v in os.environ.items() if k != "TC_AUTOTUNE_BUILD_SERVER"}
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

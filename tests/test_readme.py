@@ -26,7 +26,7 @@ from tc_autotune.templates.tc_gemm import knobs, warp_specialized
 from tc_autotune.database import records
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

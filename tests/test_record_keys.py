@@ -19,7 +19,7 @@ from tc_autotune.backends.cuda import code_hash as code_keys
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.cli import records as records_command
 from tc_autotune.core.results import MeasureErrorNo, MeasureResult
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.core.tasks import CONV2D, DENSE
 from tc_autotune.core.template import Template
 from tc_autotune.database import journal, record as record_module, restamp
@@ -131,7 +131,7 @@ def test_a_build_skips_an_unverified_best_whose_code_changed_for_the_next(tmp_pa
 
 
 def test_apply_passes_the_check_to_the_records(tmp_path):
-    from tc_autotune.database import apply
+    from tc_autotune.api import apply
 
     log = tmp_path / "tune.jsonl"
     rec.append(log, [make(0, 1e-4, source_hash=OLD, code_hash=CODE), make(1, 2e-4, source_hash=TODAY)])

@@ -23,7 +23,7 @@ from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.database.records import Record
 from tc_autotune.core.results import CUDA_GRAPH, TIME_EVALUATOR
 from tc_autotune.templates.tc_gemm.knobs import KNOBS
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.workloads.conv2d import get
 
 REPO = Path(__file__).resolve().parents[1]
@@ -313,7 +313,7 @@ _WRITER = textwrap.dedent("""
     from tc_autotune.backends.cuda.gpu import gpu_for_arch
     from tc_autotune.core.results import MeasureResult
     from tc_autotune.database.records import Record
-    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.templates.registry import conv2d_space
     from tc_autotune.workloads.conv2d import get
 
     path, tag = sys.argv[1], sys.argv[2]
@@ -560,7 +560,7 @@ def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
 def test_records_written_before_the_newer_knobs_read_back_with_their_defaults():
     from dataclasses import replace
 
-    from tc_autotune.core.space import KNOB_DEFAULTS
+    from tc_autotune.templates.tc_gemm.knobs import KNOB_DEFAULTS
 
     config = replace(CONFIGS[0], **KNOB_DEFAULTS)
     entity = SPACE.to_entity(config)
@@ -618,7 +618,8 @@ _KILLABLE_WRITER = textwrap.dedent("""
     from tc_autotune.backends.cuda.gpu import gpu_for_arch
     from tc_autotune.database.records import Record
     from tc_autotune.core.results import MeasureResult
-    from tc_autotune.core.space import conv2d_space
+    from tc_autotune.templates.registry import conv2d_space
+    from tc_autotune.core.tasks import CONV2D
     from tc_autotune.workloads.conv2d import get
 
     path, tag = sys.argv[1], sys.argv[2]

@@ -8,9 +8,10 @@ import pytest
 from tc_autotune.templates.tc_gemm import intrinsic_paths
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.templates.tc_gemm.knobs import KNOBS, Conv2dConfig
+from tc_autotune.templates.tc_gemm.knobs import KNOBS, TcGemmConfig
 from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
-from tc_autotune.core.space import ConfigSpace, positions_from_configs, positions_from_indices, valid_mask
+from tc_autotune.templates.registry import ConfigSpace
+from tc_autotune.core.config_space import positions_from_configs, positions_from_indices, valid_mask
 
 SPACE = ConfigSpace(workloads.get("tutorial"), gpu_for_arch("sm_90"))
 
@@ -81,7 +82,7 @@ def test_wgmma_in_flight_is_refused_off_the_wgmma_path_and_below_two_stages():
 
 
 # ---- warp_specialized: a producer warpgroup feeding 1-2 wgmma consumer warpgroups -----------
-WS = Conv2dConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4,
+WS = TcGemmConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, chunk=4,
                   wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=0, vec_a=8, vec_b=8, vec_c=1, stages=3,
                   intrinsic="wgmma", warp_specialized=1)
 _WS_WHY = "warp_specialized=1 feeds wgmma consumer warpgroups from a producer warpgroup: it needs intrinsic=wgmma"

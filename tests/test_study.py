@@ -7,7 +7,7 @@ import pytest
 from tc_autotune.database import records
 from lab import study
 from tc_autotune.backends.cuda.gpu import GpuInfo
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.workloads.conv2d import Conv2dWorkload
 
 from synthetic import SyntheticMeasurer
@@ -109,7 +109,7 @@ def test_the_shipped_study_logs_are_read_by_nothing_that_learns(monkeypatch, fol
     become shipped logs: apply, transfer and the zero-shot model read only shipped_log_files()."""
     from pathlib import Path
 
-    from tc_autotune.database.apply import shipped_log_files
+    from tc_autotune.api.apply import shipped_log_files
 
     monkeypatch.delenv("TC_AUTOTUNE_SHIPPED_LOGS")
     root = Path(__file__).resolve().parent.parent

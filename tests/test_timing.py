@@ -6,7 +6,6 @@ fake clock), ``benchmark.benchmark``'s rows, and the re-timing that nightly repo
 
 import logging
 import sys
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -174,7 +173,7 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(cpu
         return 2e-5, 1e-4
 
     monkeypatch.setattr(benchmark, "build", build)
-    monkeypatch.setattr(tasks, "of", lambda w, real=tasks.of: replace(real(w), baseline=cudnn))
+    _baselines_are(monkeypatch, cudnn)
     monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", "")
     (row,) = benchmark.benchmark([str(WL)], logs=[log], repeat=3)
     assert built == [default, logged] and row.tuned_config == logged.as_dict() and row.tuned_source == "record"
@@ -188,6 +187,12 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(cpu
     assert built == [default] and row.tuned_source == "default" and row.cudnn_s == 2e-5
     assert row.tuned_s == row.default_s == pytest.approx(3e-5) and gpu[0].replays == 1 + 3  # timed once
     assert len(inputs) == 1 and np.array_equal(inputs[0][-1], benchmark.task_arrays(WL)[-1])  # same reference
+
+
+def _baselines_are(monkeypatch, timed) -> None:
+    """Every task's baseline is ``timed`` (the package face binds the real ones: ``tasks.use_baseline``)."""
+    for name in tasks.names():
+        monkeypatch.setitem(tasks._BASELINES, name, timed)
 
 
 # ---- the re-timing nightly reports and merges (autotune.retime_against_default) ------------------
@@ -208,7 +213,7 @@ def retiming(cuda, monkeypatch):
         return 2e-5, 1e-4
 
     monkeypatch.setattr(autotune, "build", build)
-    monkeypatch.setattr(tasks, "of", lambda w, real=tasks.of: replace(real(w), baseline=cudnn))
+    _baselines_are(monkeypatch, cudnn)
     return seen
 
 

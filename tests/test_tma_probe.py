@@ -15,13 +15,14 @@ from tc_autotune.backends.cuda.nvcc import find_nvcc
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (set CUDA_HOME or put nvcc on PATH)")
 def test_probe_compiles_and_links_for_sm_90a_with_the_packages_wgmma(tmp_path):
-    from tc_autotune.templates.tc_gemm.intrinsics import COL_MAJOR, ROW_MAJOR, _wgmma_source
+    from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
+    from tc_autotune.templates.tc_gemm.wgmma_source import wgmma_source
 
     binary, ptxas = probe.build(tmp_path, find_nvcc())
     assert binary.read_bytes()[:4] == b"\x7fELF"  # a linked host executable
     header = (tmp_path / probe.HEADER).read_text()
     for args in ((64, COL_MAJOR, False), (64, COL_MAJOR, True), (128, ROW_MAJOR, False)):
-        assert _wgmma_source(*args) in header  # the package's text, not a copy of it
+        assert wgmma_source(*args) in header  # the package's text, not a copy of it
     assert "void tc_wgmma_drain_4(" in header
     # every kernel, for sm_90a; nothing serialized (C7510: a call inside the k-loop), no spills
     kernels = re.findall(r"Compiling entry function '_Z\d+(\w+?)14CUtensorMap_st\w*' for 'sm_90a'", ptxas)
@@ -65,7 +66,8 @@ def test_tvm_passes_a_host_encoded_tensor_map_to_the_packages_wgmma_kernel():
 
     from tc_autotune.backends.cuda import nvcc as cuda
     from tc_autotune.templates.tc_gemm.generator import DENSE_IN_FLIGHT_PROBES, probe_kernels
-    from tc_autotune.templates.tc_gemm.schedule import PASS_CONFIG, dense_view, schedule_gemm
+    from tc_autotune.templates.tc_gemm.views import dense_view
+    from tc_autotune.templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm
 
     workload, config = next((w, c) for w, c in probe_kernels(DENSE_IN_FLIGHT_PROBES) if w.b_layout == "nk")
     func = schedule_gemm(dense_view(workload), config)["main"]

@@ -12,7 +12,7 @@ import tc_autotune as tc
 from tc_autotune.workloads import epilogue, conv2d as workloads
 from tc_autotune.api import functional, kernel
 from tc_autotune.core import tasks
-from tc_autotune.database.apply import dense_workload_of, workload_of
+from tc_autotune.api.apply import dense_workload_of, workload_of
 from tc_autotune.workloads.dense import DenseWorkload
 
 CONV = workloads.get("n=2,h=4,c=16,k=32,r=1,out_dtype=float16,epilogue=bias_residual_relu")

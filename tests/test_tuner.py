@@ -22,8 +22,11 @@ from tc_autotune.search.cost_model import (TransferCostModel, XGBCostModel, conf
     normalise_per_group, positions_from_indices, valid_mask)
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
-from tc_autotune.core.space import ConfigSpace, Conv2dConfig, conv2d_space
-from tc_autotune.search.tuner import GridTuner, RandomTuner, XGBTuner, progress_logger
+from tc_autotune.templates.registry import ConfigSpace, conv2d_space
+from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
+from tc_autotune.search.progress import progress_logger
+from tc_autotune.search.tuner import GridTuner, RandomTuner
+from tc_autotune.search.xgb_tuner import XGBTuner
 
 GPU = gpu_for_arch("sm_90")
 TUNERS = (RandomTuner, GridTuner, XGBTuner)
@@ -45,7 +48,7 @@ def plain_space_of(name: str) -> ConfigSpace:
     return ConfigSpace(workloads.get(name), GPU, {**KNOBS, "warp_specialized": (0,)})
 
 
-def synthetic_seconds(space: ConfigSpace, config: Conv2dConfig) -> float | None:
+def synthetic_seconds(space: ConfigSpace, config: TcGemmConfig) -> float | None:
     """Deterministic kernel time of a config, or None where it 'fails to launch'."""
     m, n, k = space.workload.gemm_shape
     bm, bn, bk = config.block_m, config.block_n, config.block_k
@@ -123,6 +126,15 @@ def small_space() -> ConfigSpace:
     return ConfigSpace(workloads.get("rfc-3x3-b32"), GPU, knobs)
 
 
+def patch_valid_mask(monkeypatch, fake) -> None:
+    """``fake`` as the pre-filter of every search module that calls it (the tuners' draws and
+    scans, XGBTuner's annealing starts, the annealing walk)."""
+    from tc_autotune.search import anneal, tuner, xgb_tuner
+
+    for module in (tuner, xgb_tuner, anneal):
+        monkeypatch.setattr(module, "valid_mask", fake)
+
+
 # ---- cost model --------------------------------------------------------------------
 def test_features_are_vectorised_finite_and_transferable(monkeypatch):
     """Featurising is cheap because it is vectorised: 10k configs go through the rule table's
@@ -165,7 +177,7 @@ def test_vectorised_validity_agrees_with_the_space(name):
 def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
     """Near the mma and wgmma paths (16x16x16, unpadded; the warpgroup, chunk and fragment
     knobs left free), where uniform samples of the whole space rarely land."""
-    from tc_autotune.core.space import KNOBS
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
@@ -183,7 +195,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     """The warp-specialized kernel's own knobs (consumers along M, B multicast, ping-pong, TMA im2col,
     setmaxnreg, split-K, stages, tilings) free around its required values, where their rules interact."""
-    from tc_autotune.core.space import KNOBS
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
@@ -433,7 +445,7 @@ def test_transfer_runs_hedge_with_the_prior_until_their_own_results_arrive(monke
 
 
 def test_tuner_names_build_their_variants():
-    from tc_autotune.search.tuner import XGB_VARIANTS, make_tuner
+    from tc_autotune.search.xgb_tuner import XGB_VARIANTS, make_tuner
     space = space_of("tutorial")
     made = {name: make_tuner(name, space, seed=0) for name in XGB_VARIANTS}
     assert made["xgb"].transfer == "residual" and made["xgb"].model.half_life == 64
@@ -468,7 +480,7 @@ def test_annealing_one_batch_costs_steps_times_chains_not_the_space(monkeypatch)
         raise AssertionError("full-space scan")
 
     monkeypatch.setattr(tuner.model, "predict", counting_predict)
-    monkeypatch.setattr(tuner_module, "valid_mask", counting_mask)
+    patch_valid_mask(monkeypatch, counting_mask)
     monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", no_scan)
     batch = tuner.next_batch(16)
     assert len(batch) == 16 and all(space.is_valid(c) for c in batch)
@@ -592,8 +604,11 @@ def test_draws_that_come_up_short_scan_a_small_space_but_never_a_large_one(monke
         scans.append(len(self.space))
         return small_valid if self.space is small else np.arange(len(self.space) // 2, dtype=np.int64)
 
-    monkeypatch.setattr(tuner_module, "valid_mask", lambda space, pos: np.zeros(len(pos), dtype=bool))
-    monkeypatch.setattr(tuner_module, "_DRAW_ROUNDS", 2)
+    patch_valid_mask(monkeypatch, lambda space, pos: np.zeros(len(pos), dtype=bool))
+    from tc_autotune.search import xgb_tuner
+
+    for module in (tuner_module, xgb_tuner):  # XGBTuner's starts draw as many rounds as the tuners' picks
+        monkeypatch.setattr(module, "_DRAW_ROUNDS", 2)
     monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", listed)
 
     def pick(space):
@@ -612,7 +627,7 @@ def test_default_config_is_cheap_and_small_uncached(monkeypatch):
     offset-fixed configs (let alone the space): rows counted, memory traced, no clock."""
     import tracemalloc
 
-    from tc_autotune.core import space as space_module
+    from tc_autotune.core import config_space as space_module
     from tc_autotune.templates.tc_gemm import validity  # the template's default_config lives there
 
     space_module._default_config.cache_clear()
@@ -679,7 +694,7 @@ def test_tuning_32_trials_with_a_fake_runner_does_bounded_work(tuner_cls, name, 
     def no_scan(self):
         raise AssertionError("full-space scan")
 
-    monkeypatch.setattr(tuner_module, "valid_mask", counting_mask)
+    patch_valid_mask(monkeypatch, counting_mask)
     monkeypatch.setattr(tuner_module.Tuner, "_valid_indices", no_scan)
     measure = SyntheticMeasure(space)
     best = tuner_cls(space, seed=0).tune(32, measure, callbacks=[lambda t, c, r: batches.append(len(c))])

@@ -13,12 +13,13 @@ import pytest
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.nvcc import find_nvcc
-from tc_autotune.templates.tc_gemm.gemm import box_tile, view_of
+from tc_autotune.templates.tc_gemm.gemm import box_tile
+from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.templates.tc_gemm.knobs import Conv2dConfig
+from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 from tc_autotune.templates.tc_gemm.warp_specialized import _element, plan, smem_bytes, tma_boxes
 
-WS = Conv2dConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, chunk=4,
+WS = TcGemmConfig(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, chunk=4,
                   wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=0, vec_a=8, vec_b=8, vec_c=1, stages=4,
                   intrinsic="wgmma", wgmma_in_flight=1, warp_specialized=1)
 # padding, stride 2, dilation, a 7x7 filter, dense with either weight layout and a batch
@@ -105,7 +106,7 @@ def test_the_space_offers_warp_specialized_configs_on_hopper_only():
                                             ("dense:m=100,n=200,k=136,b=nk,out_dtype=float16", 1),
                                             ("dense:m=256,n=128,k=256,b=kn", 0)])
 def test_kernels_compile_for_sm90a_with_tensor_maps_and_unserialized_wgmma(name, in_flight):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -135,7 +136,7 @@ def test_kernels_compile_for_sm90a_with_tensor_maps_and_unserialized_wgmma(name,
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 def test_split_k_runs_the_slices_as_a_cluster_that_sums_in_distributed_shared_memory():
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -145,7 +146,7 @@ def test_split_k_runs_the_slices_as_a_cluster_that_sums_in_distributed_shared_me
     assert kp.grid == (4, 32) and kp.cluster == 4  # one M tile's 4 slices, 32 N tiles
     assert "SLICE = 16" in kp.source and "kt_begin = split_rank * SLICE" in kp.source
     assert kp.source.count("cluster_sync();") == 2 and "mapa.shared::cluster" in kp.source
-    from tc_autotune.templates.tc_gemm.schedule import workspaces
+    from tc_autotune.templates.tc_gemm.workspaces import workspaces
     assert workspaces(wl, config) == []  # no split-K workspace: the cluster sums in shared memory
     report = _ptxas_report(build(wl, config, target="sm_90").cuda_source)
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
@@ -194,7 +195,7 @@ def test_untuned_shapes_never_default_to_the_warp_specialized_kernel():
 
 def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import positions_from_configs
+    from tc_autotune.core.config_space import positions_from_configs
 
     for name, boxed in (("rfc-1x1-b32", True), ("rfc-3x3-b32", True), ("resnet50-res3-1x1-256-512-s2-b1", False)):
         wl = workloads.get(name)
@@ -363,7 +364,7 @@ def test_rules_of_ping_pong():
                                                                                 ping_pong=1, wgmma_in_flight=0)),
                                         ("rfc-3x3-b256", dict(warp_specialized=2, warp_row_tiles=1, ping_pong=1))])
 def test_along_m_and_multicast_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -463,7 +464,7 @@ def test_rules_of_tma_im2col():
 
 def test_the_prior_counts_an_im2col_a_as_boxed():
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import positions_from_configs
+    from tc_autotune.core.config_space import positions_from_configs
 
     wl = workloads.get("resnet50-res3-1x1-256-512-s2-b1")  # gathered without im2col (28-pixel rows: row boxes)
     space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
@@ -508,7 +509,7 @@ def test_encode_im2col_asks_the_driver_once_per_data_and_copies_the_map(monkeypa
                                          dict(block_col_warps=1, wgmma_in_flight=0)),
                                         ("rfc-3x3-b32", dict(warp_specialized=2, block_col_warps=1, ping_pong=1))])
 def test_im2col_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -624,7 +625,7 @@ def test_random_draws_keep_tma_store_setmaxnreg_and_an_im2col_that_cannot_apply_
     from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
     def space(name, **knobs):
-        from tc_autotune.core.space import ConfigSpace
+        from tc_autotune.templates.registry import ConfigSpace
 
         return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
 
@@ -661,7 +662,7 @@ def test_the_persistent_starting_tilings_store_c_with_tma_where_they_can():
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("name,knobs", STORE_VIEWS + [("dense:m=100,n=200,k=136,b=nk,out_dtype=float16", dict(stages=3))])
 def test_tma_store_kernels_compile_without_spills_and_encode_cs_map(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -679,7 +680,7 @@ def test_tma_store_kernels_compile_without_spills_and_encode_cs_map(name, knobs)
 
 def test_the_prior_weighs_tma_stores_more_for_fp16_output():
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import positions_from_configs
+    from tc_autotune.core.config_space import positions_from_configs
 
     gains = {}
     for dtype in ("float32", "float16"):
@@ -694,7 +695,7 @@ def test_validity_and_the_prior_take_zero_rows():
     """A conv whose A comes in TMA boxes asks per block_m; with no rows that is an empty answer
     (the per-block_m lookup once raised on an empty column in the tma_store rule)."""
     from tc_autotune.templates.tc_gemm.prior import prior_score
-    from tc_autotune.core.space import valid_mask
+    from tc_autotune.core.config_space import valid_mask
 
     wl = workloads.get("rfc-3x3-b32")
     space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
@@ -757,7 +758,7 @@ def test_a_plain_workload_generates_the_kernel_it_did_before_epilogues():
 @pytest.mark.parametrize("name,knobs", FUSED_VIEWS[:4])
 def test_fused_warp_specialized_kernels_compile_without_spills_and_take_the_inputs(name, knobs):
     from tc_autotune.workloads.epilogue import parse
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 
@@ -814,7 +815,7 @@ def test_rules_of_setmaxnreg():
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("name,knobs", MAXNREG_VIEWS)
 def test_setmaxnreg_kernels_compile_without_spills_or_serialized_wgmma(name, knobs):
-    from tc_autotune.api.kernel import build
+    from tc_autotune.api.build import build
 
     from test_codegen import _ptxas_report
 

@@ -12,7 +12,7 @@ import pytest
 
 from tc_autotune import workloads
 from tc_autotune.templates.tc_gemm import warp_specialized
-from tc_autotune.templates.tc_gemm.gemm import view_of
+from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.templates.tc_gemm.warp_specialized import layout, pipeline, tile_scheduler
 
 PACKAGE = Path(warp_specialized.__file__).parent

@@ -19,20 +19,21 @@ from pathlib import Path
 import pytest
 
 from tc_autotune.database import records
-from tc_autotune.search import zero_shot, zero_shot_train
-from tc_autotune.database.apply import NoTunedConfigWarning, choose_config, packaged_logs_dir
+from tc_autotune.search import zero_shot
+from tc_autotune.tuning import zero_shot_train
+from tc_autotune.api.apply import NoTunedConfigWarning, choose_config, packaged_logs_dir
 from tc_autotune.search.cost_model import XGBCostModel
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.tuning.nightly import load_job
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.workloads.conv2d import Conv2dWorkload, get
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "sm_90", 132)
 H200_NAME = "NVIDIA H200"
 SHIPPED = packaged_logs_dir()
-LAB = zero_shot.HELDOUT_JOB.parent  # the maintainers' studies: a checkout's lab/
+LAB = zero_shot_train.HELDOUT_JOB.parent  # the maintainers' studies: a checkout's lab/
 UNTUNED = "n=8,h=52,w=52,c=256,k=255,r=1,s=1,stride=1,pad=0"  # a held-out shape: in no log
 
 
@@ -200,9 +201,9 @@ def test_the_shipped_model_says_what_it_was_trained_from():
 
 
 def test_the_shipped_model_never_saw_the_heldout_or_validation_shapes():
-    excluded = zero_shot.excluded_workloads()
-    validation = {e.workload for e in load_job(zero_shot.VALIDATION_JOB).entries}
-    assert zero_shot.heldout_workloads() | validation == excluded and validation
+    excluded = zero_shot_train.excluded_workloads()
+    validation = {e.workload for e in load_job(zero_shot_train.VALIDATION_JOB).entries}
+    assert zero_shot_train.heldout_workloads() | validation == excluded and validation
     doc = json.loads((SHIPPED / zero_shot.MODEL_FILE).read_bytes())
     assert set(doc["excluded"]) == {str(w) for w in excluded}
     assert not [name for name, _ in doc["logs"] if name.startswith(("heldout/", "validation/"))]
@@ -212,10 +213,10 @@ def test_the_shipped_model_never_saw_the_heldout_or_validation_shapes():
 
 # ---- the held-out shapes --------------------------------------------------------------------------
 def test_heldout_job_file_covers_the_brief():
-    job = load_job(zero_shot.HELDOUT_JOB)
+    job = load_job(zero_shot_train.HELDOUT_JOB)
     workloads = [e.workload for e in job.entries]
     assert len(workloads) >= 10 and len(set(workloads)) == len(workloads)
-    assert set(workloads) == zero_shot.heldout_workloads()
+    assert set(workloads) == zero_shot_train.heldout_workloads()
     assert all(w.dtype == "float16" for w in workloads)
     batches = {w.batch for w in workloads}
     assert min(batches) == 1 and max(batches) >= 128
@@ -232,7 +233,7 @@ def test_heldout_job_file_covers_the_brief():
 
 
 def test_heldout_and_validation_workloads_are_in_no_shipped_log():
-    excluded = zero_shot.excluded_workloads()
+    excluded = zero_shot_train.excluded_workloads()
     logs = sorted(SHIPPED.rglob("*.jsonl"))  # the studies' logs are in lab/, none here
     assert logs and set(zero_shot.shipped_log_files()) <= set(logs)
     assert list((LAB / "heldout").rglob("*.jsonl"))  # where the studies' logs are
@@ -257,12 +258,12 @@ def test_building_a_never_tuned_shape_imports_no_xgboost(tmp_path):
         import tc_autotune
         warnings.simplefilter("ignore")
         kernel = tc_autotune.build_conv2d({UNTUNED!r}, target="sm_90")
-        from tc_autotune.database import apply
+        from tc_autotune.api import apply
         from tc_autotune.backends.cuda import gpu
         choice = apply.choose_config(kernel.workload, gpu.gpu_for_arch("sm_90"), warn=False)
         print(json.dumps(dict(source=choice.source, same=choice.config == kernel.config,
                               loaded=sorted(m for m in sys.modules if m.split(".")[0] == "xgboost"
-                                            or m == "tc_autotune.search.zero_shot_train"))))
+                                            or m == "tc_autotune.tuning.zero_shot_train"))))
     """
     env = {k: v for k, v in os.environ.items() if k != "TC_AUTOTUNE_SHIPPED_LOGS"}
     env.update(PYTHONPATH=str(REPO), TC_AUTOTUNE_CACHE_DIR=str(tmp_path / "cache"))

@@ -1,4 +1,4 @@
-"""The zero-shot model's tuning side (tc_autotune.search.zero_shot_train, zero_shot_eval): CPU.
+"""The zero-shot model's tuning side (tc_autotune.tuning.zero_shot_train, zero_shot_eval): CPU.
 
 The stored model equal to one trained now (its numpy ranker scoring as xgboost does), training data (held-out shapes never in it, records outside the space skipped), the stored
 file retrained where its logs moved and only there, ``tc-records --train-zero-shot``, and a
@@ -18,12 +18,13 @@ import pytest
 import xgboost as xgb
 
 from tc_autotune.database import journal, records
-from tc_autotune.search import zero_shot, zero_shot_eval, zero_shot_train
-from tc_autotune.database.apply import packaged_logs_dir
+from tc_autotune.search import zero_shot
+from tc_autotune.tuning import zero_shot_eval, zero_shot_train
+from tc_autotune.api.apply import packaged_logs_dir
 from tc_autotune.cli import records as records_command
 from tc_autotune.search.cost_model import features_from_positions
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
-from tc_autotune.core.space import conv2d_space
+from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.search.tree_ranker import TreeEnsemble
 from tc_autotune.workloads.conv2d import get
 
@@ -68,7 +69,7 @@ def test_the_stored_model_is_the_model_trained_now():
     doc = json.loads((SHIPPED / zero_shot.MODEL_FILE).read_bytes())
     stored = zero_shot.stored_model(gpu_for_arch("sm_90"))[0]
     data = zero_shot_train.training_set(records.load(records.shipped_log_files()), gpu_for_arch("sm_90"),
-                                        zero_shot.excluded_workloads())
+                                        zero_shot_train.excluded_workloads())
     booster = zero_shot_train.train_booster(data)
     rng = np.random.default_rng(0)
     for spec in ("tutorial", "n=3,h=20,c=96,k=160,r=3,pad=1", "n=8,h=52,w=52,c=256,k=255,r=1,s=1,pad=0"):
@@ -90,7 +91,7 @@ def test_records_outside_the_space_are_skipped(caplog):
 
 
 def test_heldout_workloads_are_never_trained_on(tmp_path):
-    excluded = sorted(zero_shot.excluded_workloads(), key=str)
+    excluded = sorted(zero_shot_train.excluded_workloads(), key=str)
     template = next(iter(records.load(NVCC_H100)))
     planted = [dataclasses.replace(template, workload=w) for w in excluded]
     folder = copy_logs(tmp_path, "history/nvidia-h100-20261122-nvcc.jsonl")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 
-from ..backends.cuda import build_cache
-from ..database.apply import active_logs, dense_workload_of, workload_of
+from . import build_cache
+from .apply import active_logs, dense_workload_of, workload_of
 from ..workloads.epilogue import of_inputs as epilogue_of
 from .kernel import _gpu_of, _is_torch, require_gpu
 

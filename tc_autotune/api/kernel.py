@@ -1,5 +1,6 @@
-"""``build_conv2d`` and ``build_dense``: the template applied to one workload and config,
-ready to run.  One kernel class serves every task: its tensors are the task's signature.
+"""A built kernel (``Kernel``) and its making (``compile_kernel``): a task's template applied to
+one workload and config, ready to run.  One kernel class serves every task: its tensors are the
+task's signature.  ``build`` chooses the config (``build_conv2d``, ``build_dense``).
 
 Here the code a config generates is known, so here records are checked against it
 (``verify_record``): a build that takes an unverified record (its template's sources changed
@@ -7,7 +8,6 @@ since it was stamped) hashes the code it lowered anyway, and uses the record onl
 the code the record timed (``database.record``).  ``code_hashes`` does the same for
 ``tc-records --restamp``, many configs at once.
 """
-
 from __future__ import annotations
 
 import collections
@@ -26,13 +26,10 @@ import tvm_ffi
 from ..backends.cuda import code_hash as code_keys
 from ..backends.cuda import nvcc, tensormap
 from ..core import tasks
-from ..database.apply import best_or_default_config
-from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, gpu_for_arch, probe_local_gpu
-from ..templates.tc_gemm.intrinsic_paths import get as intrinsic_path
-from ..workloads.dense import DenseWorkload
-from ..core.space import Conv2dConfig
-from ..templates.tc_gemm.schedule import workspace_shape, workspaces
-from ..workloads.conv2d import Conv2dWorkload, get
+from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, probe_local_gpu
+from ..workloads.conv2d import get
+# The default template's TVM side: importing its schedule registers its lowering of each task.
+from ..templates.tc_gemm import schedule  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +40,8 @@ class Kernel:
     tensors): conv2d NHWC data and HWIO weights, dense A and weight, then a fused epilogue's
     (scale, bias, residual: ``tasks.Task.signature``)."""
 
-    workload: Conv2dWorkload | DenseWorkload
-    config: Conv2dConfig
+    workload: object  # a workload of a task (conv2d, dense: ``tasks.of``)
+    config: object  # a config of the task's template (``template.config_type``)
     target: tvm.target.Target
     executable: object  # tvm.runtime.Executable, or the runtime Module loaded from the build cache
     cubin: bytes
@@ -60,14 +57,15 @@ class Kernel:
 
     @property
     def workspace_shape(self) -> tuple[int, int, int] | None:
-        """fp32 split-K partial sums (the first workspace), None without split-K."""
-        return workspace_shape(self.workload, self.config)
+        """fp32 split-K partial sums (the first workspace, the only fp32 one), None without split-K."""
+        return next((shape for shape, dtype in self.workspaces if dtype == "float32"), None)
 
     @property
     def workspaces(self) -> list[tuple[tuple[int, ...], str]]:
-        """(shape, dtype) of each buffer the kernel takes after ``out``: split-K partial sums,
-        fp16 copies of fp32 data and weight.  Allocated on first use, reused by every call."""
-        return workspaces(self.workload, self.config)
+        """(shape, dtype) of each buffer the kernel takes after ``out`` (its template's: split-K
+        partial sums, fp16 copies of fp32 data and weight).  Allocated on first use, reused by
+        every call."""
+        return tasks.of(self.workload).template.workspaces(self.workload, self.config)
 
     def _extra_args(self, dev) -> tuple:
         specs = self.workspaces
@@ -225,71 +223,13 @@ def _from_dlpack(value, name):
 Conv2dKernel = DenseKernel = Kernel
 
 
-def resolve_config(workload, config, gpu: GpuInfo) -> Conv2dConfig:
-    """A Conv2dConfig from a config, a knob dict or a space index; ValueError if invalid."""
-    space = tasks.of(workload).space(workload, gpu)
-    if isinstance(config, int):
-        config = space.get(config)
-    elif isinstance(config, dict):
-        config = space.from_entity(config) if "entity" in config else space.from_dict(config)
-    elif not isinstance(config, Conv2dConfig):
-        raise ValueError(f"config must be a Conv2dConfig, a dict or an index, got {type(config).__name__}")
-    space.index(config)  # raises for values outside the space
-    reason = space.why_invalid(config)
-    if reason:
-        raise ValueError(f"config is invalid for {workload}: {reason}")
-    return config
+def build_arch(workload, config, gpu: GpuInfo) -> str:
+    """The arch the kernel is compiled for, as its template says (tc_gemm: wgmma needs the
+    arch-specific sm_90a)."""
+    return tasks.of(workload).template.build_arch(config, gpu.arch)
 
 
-def build_conv2d(workload, config=None, target=None) -> Kernel:
-    """Build the Tensor Core conv2d for ``workload`` (a Conv2dWorkload, preset name or spec).
-
-    ``config=None`` takes the best record of the active tuning logs, else the
-    space's default config.  ``target`` defaults to CUDA for the local GPU
-    (sm_90 without one); a TVM target or an arch string ("sm_80") is accepted.
-    """
-    return build(_of_type(workload, Conv2dWorkload), config, target)
-
-
-def build_dense(workload, config=None, target=None) -> Kernel:
-    """Build the Tensor Core dense for ``workload`` (a DenseWorkload, dense preset or
-    "dense:..." spec); ``config`` and ``target`` as ``build_conv2d`` takes them."""
-    return build(_of_type(workload, DenseWorkload), config, target)
-
-
-def _of_type(workload, workload_type: type):
-    workload = get(workload)
-    if not isinstance(workload, workload_type):
-        raise ValueError(f"expected a {workload_type.__name__}, got {type(workload).__name__} {workload}")
-    return workload
-
-
-def build(workload, config=None, target=None) -> Kernel:
-    """Build the kernel of any task's ``workload`` (see ``build_conv2d``)."""
-    workload = get(workload)
-    if target is None:
-        gpu = default_gpu()
-    else:
-        if isinstance(target, str) and target.startswith("sm_"):
-            target = {"kind": "cuda", "arch": target}
-        target = tvm.target.Target(target)
-        if target.kind.name != "cuda":  # an llvm target would silently have built for sm_90
-            raise ValueError(f"target {target.kind.name!r} is not a CUDA target: the kernels are Tensor Core "
-                             "CUDA kernels (give an arch such as 'sm_90', or a cuda target)")
-        arch = str(target.attrs.get("arch", "sm_90"))
-        local = default_gpu()
-        gpu = local if local.arch == arch else gpu_for_arch(arch)
-    if config is None:
-        config = best_or_default_config(workload, gpu, verify=verify_record)
-    return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
-
-
-def build_arch(config: Conv2dConfig, gpu: GpuInfo) -> str:
-    """The arch the kernel is compiled for: wgmma needs the arch-specific sm_90a."""
-    return intrinsic_path(config.intrinsic).build_arch(gpu.arch)
-
-
-def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
+def compile_kernel(workload, config, gpu: GpuInfo,
                    nvcc_timeout: float | None = None) -> Kernel:
     """Lower a resolved config and compile its cubin (into the disk cache).
 
@@ -300,8 +240,8 @@ def compile_kernel(workload, config: Conv2dConfig, gpu: GpuInfo,
     """
     target, executable = lower(workload, config, gpu)
     source = executable.mod.imports[0].inspect_source()
-    cubin = nvcc.compile_cubin(source, build_arch(config, gpu), nvcc_timeout)
-    code_keys.remember(workload, config, gpu.arch, kernel_code_hash(config, build_arch(config, gpu), source))
+    cubin = nvcc.compile_cubin(source, build_arch(workload, config, gpu), nvcc_timeout)
+    code_keys.remember(workload, config, gpu.arch, kernel_code_hash(config, build_arch(workload, config, gpu), source))
     return Kernel(workload, config, target, executable, cubin)
 
 
@@ -311,10 +251,10 @@ _LOWERED: collections.OrderedDict = collections.OrderedDict()
 _LOWERED_MAX = 2
 
 
-def lower(workload, config: Conv2dConfig, gpu: GpuInfo):
+def lower(workload, config, gpu: GpuInfo):
     """(target, TVM Executable) of a resolved config: the template's lowering, with our nvcc
     callback installed (see ``compile_kernel``)."""
-    arch = build_arch(config, gpu)
+    arch = build_arch(workload, config, gpu)
     key = (str(workload), config, arch)
     if key in _LOWERED:
         return _LOWERED.pop(key)  # each lowering serves one build
@@ -325,17 +265,17 @@ def lower(workload, config: Conv2dConfig, gpu: GpuInfo):
     return target, executable
 
 
-def kernel_code_hash(config: Conv2dConfig, arch: str, source: str) -> str:
+def kernel_code_hash(config, arch: str, source: str) -> str:
     """The code hash of a kernel of ``config`` compiled for ``arch`` from ``source``: with the TMA
     im2col encoder's source where its host code calls it (``tensormap``)."""
     host = [("backends/cuda/tensormap.py", Path(tensormap.__file__))] if getattr(config, "tma_im2col", 0) else []
     return code_keys.code_hash(source, arch, host)
 
 
-def code_hash_of(workload, config: Conv2dConfig, gpu: GpuInfo) -> str:
+def code_hash_of(workload, config, gpu: GpuInfo) -> str:
     """The code hash of what the template generates today for (workload, config) on ``gpu``'s
     arch (lowered, not compiled; the lowering is kept for a build that follows)."""
-    arch = build_arch(config, gpu)
+    arch = build_arch(workload, config, gpu)
     found = code_keys.recall(workload, config, gpu.arch)
     if found is not None:
         return found
@@ -348,7 +288,7 @@ def code_hash_of(workload, config: Conv2dConfig, gpu: GpuInfo) -> str:
     return digest
 
 
-def verify_record(record, config: Conv2dConfig) -> bool:
+def verify_record(record, config) -> bool:
     """Whether ``config`` (``record``'s) generates today the code ``record`` timed: what a build
     passes ``apply`` to check an unverified record.  A config that no longer lowers has changed."""
     try:
@@ -362,7 +302,8 @@ def _key_code_hash(key) -> str | None:
     """The code hash of a ``database.restamp.CodeKey`` (workload spec, knobs, arch); None where
     the config no longer lowers."""
     try:
-        return code_hash_of(get(key[0]), Conv2dConfig(**dict(key[1])), gpu_for_arch(key[2]))
+        workload = get(key[0])
+        return code_hash_of(workload, tasks.of(workload).template.config_type(**dict(key[1])), gpu_for_arch(key[2]))
     except Exception:  # noqa: BLE001 (a config today's template cannot generate)
         return None
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..measure import devices
 from .. import workloads
 from ..tuning.jobs import MAX_TRIALS
-from ..templates.tc_gemm.knobs import KNOBS
+from ..templates.registry import DEFAULT
 
 # Exit codes of all scripts (scripts/nightly.py's agree with tc_autotune.tuning.nightly.EXIT_*).
 EXIT_OK = 0
@@ -274,13 +274,15 @@ def cuda_arch(text) -> str:
 
 
 def knob_values(text) -> tuple[str, list]:
-    """``KNOB=V1,V2,...`` with every value among the knob's candidates: (knob, values)."""
+    """``KNOB=V1,V2,...`` with every value among the knob's candidates (the default template's):
+    (knob, values)."""
+    knobs = DEFAULT.knobs
     name, sep, values = text.partition("=")
     name = name.strip()
-    if not sep or name not in KNOBS or not values.strip():
-        raise BadValue(f"{text!r}: expected KNOB=V1,V2 with KNOB one of {', '.join(KNOBS)}")
+    if not sep or name not in knobs or not values.strip():
+        raise BadValue(f"{text!r}: expected KNOB=V1,V2 with KNOB one of {', '.join(knobs)}")
     parsed = [int(v) if v.strip().isdigit() else v.strip() for v in values.split(",")]
-    outside = [v for v in parsed if v not in KNOBS[name]]
+    outside = [v for v in parsed if v not in knobs[name]]
     if outside:
-        raise BadValue(f"{name}: {outside} not among its values {list(KNOBS[name])}")
+        raise BadValue(f"{name}: {outside} not among its values {list(knobs[name])}")
     return name, parsed

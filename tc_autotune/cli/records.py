@@ -105,7 +105,7 @@ def train_zero_shot(folder, prog: str) -> int:
     """Retrain the stored zero-shot model where it is not current; print what it holds."""
     import json
 
-    from ..search import zero_shot_train
+    from ..tuning import zero_shot_train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     with cli.io_errors_exit(prog):  # a folder it may not write: one line, exit 9

@@ -18,7 +18,7 @@ import logging
 import sys
 
 from . import common as cli  # no TVM import: fast argument errors
-from ..search.tuner import TUNERS  # no TVM import either
+from ..search.xgb_tuner import TUNERS  # no TVM import either
 
 PROG = "tc-tune"
 RPC_CONNECT_S = 5.0  # the MeasureOptions default too; here without importing TVM

@@ -1,7 +1,7 @@
 """The knob space of a template (``core.template.Template``) for one workload on one GPU.
 
-Generic: it imports no template.  ``core.space`` is the same space with tc_gemm as the default
-template, and the names its callers import.
+Generic: it imports no template.  ``templates.registry.ConfigSpace`` is the same space with the
+default template (tc_gemm) unless told otherwise.
 
 AutoTVM-style: every knob has an explicit candidate list (``knobs``), a config is one
 choice per knob, and its index is the mixed-radix number of those choices (the
@@ -71,7 +71,7 @@ class ConfigSpace:
 
     ``workload`` is what records key on (a Conv2dWorkload, or any workload with a GEMM view,
     a GemmView included); validity, the default config, the prior and the features read
-    only what the template's ``problem`` gives: ``view`` (tc_gemm: ``gemm.view_of``: M, N, K
+    only what the template's ``problem`` gives: ``view`` (tc_gemm: ``views.view_of``: M, N, K
     and the operands' layout) and ``context``.  Everything template-specific is a call on
     ``self.template``, so the same space serves any template."""
 

@@ -1,13 +1,16 @@
 """The task registry: what a tuning log's records key on.
 
 A task is an operator family the package can tune: its name (written in every record), its
-workload type (parses the spec a record holds), the tensors a kernel takes, the host
-reference and the baseline it is checked and compared against, its knob space and template
-(whose ``source_hash`` keys its records: ``database.record``) and its GEMM view
-(``gemm.GemmView``: M, N, K, dtypes, the operands' layout and index maps), which is all the
-space, the rules and the template read.  The template registers the function that lowers a
-(workload, config) with ``templates``.  A new task (dense, a fused epilogue) is one more
-``register`` call plus its template.
+workload type (parses the spec a record holds), the tensors a kernel takes, and the host
+reference and random inputs every kernel is checked with.  Those are facts of the workloads,
+so the tasks are defined here, from ``workloads`` alone.
+
+Which template makes a task's kernels (its knob space, rules, prior, lowering, and the
+``source_hash`` its records are keyed by: ``database.record``) and what its timings are compared with (cuDNN, cuBLAS)
+are not: the package face (``tc_autotune/__init__``) chooses them, at the top, and binds them
+here (``use_template``, ``use_baseline``) before any other module of the package loads.  So
+core/, search/ and database/ reach a template only through a task or a space, and import
+none.  A new task is one more ``register`` call plus a template that serves it.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..measure import baseline
 from ..workloads import epilogue
-from ..templates.tc_gemm import gemm
 from ..workloads.dense import DenseWorkload
 from ..workloads.reference import conv2d_reference, dense_inputs, dense_reference, random_inputs
 from .config_space import ConfigSpace
 from .template import Template
-from ..templates.tc_gemm.template import TC_GEMM
 from ..workloads.conv2d import Conv2dWorkload
+
+# task name -> the template that makes its kernels, and the function that times its baseline
+# ((workload, *inputs, reference) -> (seconds or None, error)): bound at the top.
+_TEMPLATES: dict[str, Template] = {}
+_BASELINES: dict[str, Callable] = {}
 
 
 @dataclass(frozen=True)
@@ -35,17 +40,29 @@ class Task:
     signature: Callable  # workload -> [(tensor name, shape, dtype)]: inputs then output
     reference: Callable  # (workload, *inputs) -> fp32 output on the host
     inputs: Callable  # (workload, seed) -> random inputs (signature order)
-    baseline: Callable | None  # (workload, *inputs, reference) -> (seconds or None, error)
-    gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
-    template: Template  # knobs, rules, prior, features, lowering (``core.template``)
     baseline_name: str = "cuDNN"  # what reports call the baseline
+
+    @property
+    def template(self) -> Template:
+        """The template that makes this task's kernels (``use_template``)."""
+        try:
+            return _TEMPLATES[self.name]
+        except KeyError:
+            raise LookupError(f"no template makes task {self.name!r}'s kernels: import tc_autotune, whose face "
+                              "binds each task to its template (core.tasks.use_template)") from None
+
+    @property
+    def baseline(self) -> Callable | None:
+        """(workload, *inputs, reference) -> (seconds or None, error): the vendor library's time
+        (``use_baseline``), None where none is bound."""
+        return _BASELINES.get(self.name)
 
     def space(self, workload, gpu=None) -> ConfigSpace:
         """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
         return ConfigSpace(workload, gpu, template=self.template)
 
     def lower(self, workload, config, target):
-        """The template's TVM Executable for one (workload, config) (see ``templates``)."""
+        """The template's TVM Executable for one (workload, config) (see ``Template.lowers``)."""
         return self.template.lower(self.name, workload, config, target)
 
 
@@ -53,12 +70,22 @@ _TASKS: dict[str, Task] = {}
 
 
 def register(task: Task) -> Task:
-    """Add a task; its workload type's GEMM view becomes ``gemm.view_of``'s for that type."""
+    """Add a task."""
     if task.name in _TASKS:
         raise ValueError(f"task {task.name!r} is registered twice")
-    gemm.views(task.workload_type)(task.gemm_view)
     _TASKS[task.name] = task
     return task
+
+
+def use_template(template: Template, *tasks: Task) -> None:
+    """``template`` makes the kernels of ``tasks`` (the package face's choice)."""
+    for task in tasks:
+        _TEMPLATES[task.name] = template
+
+
+def use_baseline(task: Task, timed: Callable) -> None:
+    """``timed(workload, *inputs, reference)`` times ``task``'s baseline (the package face's choice)."""
+    _BASELINES[task.name] = timed
 
 
 def of(workload) -> Task:
@@ -80,11 +107,6 @@ def get(name: str) -> Task:
         raise KeyError(f"unknown task {name!r} (known: {', '.join(_TASKS)})") from None
 
 
-def templates(name: str):
-    """Decorator: the template's ``lower(workload, config, target)`` of task ``name``."""
-    return get(name).template.lowers(name)
-
-
 def _signature(wl, operands):
     """The operands' (name, shape, dtype), the epilogue's inputs, then the output's: the
     kernel's arguments before its workspaces."""
@@ -101,9 +123,6 @@ CONV2D = register(Task(
     signature=_conv2d_signature,
     reference=conv2d_reference,
     inputs=random_inputs,
-    baseline=baseline.checked_cudnn_time,
-    gemm_view=gemm.conv2d_view,
-    template=TC_GEMM,
 ))
 
 
@@ -117,8 +136,5 @@ DENSE = register(Task(
     signature=_dense_signature,
     reference=dense_reference,
     inputs=dense_inputs,
-    baseline=baseline.checked_cublas_time,
-    gemm_view=gemm.dense_view,
-    template=TC_GEMM,  # the conv2d template's generator
     baseline_name="cuBLAS",
 ))

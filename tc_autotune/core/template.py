@@ -2,9 +2,10 @@
 
 A template is a knob table with its config type plus a handful of pure functions of a
 ``ConfigSpace`` (one workload on one GPU) and knob-position rows (int64, one column per
-knob, ``space.knobs`` order).  ``core.space`` and ``search`` reach a template only through
-this object, so a second template (or the toy one of ``tests/test_template.py``) plugs in
-by building one ``Template``: nothing in the search assumes the Tensor Core GEMM's knobs.
+knob, ``space.knobs`` order).  ``core.config_space``, ``search`` and ``database`` reach a
+template only through this object, so a second template (or the toy one of
+``tests/test_template.py``) plugs in by building one ``Template``: nothing in the search assumes
+the Tensor Core GEMM's knobs.
 
 It is a frozen dataclass of data and plain functions rather than an ABC: a template is one
 literal, a missing part fails at construction, and the functions take the space (which
@@ -57,6 +58,12 @@ def hash_sources(files: Iterable[tuple[str, Path]], toolchain: Mapping) -> str:
         h.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
     h.update(json.dumps(dict(toolchain), sort_keys=True).encode())
     return h.hexdigest()
+def _no_workspaces(workload, config) -> list:
+    return []
+
+
+def _same_arch(config, arch: str) -> str:
+    return arch
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,6 +105,10 @@ class Template:
         """The key of the code this template generates today (read once per process): a record
         stamped with it is current; one stamped with another is checked by its code hash."""
         return hash_sources(self.sources(), self.toolchain())
+    # (workload, config) -> [(shape, dtype)]: buffers a kernel takes after its output, which its
+    # caller allocates once; (config, arch) -> the arch a kernel is compiled for ("sm_90a").
+    workspaces: Callable = _no_workspaces
+    build_arch: Callable = _same_arch
 
     @property
     def knob_names(self) -> tuple:

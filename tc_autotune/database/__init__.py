@@ -1,2 +1,2 @@
-"""The tuning logs: records (one JSON line per measurement) on a crash-safe journal, the rules
-that compare them like with like, and the index that applies the best record to a build."""
+"""The tuning logs: records (one JSON line per measurement) on a crash-safe journal, and the
+rules that compare them like with like (``api.apply`` applies the best record to a build)."""

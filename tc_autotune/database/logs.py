@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from . import journal
+from .paths import (LOG_SUFFIXES, SHIPPED_LOGS, log_files, packaged_logs_dir, shipped_log_files,  # noqa: F401
+                    shipped_logs_dir, stat_log_files)
 from .record import Record
 
 logger = logging.getLogger("tc_autotune.database.records")  # the name these warnings always had
 
 BAD_LINE_WARNINGS = 3  # per file; the rest are summarised in one line
-LOG_SUFFIXES = (".jsonl", ".log")
 
 
 # ---- writing ----------------------------------------------------------------
@@ -47,66 +48,6 @@ def serialise(chosen: list[Record]) -> bytes:
     """A compacted log's bytes: the records sorted by workload, arch, GPU and time."""
     chosen = sorted(chosen, key=lambda r: (str(r.workload), r.arch or "", r.gpu or "", r.seconds))
     return "".join(r.to_json() + "\n" for r in chosen).encode("utf-8")
-
-
-# ---- where the logs are -------------------------------------------------------
-def log_files(paths) -> list[Path]:
-    """The log files named by a path, a directory (its *.jsonl and *.log, sorted) or a list."""
-    if paths is None:
-        return []
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    files: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            files.extend(sorted(f for f in p.iterdir() if f.suffix in LOG_SUFFIXES and f.is_file()))
-        elif p.is_file():
-            files.append(p)
-    return files
-
-
-def stat_log_files(paths) -> list[tuple[Path, os.stat_result]]:
-    """(file, its stat) of every log file named by ``paths`` (as ``log_files``), leaving out a
-    file removed since it was listed: size and mtime say whether a cached read is still good."""
-    found = []
-    for file in log_files(paths):
-        try:
-            found.append((file, file.stat()))
-        except OSError:
-            continue
-    return found
-
-
-def packaged_logs_dir() -> Path:
-    """The tuning_logs/ folder that came with this copy of the package (best logs per GPU, tuning
-    histories, job files): ``tc_autotune/tuning_logs/`` when the package was installed from a
-    wheel (package data), else the checkout's ``tuning_logs/`` beside the package (a clone, or an
-    editable install of one).  The one place that decides where the shipped logs live; it does
-    not look at TC_AUTOTUNE_SHIPPED_LOGS (``shipped_logs_dir`` does) and the folder may be absent."""
-    package = Path(__file__).resolve().parents[1]  # tc_autotune/ (this module is in database/)
-    installed = package / "tuning_logs"
-    return installed if installed.is_dir() else package.parent / "tuning_logs"
-
-
-# packaged_logs_dir() when this module was imported (apply re-exports it; new code calls the function).
-SHIPPED_LOGS = packaged_logs_dir()
-
-
-def shipped_logs_dir() -> Path | None:
-    """The shipped logs' folder: TC_AUTOTUNE_SHIPPED_LOGS where set (empty: none), else
-    ``packaged_logs_dir()``; None where that folder does not exist."""
-    shipped = os.environ.get("TC_AUTOTUNE_SHIPPED_LOGS")
-    if shipped is None:
-        shipped = str(packaged_logs_dir())
-    return Path(shipped) if shipped and Path(shipped).exists() else None
-
-
-def shipped_log_files() -> list[Path]:
-    """The shipped logs: tuning_logs/*.jsonl (best records per GPU) and
-    tuning_logs/history/*.jsonl (every measurement of earlier runs)."""
-    shipped = shipped_logs_dir()
-    return log_files([shipped, shipped / "history"]) if shipped is not None else []
 
 
 # ---- reading ----------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -10,7 +12,10 @@ from . import journal
 from .compare import contenders_of, fastest, like_pair, winner
 from .logs import load, serialise
 from .record import Record
+from .selection import best_records
 from ..workloads.conv2d import Conv2dWorkload, display_name
+
+logger = logging.getLogger("tc_autotune.database.records")
 
 
 @dataclass(frozen=True)
@@ -78,4 +83,43 @@ def merge_best(best_log, candidates: Iterable[Record], gpu: str) -> list[BestLog
     return changes
 
 
-__all__ = ["BestLogChange", "merge_best"]
+def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None,
+              include_stale: bool = False) -> int:
+    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k configs per
+    workload/arch (``best_records``: compared like with like; each config's fastest record
+    under each timer), only records measured on the GPU named ``gpu``, when given, stale ones
+    only with ``include_stale``.
+
+    A missing input is an error (FileNotFoundError), and so is a selection of nothing
+    (ValueError): a mistyped path or a history of stale records must not empty ``out_log``.
+    What is left out is said in one warning.  ``out_log`` is replaced atomically (temp
+    file, fsync, rename), so a crash leaves the old or the new file, never a half one; the
+    old one is kept as ``<out_log>.bak``.  Do not point concurrent ``append`` calls at
+    ``out_log``: lines appended to the old file are lost.  Returns the number of records written.
+    """
+    inputs = [in_log] if isinstance(in_log, (str, os.PathLike)) else list(in_log)
+    missing = [str(p) for p in inputs if not Path(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"pick_best: no such log: {', '.join(missing)} ({out_log} left as it was)")
+    read = list(load(inputs))
+    mine = [r for r in read if gpu is None or r.gpu == gpu]
+    best = best_records(mine, top_k, include_stale)
+    chosen = [r for group in best.values() for r in group]
+    current = [r for r in mine if r.ok and not r.stale]
+    stale = sum(r.ok and r.stale for r in mine)
+    left_out = (f"{len(current)} current record(s)" + (f" of {gpu}" if gpu else "")
+                + f", {stale} stale (include_stale=True keeps them), {sum(not r.ok for r in mine)} failed"
+                + (f", {len(read) - len(mine)} of other GPUs" if gpu else ""))
+    if not chosen:
+        raise ValueError(f"pick_best: nothing to write from {len(read)} record(s) read ({left_out}); "
+                         f"{out_log} left as it was")
+    if len(chosen) < len(read):
+        logger.warning("pick_best: writing %d of the %d record(s) read into %s (the top %d per workload "
+                       "and arch of %s)", len(chosen), len(read), out_log, top_k, left_out)
+    saved = journal.replace_atomic(Path(out_log), serialise(chosen), backup=True)
+    if saved is not None:
+        logger.info("pick_best: the previous %s is kept as %s", out_log, saved)
+    return len(chosen)
+
+
+__all__ = ["BestLogChange", "merge_best", "pick_best"]

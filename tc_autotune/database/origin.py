@@ -8,7 +8,7 @@ import functools
 import importlib.metadata
 import re
 
-from .. import __version__ as _package_version
+from .._version import __version__ as _package_version
 
 _ARCH_RE = re.compile(r"sm_\d+")
 

@@ -17,14 +17,33 @@ from __future__ import annotations
 
 from .compare import faster, noise_margin
 from .logs import (BAD_LINE_WARNINGS, LOG_SUFFIXES, SHIPPED_LOGS, append, load, log_files, packaged_logs_dir,
-                   shipped_log_files, shipped_logs_dir, stat_log_files)
-from .merge import BestLogChange, merge_best
+                   records_of, shipped_log_files, shipped_logs_dir, stat_log_files)
+from .merge import BestLogChange, merge_best, pick_best
 from .origin import make_provenance, target_arch, tc_autotune_version, tvm_version
 from .record import (FRESH, LEGACY_SOURCE_HASHES, LEGACY_VERSIONS, RECORD_VERSION, RETIME_MSG, STALE, TASK_NAME,
                      UNVERIFIED, Record, inferred_timer)
 from .restamp import RestampReport, restamp
-from .selection import best_record, best_records, identity, load_best, measured_indices, pick_best
+from . import selection
+from .selection import Verify, best_records, identity
 from .summary import LogSummary, summarize, summary_table
+
+
+# The selection works on Records; these take log paths too (anything ``load`` takes), as
+# callers of this module always could.
+def best_record(logs, workload, target=None, include_stale: bool = False, verify: Verify | None = None):
+    """``selection.best_record`` of ``logs`` (log paths or Records)."""
+    return selection.best_record(records_of(logs), workload, target, include_stale, verify)
+
+
+def load_best(logs, workload, target=None, include_stale: bool = False, verify: Verify | None = None):
+    """``selection.load_best`` of ``logs`` (log paths or Records)."""
+    return selection.load_best(records_of(logs), workload, target, include_stale, verify)
+
+
+def measured_indices(records, workload, gpu=None) -> set[int]:
+    """``selection.measured_indices`` of ``records`` (log paths or Records)."""
+    return selection.measured_indices(records_of(records), workload, gpu)
+
 
 __all__ = [
     "RECORD_VERSION", "TASK_NAME", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED", "STALE",

@@ -17,7 +17,6 @@ from typing import Callable, Iterable
 
 from . import journal
 from .compare import contenders_of, fastest, ranked, winner
-from .logs import load, records_of, serialise
 from .origin import target_arch
 from .record import UNVERIFIED, Record
 from ..backends.cuda.gpu import gpu_for_arch
@@ -53,7 +52,7 @@ def best_record(logs, workload, target=None, include_stale: bool = False,
             return False
         return True
 
-    contenders = contenders_of(r for r in records_of(logs) if wanted(r))
+    contenders = contenders_of(r for r in logs if wanted(r))
     best = None
     skipped, first_reason = 0, ""
     while contenders and best is None:
@@ -91,7 +90,7 @@ def _say_changed(record: Record) -> None:
 def load_best(logs, workload, target=None, include_stale: bool = False, verify: Verify | None = None):
     """``(Conv2dConfig, seconds)`` of the best successful record for ``workload``, or None.
 
-    ``logs`` is anything ``load`` takes (or an iterable of Records).  ``target``
+    ``logs`` is an iterable of Records (``records.load_best`` also takes log paths).  ``target``
     narrows to one arch: None (any), "sm_90", "cuda -arch=sm_90" or a tvm Target.
     Stale records (code changed, or uncheckable) are skipped unless ``include_stale``; with
     ``verify``, so are unverified records whose code it finds changed.
@@ -135,45 +134,6 @@ def best_records(records: Iterable[Record], top_k: int = 1,
             for key, group in groups.items()}
 
 
-def pick_best(in_log, out_log, top_k: int = 1, gpu: str | None = None,
-              include_stale: bool = False) -> int:
-    """Distill ``in_log`` (anything ``load`` takes) into ``out_log``: the top_k configs per
-    workload/arch (``best_records``: compared like with like; each config's fastest record
-    under each timer), only records measured on the GPU named ``gpu``, when given, stale ones
-    only with ``include_stale``.
-
-    A missing input is an error (FileNotFoundError), and so is a selection of nothing
-    (ValueError): a mistyped path or a history of stale records must not empty ``out_log``.
-    What is left out is said in one warning.  ``out_log`` is replaced atomically (temp
-    file, fsync, rename), so a crash leaves the old or the new file, never a half one; the
-    old one is kept as ``<out_log>.bak``.  Do not point concurrent ``append`` calls at
-    ``out_log``: lines appended to the old file are lost.  Returns the number of records written.
-    """
-    inputs = [in_log] if isinstance(in_log, (str, os.PathLike)) else list(in_log)
-    missing = [str(p) for p in inputs if not Path(p).exists()]
-    if missing:
-        raise FileNotFoundError(f"pick_best: no such log: {', '.join(missing)} ({out_log} left as it was)")
-    read = list(load(inputs))
-    mine = [r for r in read if gpu is None or r.gpu == gpu]
-    best = best_records(mine, top_k, include_stale)
-    chosen = [r for group in best.values() for r in group]
-    current = [r for r in mine if r.ok and not r.stale]
-    stale = sum(r.ok and r.stale for r in mine)
-    left_out = (f"{len(current)} current record(s)" + (f" of {gpu}" if gpu else "")
-                + f", {stale} stale (include_stale=True keeps them), {sum(not r.ok for r in mine)} failed"
-                + (f", {len(read) - len(mine)} of other GPUs" if gpu else ""))
-    if not chosen:
-        raise ValueError(f"pick_best: nothing to write from {len(read)} record(s) read ({left_out}); "
-                         f"{out_log} left as it was")
-    if len(chosen) < len(read):
-        logger.warning("pick_best: writing %d of the %d record(s) read into %s (the top %d per workload "
-                       "and arch of %s)", len(chosen), len(read), out_log, top_k, left_out)
-    saved = journal.replace_atomic(Path(out_log), serialise(chosen), backup=True)
-    if saved is not None:
-        logger.info("pick_best: the previous %s is kept as %s", out_log, saved)
-    return len(chosen)
-
-
 def measured_indices(records: Iterable[Record], workload, gpu=None) -> set[int]:
     """Config indices already measured (with any outcome) for ``workload`` on ``gpu``.
 
@@ -184,9 +144,9 @@ def measured_indices(records: Iterable[Record], workload, gpu=None) -> set[int]:
     gpu_name = getattr(gpu, "name", gpu)
     return {
         r.config["index"]
-        for r in records_of(records)
+        for r in records
         if r.workload == workload and (gpu_name is None or r.gpu == gpu_name)
     }
 
 
-__all__ = ["best_record", "load_best", "identity", "best_records", "pick_best", "measured_indices"]
+__all__ = ["best_record", "load_best", "identity", "best_records", "measured_indices"]

@@ -46,8 +46,6 @@ from ..core.results import MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
 from .runner import START_TIMEOUT, LocalRunner, checker_path
 from .runner_protocol import MeasureOptions
-from ..core.space import Conv2dConfig
-from ..templates.tc_gemm.schedule import workspaces
 from ..workloads.conv2d import get as get_workload
 
 __all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner", "RpcRunner",
@@ -91,7 +89,8 @@ def _build_one(spec: str, knobs: dict, arch: str, out_dir: str, nvcc_timeout: fl
     start = time.time()
     try:
         workload = get_workload(spec)
-        kernel = compile_kernel(workload, Conv2dConfig(**knobs), gpu_for_arch(arch), nvcc_timeout)
+        config = tasks.of(workload).template.config_type(**knobs)
+        kernel = compile_kernel(workload, config, gpu_for_arch(arch), nvcc_timeout)
         path = os.path.join(out_dir, f"{os.getpid()}_{time.monotonic_ns()}.so")
         kernel.executable.export_library(path)
         return path, None, time.time() - start, kernel.code_hash
@@ -304,7 +303,7 @@ class LocalMeasurer:
             if error:
                 batch.results[i] = MeasureResult((), MeasureErrorNo.BUILD_ERROR, error, batch.elapsed())
             else:
-                tensors = [batch.out_spec, *workspaces(batch.workload, batch.configs[i])]
+                tensors = [batch.out_spec, *tasks.of(batch.workload).template.workspaces(batch.workload, batch.configs[i])]
                 batch.running[i] = self._dispatcher.submit(
                     (so_path, batch.key, tensors),
                     lambda status, payload, label: self._ran(batch, i, so_path, status, payload, label, code),

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from ..backends.cuda import build_cache
+from ..api import build_cache
 from ..api import functional
 from .. import workloads
 from . import models, ops

@@ -153,10 +153,8 @@ def workload(layer: Layer, gm: fx.GraphModule):
         raise ValueError(f"{layer.name}: no input shape (run shape propagation first)")
     dtype = str(module.weight.dtype).removeprefix("torch.")
     if layer.kind == "conv2d":
-        from .modules import _same_padding
-
         n, c, h, w = shape
-        padding = module.padding if not isinstance(module.padding, str) else _same_padding(module)
+        padding = module.padding if not isinstance(module.padding, str) else same_padding(module)
         return Conv2dWorkload(n, h, w, c, module.out_channels, *module.kernel_size, stride=tuple(module.stride),
                               padding=tuple(padding), dilation=tuple(module.dilation), dtype=dtype,
                               out_dtype=dtype, epilogue=layer.epilogue)
@@ -165,3 +163,16 @@ def workload(layer: Layer, gm: fx.GraphModule):
         m *= size
     return DenseWorkload(m=m, n=module.out_features, k=module.in_features, b_layout="nk", dtype=dtype,
                          out_dtype=dtype, epilogue=layer.epilogue)
+
+
+def same_padding(conv: nn.Conv2d) -> tuple[int, int, int, int]:
+    """``padding="same"`` / ``"valid"`` as (top, left, bottom, right), as PyTorch pads it (the
+    odd pixel at the bottom/right)."""
+    if conv.padding == "valid":
+        return (0, 0, 0, 0)
+    pads = []
+    for dilation, size in zip(conv.dilation, conv.kernel_size):
+        total = dilation * (size - 1)
+        pads.append((total // 2, total - total // 2))
+    (top, bottom), (left, right) = pads
+    return (top, left, bottom, right)

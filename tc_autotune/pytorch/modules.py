@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from . import ops
+from .fusion import same_padding
 
 
 class FusedConv2d(nn.Module):
@@ -41,7 +42,7 @@ class FusedConv2d(nn.Module):
             weight = weight * scale.view(-1, 1, 1, 1)
             base = bias if bias is not None else torch.zeros_like(scale)
             bias = (base - bn.running_mean.float()) * scale + shift
-        padding = conv.padding if not isinstance(conv.padding, str) else _same_padding(conv)
+        padding = conv.padding if not isinstance(conv.padding, str) else same_padding(conv)
         return cls(weight.to(conv.weight.dtype).permute(2, 3, 1, 0), bias, conv.stride, padding, conv.dilation,
                    activation, residual, conv.weight.dtype)
 
@@ -82,16 +83,3 @@ class FusedLinear(nn.Module):
         epilogue = "+".join(["bias"] * (self.bias is not None) + ["residual"] * self.residual
                             + [self.activation] * (self.activation != "none")) or "none"
         return f"in_features={k}, out_features={n}, epilogue={epilogue}"
-
-
-def _same_padding(conv: nn.Conv2d) -> tuple[int, int, int, int]:
-    """``padding="same"`` / ``"valid"`` as (top, left, bottom, right), as PyTorch pads it (the
-    odd pixel at the bottom/right)."""
-    if conv.padding == "valid":
-        return (0, 0, 0, 0)
-    pads = []
-    for dilation, size in zip(conv.dilation, conv.kernel_size):
-        total = dilation * (size - 1)
-        pads.append((total // 2, total - total // 2))
-    (top, bottom), (left, right) = pads
-    return (top, left, bottom, right)

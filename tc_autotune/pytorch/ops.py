@@ -33,9 +33,9 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..backends.cuda import build_cache
+from ..api import build_cache
 from ..workloads import epilogue
-from ..database.apply import dense_workload_of, user_logs, workload_of
+from ..api.apply import dense_workload_of, user_logs, workload_of
 from .launch import TorchLaunch
 
 log = logging.getLogger(__name__)

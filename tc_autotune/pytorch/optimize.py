@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import torch
 from torch import fx, nn
 
-from ..backends.cuda import build_cache
+from ..api import build_cache
 from . import fusion
 from .modules import FusedConv2d, FusedLinear
 
@@ -99,10 +99,8 @@ class _ShapesOnly(fx.Interpreter):
 
 
 def _conv_out_shape(conv: nn.Conv2d, shape) -> tuple[int, int, int, int]:
-    from .modules import _same_padding
-
     n, _, h, w = shape
-    top, left, bottom, right = (_same_padding(conv) if isinstance(conv.padding, str)
+    top, left, bottom, right = (fusion.same_padding(conv) if isinstance(conv.padding, str)
                                 else (*conv.padding, *conv.padding))
     (kh, kw), (sh, sw), (dh, dw) = conv.kernel_size, conv.stride, conv.dilation
     return (n, conv.out_channels, (h + top + bottom - dh * (kh - 1) - 1) // sh + 1,

@@ -22,8 +22,9 @@ predictions), so a build never imports xgboost nor trains; a pick takes ~0.2 s. 
 that is missing, unreadable or made for another template (features, knob table) is not
 used: ``apply`` then falls back to the default config and its warning says why; the tuning side
 (``tc-nightly``, ``tc-tune``, ``tc-records --train-zero-shot``) trains and stores a new one.
-Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` (a checkout's) are never trained on, so the
-picks can be measured on them as shapes nobody tuned.  Seeded, stable sorts: the same model
+Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` (a checkout's) are never trained on
+(``zero_shot_train.excluded_workloads``), so the picks can be measured on them as shapes nobody
+tuned.  Seeded, stable sorts: the same model
 gives the same configs.  No TVM import.
 """
 
@@ -42,14 +43,12 @@ import numpy as np
 
 from .cost_model import features_from_positions, indices_from_positions, positions_from_indices, radices, valid_mask
 from ..backends.cuda.gpu import GpuInfo
-from ..tuning.jobs import load_job
-from ..templates.tc_gemm.features import FEATURE_NAMES  # the stored model is tc_gemm's (conv2d only)
-from ..templates.tc_gemm.knobs import KNOBS
-from ..database.logs import shipped_log_files, shipped_logs_dir
-from ..core.space import ConfigSpace, Conv2dConfig, conv2d_space
+from ..core import tasks
+from ..core.config_space import ConfigSpace
+from ..database.paths import shipped_log_files, shipped_logs_dir
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
-from .tuner import anneal_walk
+from .anneal import anneal_walk
 from ..workloads.conv2d import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)
@@ -58,12 +57,6 @@ log = logging.getLogger(__name__)
 # signature below does not show.
 MODEL_FORMAT = 2
 MODEL_FILE = "zero_shot_model.json"  # beside the shipped logs it was trained from
-# The maintainers' held-out and validation shapes (a checkout's lab/): the shipped logs never hold
-# them (a test checks), and training skips them even if a record of one reaches a log, so the
-# picks on them stay a measurement of shapes nobody tuned.  An installed package has no lab/.
-_LAB = Path(__file__).resolve().parents[2] / "lab"
-HELDOUT_JOB = _LAB / "heldout.toml"
-VALIDATION_JOB = _LAB / "validation.toml"
 # Trees are fitted on top of PRIOR_MARGIN x log(prior); 1 is the Bradley-Terry scale of pairwise
 # ranking (P(a faster than b) = prior_a / (prior_a + prior_b) before any tree).
 PRIOR_MARGIN = 1.0
@@ -73,30 +66,16 @@ ANNEAL_CHAINS = 64
 ANNEAL_STEPS = 80
 SEED = 0
 
-_PRIOR_COLUMN = FEATURE_NAMES.index("prior")
-
-
-# ---- the shapes never trained on ----------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def heldout_workloads(job=None) -> frozenset[Conv2dWorkload]:
-    """The workloads of ``lab/heldout.toml`` (or ``job``): never trained on, so the
-    zero-shot picks can be measured on them as shapes nobody tuned."""
-    path = Path(job) if job is not None else HELDOUT_JOB
-    if not path.exists():
-        log.debug("no held-out job file at %s", path)
-        return frozenset()
-    return frozenset(entry.workload for entry in load_job(path).entries)
-
-
-def excluded_workloads() -> frozenset[Conv2dWorkload]:
-    """What no stored model is trained on: the held-out and the validation shapes."""
-    return heldout_workloads() | heldout_workloads(VALIDATION_JOB)
+# The stored models rank configs of conv2d's template, as it is bound to the task (the histories'
+# records are conv2d's): its features, knob table and version make a model's signature.
+TASK = tasks.CONV2D
 
 
 # ---- the model -----------------------------------------------------------------------------------
 def margin(x: np.ndarray) -> np.ndarray:
     """PRIOR_MARGIN x log(analytic prior) of featurised rows: the score the trees start from."""
-    return PRIOR_MARGIN * np.log(np.maximum(x[:, _PRIOR_COLUMN].astype(np.float64), 1e-6))
+    prior = x[:, TASK.template.feature_names.index("prior")]
+    return PRIOR_MARGIN * np.log(np.maximum(prior.astype(np.float64), 1e-6))
 
 
 def _shape_vector(workload: Conv2dWorkload) -> np.ndarray:
@@ -177,8 +156,9 @@ def signature() -> dict:
     and the prior margin the scores add.  (A template version was here until versions retired:
     which records are stale is written in the logs now, by ``tc-records --restamp``, and a
     stored model is behind logs whose sha256 moved: ``zero_shot_train.stored_is_current``.)"""
-    knobs = hashlib.sha256(json.dumps({k: [str(v) for v in vals] for k, vals in KNOBS.items()}).encode())
-    return {"format": MODEL_FORMAT, "feature_names": list(FEATURE_NAMES),
+    template = TASK.template
+    knobs = hashlib.sha256(json.dumps({k: [str(v) for v in vals] for k, vals in template.knobs.items()}).encode())
+    return {"format": MODEL_FORMAT, "feature_names": list(template.feature_names),
             "knob_table": knobs.hexdigest()[:16], "prior_margin": PRIOR_MARGIN}
 
 
@@ -337,7 +317,7 @@ def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -
 
 
 # ---- the API -----------------------------------------------------------------------------------
-def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list[Conv2dConfig]:
+def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list:
     """The ``k`` configs predicted fastest for ``workload`` on ``gpu``, best first (the first is
     the pick), each valid on its space; no GPU needed, no training.
 
@@ -360,9 +340,9 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
         model, _ = stored_model(gpu)
     if model is None:
         return []
-    space = conv2d_space(workload, gpu)
+    space = TASK.space(workload, gpu)
     found = candidates(model, space)
-    picks: list[Conv2dConfig] = []
+    picks: list = []
     for i in found.indices.tolist():
         config = space.get(i)
         if space.is_valid(config):
@@ -381,15 +361,15 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     return picks
 
 
-def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None) -> Conv2dConfig | None:
+def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None):
     """The zero-shot pick for ``workload`` on ``gpu`` (``zero_shot_configs``' first), or None."""
     picks = zero_shot_configs(workload, gpu, k=1, model=model)
     return picks[0] if picks else None
 
 
 __all__ = [
-    "MODEL_FORMAT", "MODEL_FILE", "HELDOUT_JOB", "VALIDATION_JOB", "Candidates", "ZeroShotModel",
-    "zero_shot_configs", "zero_shot_config", "heldout_workloads", "excluded_workloads", "shipped_log_files",
+    "MODEL_FORMAT", "MODEL_FILE", "Candidates", "ZeroShotModel",
+    "zero_shot_configs", "zero_shot_config", "shipped_log_files",
     "model_path", "signature", "stale_reason", "stored_models", "stored_model", "candidates",
     "workload_distance", "margin",
 ]

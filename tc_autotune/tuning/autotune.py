@@ -18,21 +18,21 @@ from pathlib import Path
 from ..measure import baseline
 from ..database import records
 from ..core import tasks
-from ..search import zero_shot_train
-from ..database.apply import best_config, choose_config
+from . import zero_shot_train
+from ..api.apply import best_config, choose_config
 from .benchmark import checked_kernel_time, kernel_timer, task_arrays
 from ..backends.cuda.nvcc import nvcc_version
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
-from ..api.kernel import build
+from ..api.build import build
 from ..measure.devices import RpcDevice, choose_local, local_devices
 from ..measure.dispatch import AllDevicesLost, RunnerFault
 from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..database.records import shipped_log_files
 from ..core.results import TIME_EVALUATOR
 from ..measure.rpc_runner import RpcRunner, free_servers
-from ..core.space import Conv2dConfig
-from ..templates.tc_gemm.warp_specialized import starting_configs
-from ..search.tuner import TUNERS, make_tuner, progress_logger  # noqa: F401 (TUNERS: autotune's API)
+from ..templates.tc_gemm.knobs import TcGemmConfig
+from ..search.progress import progress_logger
+from ..search.xgb_tuner import TUNERS, make_tuner  # noqa: F401 (TUNERS: autotune's API)
 from ..workloads.dense import DenseWorkload
 from ..workloads.conv2d import Conv2dWorkload
 
@@ -77,7 +77,7 @@ class TuneSummary:
     default_seconds: float | None = None  # the default config, measured in this search
     errors: int = 0
     elapsed: float = 0.0
-    best_config: Conv2dConfig | None = None
+    best_config: TcGemmConfig | None = None
     best_seconds: float | None = None  # from the log (tuner's measurement)
     final_seconds: float | None = None  # best config re-timed beside cuDNN
     cudnn_seconds: float | None = None
@@ -157,13 +157,13 @@ def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) ->
     return list(unique.values())
 
 
-def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dConfig]:
+def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[TcGemmConfig]:
     """What the first batch measures before the search picks anything: the config apply
     would pick today (a record, a zero-shot prediction or the default), the best stale
     record's config of this workload on this GPU (its old time no longer counts), the
-    default config and the warp-specialized kernel's starting tilings (Hopper only:
-    ``warp_specialized.starting_configs``).  Without ``zero_shot`` (``--no-transfer``) nothing learnt from other
-    workloads' histories is measured: only a record of this workload stands for apply's pick."""
+    default config and the template's starting configs (``Template.starting_configs``: tc_gemm's
+    warp-specialized tilings, Hopper only).  Without ``zero_shot`` (``--no-transfer``) nothing learnt
+    from other workloads' histories is measured: only a record of this workload stands for apply's pick."""
     if zero_shot:
         picks = [choose_config(space.workload, gpu, warn=False).config]  # a record, zero-shot or default
     else:
@@ -176,7 +176,7 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[Conv2dCon
         except ValueError:
             pass
     picks.append(space.default_config())
-    return picks + starting_configs(space)
+    return picks + space.template.starting_configs(space)
 
 
 def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_path, tuner: str = "xgb",
@@ -322,13 +322,13 @@ def _stop_at(deadline: float):
     return stop
 
 
-def compare_with_cudnn(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50):
+def compare_with_cudnn(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50):
     """(tuned seconds, cuDNN seconds or None), both medians timed here, both checked first."""
     timed = retime_against_default(workload, config, repeat=repeat, with_default=False)
     return timed.tuned_s, timed.cudnn_s
 
 
-def retime_against_default(workload: Conv2dWorkload, config: Conv2dConfig, repeat: int = 50,
+def retime_against_default(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50,
                            with_default: bool = True):
     """A ``Retimed``: ``config``, the default config and cuDNN timed in this process on
     the same inputs, each checked against the fp32 reference first (None where wrong)."""

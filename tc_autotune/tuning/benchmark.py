@@ -22,9 +22,10 @@ import tvm
 from ..measure import baseline
 from ..database import records
 from ..core import tasks
-from ..database.apply import apply_history_best, best_or_default_config, choose_config
+from ..api.apply import apply_history_best, best_or_default_config, choose_config
 from ..backends.cuda.gpu import default_gpu
-from ..api.kernel import build, compile_kernel
+from ..api.build import build
+from ..api.kernel import compile_kernel
 from ..measure.measurer import time_kernel
 from ..core.results import CUDA_GRAPH, TIME_EVALUATOR, TOLERANCE, check_then_time
 from ..workloads.conv2d import get

@@ -24,13 +24,13 @@ from pathlib import Path
 
 from ..database import records
 from ..core import tasks
-from ..search import zero_shot_train
+from . import zero_shot_train
 from .autotune import retime_against_default, tune_workload
 from .benchmark import baseline_label
 from ..backends.cuda.gpu import gpu_log_name
 from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..core.results import TIME_EVALUATOR, TIMERS, MeasureResult
-from ..core.space import conv2d_space
+from ..templates.registry import conv2d_space
 from .jobs import Job, JobEntry, JobError, LockedError, job_lock, load_job  # noqa: F401 (nightly's API)
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import epilogue
-from ..core.results import relative_l2_error  # noqa: F401 (checking is results'; kept importable here)
 from .dense import DenseWorkload
 from .conv2d import Conv2dWorkload
 

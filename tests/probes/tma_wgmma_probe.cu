@@ -5,7 +5,7 @@
 // The question is whether the bytes land where the package's wgmma descriptors look for them:
 // 16-byte chunk c of 128-byte row r at chunk c ^ (r % 8), i.e. element (r, k) at byte
 //   r * 128 + ((2k / 16) ^ (r % 8)) * 16 + (2k) % 16
-// (tc_autotune/intrinsics.py, the comment above _wgmma_source).  Four checks:
+// (tc_autotune/templates/tc_gemm/wgmma_source.py, its opening comment).  Four checks:
 //   tiles   : the raw shared bytes of an A and a B tile, written back to global (check A);
 //   single  : one warpgroup, the package's own m64n64k64 call on TMA-loaded A (M, K) and
 //             B (N, K), both K-major (b_layout col_major), C = A B^T in fp32 (check B);

@@ -39,14 +39,16 @@ def package_header() -> str:
     waiting call for 128 columns of an MN-major (row_major) B, two 64-column atoms."""
     import tvm
 
-    from tc_autotune.templates.tc_gemm.intrinsics import COL_MAJOR, ROW_MAJOR, _wgmma_source, wgmma_drain
+    from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
+    from tc_autotune.templates.tc_gemm.wgmma_intrinsic import wgmma_drain
+    from tc_autotune.templates.tc_gemm.wgmma_source import wgmma_source
 
     drain = wgmma_drain(tvm.tirx.Var("c", "handle"), 4).value.args[-1].value
     return "\n".join([
-        "// Written by tests/probes/tma_wgmma_probe.py from tc_autotune.templates.tc_gemm.intrinsics: do not edit.",
+        "// Written by tests/probes/tma_wgmma_probe.py from tc_autotune.templates.tc_gemm.wgmma_intrinsic: do not edit.",
         "#pragma once", "#include <mma.h>",
-        _wgmma_source(64, COL_MAJOR), _wgmma_source(64, COL_MAJOR, in_flight=True), drain,
-        _wgmma_source(128, ROW_MAJOR)])
+        wgmma_source(64, COL_MAJOR), wgmma_source(64, COL_MAJOR, in_flight=True), drain,
+        wgmma_source(128, ROW_MAJOR)])
 
 
 def build(out_dir: Path, nvcc: str) -> tuple[Path, str]:

@@ -1,2 +1,3 @@
-"""CUDA: the GPU's facts and limits, nvcc and the on-disk build cache, the on-device output
-checker, physical peaks (what no honest timing can beat) and TMA tensor maps."""
+"""CUDA: the GPU's facts and limits, nvcc and its cubin cache, the on-device output checker,
+physical peaks (what no honest timing can beat) and TMA tensor maps.  It imports nothing of the
+package above it: the cache of built kernels, which chooses and builds them, is ``api``'s."""

@@ -8,7 +8,7 @@ A ``GemmView`` is that description as plain data: M, N, K, the dtypes, the epilo
 per operand the task's tensor (name, shape), its index map, the matrix axis it
 is contiguous along (its ``layout``) and the length of its contiguous, aligned runs (which
 vector widths can be loaded or stored without straddling a run).  Conv2d NHWC is an
-implicit GEMM (``conv2d_view``): A is the im2col matrix of the input (``Im2col``), B the
+implicit GEMM (``views.conv2d_view``): A is the im2col matrix of the input (``Im2col``), B the
 HWIO weight seen as a (R*S*C, K) matrix and C the NHWC output seen as an (N*OH*OW, K)
 matrix (both ``RowMajor``).  Dense (``dense_view``) has ``RowMajor`` maps of its tensors,
 and ``Transposed`` for an (N, K) weight: a ``COL_MAJOR`` B (contiguous along K), which the
@@ -17,26 +17,16 @@ template keeps K-contiguous in shared memory and feeds to the Tensor Cores as su
 Index maps are frozen dataclasses (they key caches with the view) whose methods are plain
 arithmetic (``+ - * // %`` and comparisons), so the same map runs on ints, on numpy arrays
 (the tests check a view against the host reference) and on TVM expressions (the template
-builds its TE compute from them).  This module does not import TVM.
+builds its TE compute from them).  The views of the tasks' workloads are in ``views``: this
+module knows no workload type.  No TVM.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
-from typing import Callable
 
-from ...workloads.dense import DenseWorkload
 from ...workloads.epilogue import Epilogue
-from ...workloads.epilogue import parse as parse_epilogue
-from ...workloads.conv2d import Conv2dWorkload
-
-
-# An operand's layout: which matrix axis its tensor is contiguous along (the names WMMA
-# gives a fragment's layout).  ROW_MAJOR: along the columns, the inner axis (A: K, B and C:
-# N); COL_MAJOR: along the rows (B: K, an nn.Linear (N, K) weight).
-ROW_MAJOR = "row_major"
-COL_MAJOR = "col_major"
+from .operand_layout import ROW_MAJOR
 
 
 @dataclass(frozen=True)
@@ -150,72 +140,6 @@ class GemmView:
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
-
-
-# workload type -> its view function; ``view_of`` looks a workload's type up here.
-_VIEWS: dict[type, Callable] = {}
-
-
-def views(workload_type: type):
-    """Decorator: the function that gives a workload of ``workload_type`` its GemmView."""
-
-    def register_view(func):
-        known = _VIEWS.setdefault(workload_type, func)
-        if known is not func:
-            raise ValueError(f"{workload_type.__name__} has a GEMM view already ({known.__name__})")
-        return func
-
-    return register_view
-
-
-def view_of(workload) -> GemmView:
-    """The GemmView of a task's workload (a GemmView is its own view)."""
-    if isinstance(workload, GemmView):
-        return workload
-    try:
-        func = _VIEWS[type(workload)]
-    except KeyError:
-        raise TypeError(f"no GEMM view for {type(workload).__name__} (register one with gemm.views)") from None
-    return func(workload)
-
-
-@views(Conv2dWorkload)
-@functools.lru_cache(maxsize=1024)
-def conv2d_view(wl: Conv2dWorkload) -> GemmView:
-    """NHWC conv2d as an implicit GEMM: M = N*OH*OW output pixels, N = K output channels,
-    K = R*S*C.  The im2col A is contiguous along K in runs of C (one filter tap's
-    channels); B (HWIO) and C (NHWC) are row-major with K output channels a row."""
-    m, n, k = wl.gemm_shape
-    a = Im2col(wl.in_height, wl.in_width, wl.in_channels, wl.out_height, wl.out_width, wl.kernel_w,
-               wl.stride, wl.dilation, wl.padding[:2])
-    return GemmView(
-        m, n, k, wl.dtype, wl.out_dtype,
-        a=Operand("data", wl.data_shape, a, wl.in_channels, "input channels"),
-        b=Operand("weight", wl.weight_shape, RowMajor(wl.weight_shape), wl.out_channels, "output channels"),
-        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), wl.out_channels, "output channels",
-                  axes=("bi", "y", "x", "co")),
-        epilogue=parse_epilogue(wl.epilogue),
-    )
-
-
-@views(DenseWorkload)
-@functools.lru_cache(maxsize=1024)
-def dense_view(wl: DenseWorkload) -> GemmView:
-    """Dense as a GEMM: M = batch*m rows of A (a batch shares B), N, K.  A (M x K) and C
-    (M x N) are row-major with runs of K and N; B is row-major (K, N) with runs of N, or an
-    (N, K) weight (``b=nk``): the transposed map, column-major, with runs of K."""
-    m, n, k = wl.gemm_shape
-    if wl.b_layout == "kn":
-        b = Operand("weight", wl.b_shape, RowMajor(wl.b_shape), n, "output features")
-    else:
-        b = Operand("weight", wl.b_shape, Transposed(wl.b_shape), k, "input features", layout=COL_MAJOR)
-    return GemmView(
-        m, n, k, wl.dtype, wl.out_dtype,
-        a=Operand("data", wl.a_shape, RowMajor(wl.a_shape), k, "input features"),
-        b=b,
-        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), n, "output features"),
-        epilogue=parse_epilogue(wl.epilogue),
-    )
 
 
 # ---- A tiles as TMA boxes (the warp-specialized kernel, and the prior's view of it) -------------

@@ -9,7 +9,7 @@ that tests still use for what the kernels do are left.  No TVM here.
 
 from __future__ import annotations
 
-from ...core.space import Conv2dConfig
+from .knobs import TcGemmConfig
 from ...workloads.conv2d import get
 
 _BASE = dict(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
@@ -55,4 +55,4 @@ DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
 
 def probe_kernels(probes):
     """The probes as (workload, config) pairs: each probe's knobs are changes from ``_BASE``."""
-    return [(get(name), Conv2dConfig(**{**_BASE, **changes})) for name, changes in probes]
+    return [(get(name), TcGemmConfig(**{**_BASE, **changes})) for name, changes in probes]

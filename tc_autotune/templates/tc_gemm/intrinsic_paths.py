@@ -234,6 +234,11 @@ def get(name: str) -> IntrinsicPath:
         raise KeyError(f"unknown intrinsic path {name!r} (known: {', '.join(PATHS)})") from None
 
 
+def build_arch(config, arch: str) -> str:
+    """The arch a config's kernel is compiled for on a GPU of ``arch``: its path's (wgmma: sm_90a)."""
+    return get(config.intrinsic).build_arch(arch)
+
+
 # path name -> the template's schedule function, filled by ``schedules`` as template.py loads
 _SCHEDULES: dict = {}
 

@@ -126,8 +126,9 @@ def code(knob: str, value):
 
 
 @dataclass(frozen=True)
-class Conv2dConfig:
-    """One point of the space: a value for every knob."""
+class TcGemmConfig:
+    """One point of the space: a value for every knob (of a conv2d's kernel or a dense's: the
+    template serves both, hence not ``Conv2dConfig``, its earlier name, kept below for users)."""
 
     block_row_warps: int
     block_col_warps: int
@@ -193,5 +194,8 @@ class Conv2dConfig:
         return asdict(self)
 
 
-KNOB_NAMES = tuple(f.name for f in fields(Conv2dConfig))
-assert KNOB_NAMES == tuple(KNOBS), "knob table and Conv2dConfig fields must agree"
+# The earlier name, from when conv2d was the only task: users' code and pickles still say it.
+Conv2dConfig = TcGemmConfig
+
+KNOB_NAMES = tuple(f.name for f in fields(TcGemmConfig))
+assert KNOB_NAMES == tuple(KNOBS), "knob table and TcGemmConfig fields must agree"

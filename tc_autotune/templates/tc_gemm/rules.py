@@ -17,7 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from .gemm import COL_MAJOR, GemmView, view_of
+from .gemm import GemmView
+from .operand_layout import COL_MAJOR
 from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, storing_warpgroups,
     warp_specialized_smem, warp_specialized_tiles)
 
@@ -46,9 +47,8 @@ class Context:
         return int(self.gpu.arch[3:])
 
     @classmethod
-    def of(cls, workload, gpu) -> "Context":
-        """The context of a workload (or a GemmView: see ``gemm.view_of``) on ``gpu``."""
-        view = view_of(workload)
+    def of(cls, view: GemmView, gpu) -> "Context":
+        """The context of a workload's GEMM view (``views.view_of``) on ``gpu``."""
         return cls(view.m, view.n, view.k, view, gpu)
 
 

@@ -1,9 +1,11 @@
 """``TC_GEMM``: the Tensor Core implicit-GEMM template as a ``core.template.Template``.
 
 Only wiring: each part is the function that existed before the protocol (knobs, the rule table
-through ``validity``, the prior, ``features``), so the generated code, the config indices and
-the records are unchanged.  Light: no TVM (the lowering functions register themselves from
-``schedule`` through ``Template.lowers``, via ``core.tasks.templates``).
+through ``validity``, the prior, ``features``, the starting tilings, the workspaces, the build
+arch of each intrinsic path), so the generated code, the config indices and the records are
+unchanged.  Light: no TVM (the lowering functions register themselves from ``schedule``
+through ``Template.lowers``).  Which tasks it serves is the package face's choice
+(``core.tasks.use_template``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from ...backends.cuda import code_hash
 from ...core.template import Template
 from . import validity
 from .features import FEATURE_NAMES, block_tiles, features_of
-from .intrinsic_paths import PATHS
-from .knobs import KNOB_DEFAULTS, KNOBS, WMMA_SHAPES, Conv2dConfig
+from .intrinsic_paths import PATHS, build_arch
+from .knobs import KNOB_DEFAULTS, KNOBS, TcGemmConfig
 from .prior import prior_of, prior_score
-from .rules import MAX_ACCUMULATOR_FRAGMENTS, derive_rows
-from .validity import INTRINSIC_REQUIRES
+from .rules import derive_rows
+from .starting_tilings import starting_configs
+from .workspaces import workspaces
 
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # tc_autotune/
@@ -51,7 +54,7 @@ TC_GEMM = Template(
     name="tc_gemm",
     knobs=KNOBS,
     knob_defaults=KNOB_DEFAULTS,
-    config_type=Conv2dConfig,
+    config_type=TcGemmConfig,
     problem=validity.problem,
     valid_mask=validity.valid_mask,
     why_invalid=validity.why_invalid,
@@ -67,7 +70,8 @@ TC_GEMM = Template(
     # records stamp the hash of these (``Template.source_hash``) and of each kernel's code
     sources=source_files,
     toolchain=code_hash.toolchain,
+    # the warp-specialized kernel's tilings (Hopper), whose good region a short search misses
+    starting_configs=starting_configs,
+    workspaces=workspaces,
+    build_arch=build_arch,
 )
-
-# Re-exported by core.space for its callers (compatibility, until they import from here).
-__all__ = ["TC_GEMM", "INTRINSIC_REQUIRES", "MAX_ACCUMULATOR_FRAGMENTS", "WMMA_SHAPES"]

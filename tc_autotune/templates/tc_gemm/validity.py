@@ -1,7 +1,7 @@
 """The template's validity and default config, as ``core.template.Template`` functions.
 
-Moved from ``core.space`` so that the space holds no knowledge of this template's rules: the
-space asks its template (``TC_GEMM`` in ``template``) and this module answers from the rule
+Moved from the space (``core.config_space``) so that it holds no knowledge of this template's
+rules: the space asks its template (``TC_GEMM`` in ``template``) and this module answers from the rule
 table (``rules`` and each intrinsic path's rules).  Nothing here imports ``core``: the space is
 only ever an argument (its ``knobs``, ``context``, ``get``/``index``/``sample``), and the prior
 is the space's template's, so this module sits beside ``prior`` in the import graph, not above.
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gemm import im2col_window, view_of
+from .gemm import im2col_window
 from .intrinsic_paths import PATHS
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import code
 from .rules import FRAG_BUFFERS, HEAD, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context, derive, derive_rows, values_of_config
+from .views import view_of
 
 # The rules a config of each path must obey, in the order why_invalid reports them.
 _RULES_OF_PATH = {name: HEAD + path.rules + TAIL for name, path in PATHS.items()}

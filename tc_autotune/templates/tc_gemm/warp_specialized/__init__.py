@@ -22,7 +22,7 @@ the roles are split and meet only on mbarriers:
 - each consumer warpgroup (``mainloop``; ``block_col_warps`` of them, ``warp_col_tiles * 16`` columns each,
   ``warp_row_tiles`` 64-row slabs; with ``consumers_along_m`` half the slabs and all
   ``block_n`` columns, one m64n256 for a 128 x 256 block) waits on *full*, issues the package's own wgmma calls
-  (``intrinsics._wgmma_source``: same shared layouts, descriptors and accumulators as the
+  (``wgmma_source``: same shared layouts, descriptors and accumulators as the
   ``wgmma`` path) and arrives on *empty*; with ``wgmma_in_flight`` a step's group runs on
   while the next step is waited for, and the stage of step kt - 1 is released after step kt
   is issued;
@@ -46,19 +46,20 @@ Shared tiles use the 128-byte swizzle: 16-byte chunk c of 128-byte row r at c ^ 
 
 The modules: ``layout`` (what a config makes of a block, for every emitter), ``boxes`` (the
 operands' addresses and tensor-map boxes), the emitters ``pipeline``, ``tile_scheduler``,
-``mainloop`` and ``epilogue``, ``kernel`` (``plan``: the emitters composed into the device
-function), ``tvm_module`` (``kernel_module``: the PrimFunc TVM compiles), ``tilings`` (the
-starting tilings).  The CUDA that no config changes is in the ``.cuh`` files beside them.
+``mainloop`` and ``epilogue`` (side by side: none imports another), ``kernel`` (``plan``: the
+emitters composed into the device function; ``kernel_module``: with ``tvm_module``'s PrimFunc,
+what TVM compiles).  The starting tilings are the template's (``starting_tilings``).  The CUDA
+that no config changes is in the ``.cuh`` files beside them.  This face only hands names on:
+the package's own modules import the module that defines a name.
 """
 
 from .boxes import CExpr, Im2colBox, TmaBox, _element, c_store_box, tma_boxes
 from .epilogue import fused_pair
-from .kernel import KernelPlan, plan, smem_bytes
+from .kernel import KernelPlan, kernel_module, plan, smem_bytes
 from .layout import ROW_BYTES
 from .pipeline import CHUNK, WAIT_LIMIT_NS
 from .tile_scheduler import PERSISTENT_BLOCKS, RASTER_GROUP
-from .tilings import STARTING_TILINGS, starting_configs
-from .tvm_module import kernel_module
+from ..starting_tilings import STARTING_TILINGS, starting_configs  # the package's names before they moved
 
 __all__ = ["CExpr", "Im2colBox", "TmaBox", "c_store_box", "tma_boxes", "fused_pair", "KernelPlan", "plan", "smem_bytes",
            "ROW_BYTES", "CHUNK", "WAIT_LIMIT_NS", "PERSISTENT_BLOCKS", "RASTER_GROUP", "STARTING_TILINGS",

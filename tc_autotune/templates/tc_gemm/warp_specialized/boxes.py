@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..gemm import COL_MAJOR, OUT_BYTES, GemmView, Im2colWindow, RowTile, a_is_matrix, box_tile, im2col_window
-from ..intrinsics import WGMMA_ATOM, WGMMA_K
-from ..knobs import WS_ROW_BYTES, WS_STAGING_ROWS, Conv2dConfig
+from ..gemm import OUT_BYTES, GemmView, Im2colWindow, RowTile, a_is_matrix, box_tile, im2col_window
+from ..operand_layout import COL_MAJOR
+from ..wgmma_source import WGMMA_ATOM, WGMMA_K
+from ..knobs import WS_ROW_BYTES, WS_STAGING_ROWS, TcGemmConfig
 
 
 class CExpr:
@@ -111,7 +112,7 @@ def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
     return TmaBox((cols, rows), (cols * 2,), (WGMMA_K, box_rows), (col, row))
 
 
-def tma_boxes(view: GemmView, config: Conv2dConfig) -> tuple[TmaBox | Im2colBox | None, list[TmaBox]]:
+def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox | None, list[TmaBox]]:
     """(A's box or None: A is gathered with cp.async, B's boxes per k-step).  B is always
     TMA-loaded ((N, K): one box of the tile; (K, N): one per 64-column atom); A is for dense
     and 1x1 unpadded stride-1 convs (a matrix box), for convs with ``tma_im2col`` (an im2col

@@ -12,7 +12,7 @@ Accumulator slot p of lane l in a 16x16 fragment is row 8 * (p % 4 / 2) + l / 4,
 from __future__ import annotations
 
 from ....workloads.epilogue import GELU_C, Epilogue
-from ..intrinsics import WGMMA_M
+from ..wgmma_source import WGMMA_M
 from ..knobs import (PRODUCER_THREADS, WS_ROW_BYTES, WS_STAGING_BUFFERS, WS_STAGING_BYTES,
                      WS_STAGING_ROWS)
 from .layout import BlockLayout, fixed_cuda

@@ -1,17 +1,19 @@
-"""The kernel of one GEMM view and config, composed of the emitters: the device function's
-signature and shared memory (``pipeline.ring``), then the two roles.  The producer warpgroup
-(threads 0-127) runs the stage ring's fill loop (``pipeline``) over the block's tiles
-(``tile_scheduler``); each consumer warpgroup runs the main loop (``mainloop``) over its tiles and
-stores them (``epilogue``)."""
+"""The kernel of one GEMM view and config, composed of the emitters, which stand side by side (each
+reads the block's layout and boxes, none another emitter: what one needs of another, this module
+hands it): the device function's signature and shared memory (``pipeline.ring``), then the two
+roles.  The producer warpgroup (threads 0-127) runs the stage ring's fill loop (``pipeline``) over
+the block's tiles (``tile_scheduler``); each consumer warpgroup runs the main loop (``mainloop``)
+over its tiles, waiting on and releasing the ring's stages, and stores them (``epilogue``)."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
-from ..gemm import COL_MAJOR, GemmView
-from ..knobs import PRODUCER_THREADS, WS_CONSUMER_REGS, WS_PRODUCER_REGS, Conv2dConfig
-from . import epilogue, mainloop, pipeline, tile_scheduler
+from ..gemm import GemmView
+from ..operand_layout import COL_MAJOR
+from ..knobs import PRODUCER_THREADS, WS_CONSUMER_REGS, WS_PRODUCER_REGS, TcGemmConfig
+from . import epilogue, mainloop, pipeline, tile_scheduler, tvm_module
 from .boxes import Im2colBox, TmaBox
 from .layout import BlockLayout, block_layout
 from .tile_scheduler import PERSISTENT_BLOCKS
@@ -35,7 +37,7 @@ class KernelPlan:
     c_box: TmaBox | None = None  # tma_store: C's tensor map and box (``c_store_box``)
 
 
-def smem_bytes(config: Conv2dConfig) -> int:
+def smem_bytes(config: TcGemmConfig) -> int:
     """Dynamic shared memory of a warp-specialized kernel (``knobs.warp_specialized_smem``: the
     stages' A and B tiles, a full and an empty mbarrier per stage, 1024 bytes of alignment slack:
     the swizzle pattern repeats every 8 rows, so the tiles start 1024-aligned; tma_store's staging
@@ -44,7 +46,7 @@ def smem_bytes(config: Conv2dConfig) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def plan(view: GemmView, config: Conv2dConfig, num_sms: int = PERSISTENT_BLOCKS) -> KernelPlan:
+def plan(view: GemmView, config: TcGemmConfig, num_sms: int = PERSISTENT_BLOCKS) -> KernelPlan:
     """The kernel of one GEMM view and warp-specialized config.  ``num_sms``: the GPU's SMs, the
     most blocks a persistent kernel (``warp_specialized=2``) launches; the source does not depend on it."""
     lay = block_layout(view, config)
@@ -55,6 +57,12 @@ def plan(view: GemmView, config: Conv2dConfig, num_sms: int = PERSISTENT_BLOCKS)
     source += pipeline.init(lay) + _producer(lay) + _consumer_start(lay) + consumer
     return KernelPlan(NAME, source, tile_scheduler.grid(lay, num_sms), PRODUCER_THREADS * (1 + lay.warpgroups),
                       smem_bytes(config), lay.a_box, lay.b_boxes[0], 2 if lay.multicast else lay.split, lay.c_box)
+
+
+def kernel_module(view: GemmView, config: TcGemmConfig, num_sms: int = PERSISTENT_BLOCKS):
+    """The IRModule TVM compiles for one GEMM view and warp-specialized config: ``plan``'s kernel
+    launched by ``tvm_module``'s PrimFunc.  ``num_sms``: the GPU's SMs (``plan``)."""
+    return tvm_module.ir_module(plan(view, config, num_sms), view)
 
 
 def _head(lay: BlockLayout) -> str:
@@ -124,7 +132,7 @@ def _consumer(lay: BlockLayout) -> str:
     """A consumer warpgroup of a block that computes one tile (split-K: one K slice of it)."""
     store = epilogue.split_partials(lay) + epilogue.store(lay, "  ") + epilogue.end(lay) + pipeline.cluster_end(lay)
     return f"""
-  {mainloop.accumulators(lay)}{mainloop.zero(lay, "  ")}{epilogue.declare(lay)}{mainloop.k_loop(lay, "kt", "  ")}
+  {mainloop.accumulators(lay)}{mainloop.zero(lay, "  ")}{epilogue.declare(lay)}{_k_loop(lay, "kt", "  ")}
 {mainloop.drain(lay, "  ")}
   // Accumulator slot s of lane l in a 16x16 fragment: row 8 * (s % 4 / 2) + l / 4, column
   // 8 * (s / 4) + 2 * (l % 4) + s % 2 (the m16n8k16 layout wgmma writes).
@@ -143,7 +151,7 @@ def _persistent_consumer(lay: BlockLayout) -> str:
     if lay.in_flight:
         last_stage = f"\n{i}{pipeline.release(lay, '(it - 1) % STAGES')}  // the tile's last stage"
     tile_start = sched.tile_coords(lay, i) + mainloop.zero(lay, i) + sched.wait_turn(lay)
-    main_loop = mainloop.k_loop(lay, "it", i) + sched.hand_over(lay)
+    main_loop = _k_loop(lay, "it", i) + sched.hand_over(lay)
     return f"""
   const int warp = tid / 32 % 4, lane = tid % 32;
   {mainloop.accumulators(lay)}
@@ -153,3 +161,8 @@ def _persistent_consumer(lay: BlockLayout) -> str:
   }}{epilogue.end(lay)}
 }}
 """
+
+
+def _k_loop(lay: BlockLayout, step: str, indent: str) -> str:
+    """The consumers' main loop on the stage ring: ``mainloop``'s k-loop, ``pipeline``'s waits and releases."""
+    return mainloop.k_loop(lay, step, indent, pipeline.consumer_acquire, pipeline.release)

@@ -10,9 +10,10 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from ..gemm import COL_MAJOR, GemmView, RowMajor, RowTile, SpatialTile, box_tile
-from ..intrinsics import WGMMA_ATOM, WGMMA_K, WGMMA_M
-from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, Conv2dConfig
+from ..gemm import GemmView, RowMajor, RowTile, SpatialTile, box_tile
+from ..operand_layout import COL_MAJOR
+from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
+from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
 
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
@@ -37,7 +38,7 @@ class BlockLayout:
     block_n; with ``ping_pong`` two warpgroups each compute whole tiles, in turn."""
 
     view: GemmView
-    config: Conv2dConfig
+    config: TcGemmConfig
     consumers: int  # the warpgroups that read a stage
     warpgroups: int  # the consumer warpgroups of the block
     slabs: int
@@ -129,7 +130,7 @@ class BlockLayout:
         return self.bn * ROW_BYTES
 
 
-def block_layout(view: GemmView, config: Conv2dConfig) -> BlockLayout:
+def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     """The block of one GEMM view and warp-specialized config; ValueError where the kernel cannot
     run it."""
     ping_pong, along_m, split = bool(config.ping_pong), bool(config.consumers_along_m), config.split_k

@@ -1,13 +1,13 @@
 """The consumers' main loop: for each k-step, wait until the stage is full, issue the package's own
-wgmma calls on it (``intrinsics._wgmma_source``: the ``wgmma`` path's shared layouts, descriptors
+wgmma calls on it (``wgmma_source``: the ``wgmma`` path's shared layouts, descriptors
 and accumulators) and release it.  With ``wgmma_in_flight`` a step's wgmma group runs on while the
 next step is waited for, so the stage of step kt - 1 is released after step kt is issued and the
-accumulators are read only after a drain."""
+accumulators are read only after a drain.  The stage ring's waits and releases are ``pipeline``'s:
+the kernel (``kernel.plan``) hands them in, so the emitters stand side by side, none on another."""
 
 from __future__ import annotations
 
-from ..intrinsics import WGMMA_ATOM, WGMMA_M, _wgmma_name, _wgmma_source, wgmma_drain_source
-from . import pipeline
+from ..wgmma_source import WGMMA_ATOM, WGMMA_M, wgmma_drain_source, wgmma_name, wgmma_source
 from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout
 
 ACC = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
@@ -18,7 +18,7 @@ def device_functions(lay: BlockLayout) -> str:
     drain = _drain_source(lay)[1] if lay.in_flight else ""
     return f"""
 #include <mma.h>
-{_wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight)}
+{wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight)}
 {drain}
 """
 
@@ -34,15 +34,16 @@ def zero(lay: BlockLayout, indent: str) -> str:
 {indent}for (int f = 0; f < {lay.slabs * lay.frags}; ++f) nvcuda::wmma::fill_fragment(acc[f], 0.0f);"""
 
 
-def k_loop(lay: BlockLayout, step: str, indent: str) -> str:
+def k_loop(lay: BlockLayout, step: str, indent: str, acquire, release) -> str:
     """The k-loop of one tile.  ``step``: the ring's count of the loop's k-step kt (kt itself, or
-    it, which a persistent block's ring runs on across tiles)."""
+    it, which a persistent block's ring runs on across tiles); ``acquire(step, indent)`` and
+    ``release(lay, stage)``: the stage ring's wait for a full stage and its release."""
     i = indent
     count = "++kt" if step == "kt" else f"++kt, ++{step}"
     return f"""
-{i}for (int kt = 0; kt < KT; {count}) {{{pipeline.consumer_acquire(step, i + "  ")}
+{i}for (int kt = 0; kt < KT; {count}) {{{acquire(step, i + "  ")}
 {i}  __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
-{i}  {{{_stage_tiles(lay, i + "    ")}{_issue(lay, step, i + "    ")}
+{i}  {{{_stage_tiles(lay, i + "    ")}{_issue(lay, step, i + "    ", release)}
 {i}  }}
 {i}}}"""
 
@@ -72,17 +73,17 @@ def _stage_tiles(lay: BlockLayout, indent: str) -> str:
 {i}const unsigned char* b_s = {b_s};"""
 
 
-def _issue(lay: BlockLayout, step: str, indent: str) -> str:
+def _issue(lay: BlockLayout, step: str, indent: str, release) -> str:
     """The step's calls, one per slab, then the release of the stage its wgmmas no longer read:
     with groups in flight, the previous step's (its groups are done once this step's calls return)."""
     i = indent
-    call = _wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight)
+    call = wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight)
     if lay.in_flight:
-        release = f"if (kt > 0) {pipeline.release(lay, f'({step} - 1) % STAGES')}  // step kt - 1's groups are done"
+        done = f"if (kt > 0) {release(lay, f'({step} - 1) % STAGES')}  // step kt - 1's groups are done"
     else:
-        release = pipeline.release(lay, "stage")
+        done = release(lay, "stage")
     return f"""
 {i}#pragma unroll
 {i}for (int s = 0; s < {lay.slabs}; ++s)
 {i}  {call}(acc, s * {lay.frags}, a_s + s * {WGMMA_M * ROW_BYTES}, b_s, {ATOM_BYTES});
-{i}{release}"""
+{i}{done}"""

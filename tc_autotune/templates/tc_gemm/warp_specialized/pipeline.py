@@ -13,7 +13,7 @@ stages, and a stage is free once both blocks' consumer warps have released it.""
 
 from __future__ import annotations
 
-from ..intrinsics import WGMMA_K
+from ..wgmma_source import WGMMA_K
 from ..knobs import PRODUCER_THREADS
 from .boxes import Im2colBox, TmaBox, _element
 from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout, fixed_cuda

@@ -1,28 +1,25 @@
 """The TVM side of the kernel: a PrimFunc that launches the generated device function and
-encodes its operands' tensor maps in its host code."""
+encodes its operands' tensor maps in its host code.  It takes the kernel's plan (``kernel.plan``,
+which ``kernel.kernel_module`` hands it), so it stands beside the emitters, not above them."""
 
 from __future__ import annotations
 
 from ....backends.cuda import tensormap
 from ....workloads.epilogue import input_specs as epilogue_input_specs
 from ..gemm import GemmView
-from ..knobs import Conv2dConfig
 from .boxes import Im2colBox
-from .kernel import plan
-from .tile_scheduler import PERSISTENT_BLOCKS
 
 
-def kernel_module(view: GemmView, config: Conv2dConfig, num_sms: int = PERSISTENT_BLOCKS):
-    """The IRModule TVM compiles: a PrimFunc of the task's (A, B, epilogue inputs, C) tensors
-    whose kernel is one call of the generated device function, with the launch and shared memory above.
-    Each TMA operand's tensor map is encoded by the host code on every call (from the
-    tensor's own pointer) and reaches the kernel as a ``__grid_constant__`` parameter.  ``num_sms``:
-    the GPU's SMs (``plan``)."""
+def ir_module(kp, view: GemmView):
+    """The IRModule TVM compiles of a kernel plan ``kp`` (``kernel.KernelPlan``) of ``view``: a
+    PrimFunc of the task's (A, B, epilogue inputs, C) tensors whose kernel is one call of the
+    generated device function, with the launch and shared memory above.  Each TMA operand's tensor
+    map is encoded by the host code on every call (from the tensor's own pointer) and reaches the
+    kernel as a ``__grid_constant__`` parameter."""
     import tvm
     from tvm.backend.cuda.op import cuda_func_call
     from tvm.script import tirx as T
 
-    kp = plan(view, config, num_sms)
     if isinstance(kp.a_box, Im2colBox):
         tensormap.register()
     (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes

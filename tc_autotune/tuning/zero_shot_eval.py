@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..database import records
-from . import zero_shot, zero_shot_train
-from .cost_model import positions_from_indices, prior_score
+from . import zero_shot_train
+from ..search import zero_shot
+from ..search.cost_model import positions_from_indices, prior_score
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
-from ..core.space import conv2d_space
+from ..templates.registry import conv2d_space
 from ..workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)

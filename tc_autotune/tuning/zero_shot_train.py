@@ -21,12 +21,13 @@ stored beside them (``tuning_logs/zero_shot_model.json``, package data):
   --train-zero-shot`` (the maintainer, after adding a history).  One thread, a fixed seed,
   sorted inputs: the same logs give the same file, byte for byte.
 
-The held-out and validation shapes (``zero_shot.excluded_workloads``) are never trained on.
+The held-out and validation shapes (``excluded_workloads``) are never trained on.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -37,15 +38,23 @@ from pathlib import Path
 import numpy as np
 
 from ..database import journal, records
-from . import zero_shot
-from .cost_model import XGBCostModel, features_from_positions, normalise_per_group, positions_from_indices
+from ..search import zero_shot
+from ..search.cost_model import XGBCostModel, features_from_positions, normalise_per_group, positions_from_indices
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
-from ..core.space import conv2d_space
-from .tree_ranker import TreeEnsemble
-from .tuner import _entity_matches
+from ..templates.registry import conv2d_space
+from ..search.tree_ranker import TreeEnsemble
+from ..search.tuner import _entity_matches
+from .jobs import load_job
 from ..workloads.conv2d import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)
+
+# The maintainers' held-out and validation shapes (a checkout's lab/): the shipped logs never hold
+# them (a test checks), and training skips them even if a record of one reaches a log, so the
+# picks on them stay a measurement of shapes nobody tuned.  An installed package has no lab/.
+_LAB = Path(__file__).resolve().parents[2] / "lab"
+HELDOUT_JOB = _LAB / "heldout.toml"
+VALIDATION_JOB = _LAB / "validation.toml"
 
 # Kernels timed before this instant were compiled by NVRTC, later ones by nvcc (docs/maintainers.md,
 # "Shipped logs in detail"): records of one workload on one GPU from the two toolchains form
@@ -54,6 +63,23 @@ NVCC_SINCE = datetime.datetime(2026, 11, 22, 8, 10, tzinfo=datetime.timezone.utc
 _MEMORY: dict[str, zero_shot.ZeroShotModel | None] = {}  # load_model's: key -> model (None: no data)
 _MEMORY_MAX = 16
 _REFRESHED: dict[str, tuple] = {}  # logs folder -> the files' states when last found current
+
+
+# ---- the shapes never trained on ----------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def heldout_workloads(job=None) -> frozenset[Conv2dWorkload]:
+    """The workloads of ``lab/heldout.toml`` (or ``job``): never trained on, so the
+    zero-shot picks can be measured on them as shapes nobody tuned."""
+    path = Path(job) if job is not None else HELDOUT_JOB
+    if not path.exists():
+        log.debug("no held-out job file at %s", path)
+        return frozenset()
+    return frozenset(entry.workload for entry in load_job(path).entries)
+
+
+def excluded_workloads() -> frozenset[Conv2dWorkload]:
+    """What no stored model is trained on: the held-out and the validation shapes."""
+    return heldout_workloads() | heldout_workloads(VALIDATION_JOB)
 
 
 # ---- training data -----------------------------------------------------------------------------
@@ -204,7 +230,7 @@ def load_model(gpu: GpuInfo, logs=None, exclude=()) -> zero_shot.ZeroShotModel |
     files = records.shipped_log_files() if logs is None else records.log_files(logs)
     if not files:
         return None
-    exclude = frozenset(get_workload(w) for w in exclude) | zero_shot.excluded_workloads()
+    exclude = frozenset(get_workload(w) for w in exclude) | excluded_workloads()
     key = hashlib.sha256(json.dumps([logs_digest(file_digests(files)), zero_shot.gpu_key(gpu),
                                      sorted(map(str, exclude))]).encode()).hexdigest()
     if key not in _MEMORY:
@@ -245,7 +271,7 @@ def provenance(folder: Path, files) -> dict:
     return {**zero_shot.signature(),
             "logs_sha256": logs_digest(digests),
             "logs": [[_relative(f, folder), d] for f, d in sorted(digests, key=lambda p: _relative(p[0], folder))],
-            "excluded": sorted(str(w) for w in zero_shot.excluded_workloads()),
+            "excluded": sorted(str(w) for w in excluded_workloads()),
             "training": {"params": params.params, "num_rounds": params.num_rounds, "nvcc_since": NVCC_SINCE,
                          "best_per_workload": zero_shot.BEST_PER_WORKLOAD}}
 
@@ -271,7 +297,7 @@ def stored_document(folder, files=None) -> dict:
     files = records.log_files([folder, folder / "history"]) if files is None else files
     doc = provenance(folder, files)
     recs = list(records.load(files))
-    exclude = zero_shot.excluded_workloads()
+    exclude = excluded_workloads()
     models = [train(recs, gpu, exclude) for gpu in training_gpus(recs, exclude)]
     return {**doc, "xgboost": xgboost.__version__, "models": [m.to_dict() for m in models if m is not None]}
 

@@ -29,11 +29,10 @@ from pathlib import Path
 
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
-from .logs import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
-from .logs import load, stat_log_files
-from .record import Record
-from .selection import Verify, load_best
-from ..core.space import Conv2dConfig
+from ..database.logs import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
+from ..database.logs import load, stat_log_files
+from ..database.record import Record
+from ..database.selection import Verify, load_best
 from ..workloads.dense import DenseWorkload
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload
@@ -122,7 +121,7 @@ def _indexes(logs) -> list[dict]:
 
 
 def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None,
-                verify: Verify | None = None) -> tuple[Conv2dConfig, float, str] | None:
+                verify: Verify | None = None) -> tuple[object, float, str] | None:
     """(config, seconds, log) of the best valid record for the workload, first log set first
     (``logs``: (path, include stale) pairs, default ``active_logs()``); with ``verify``, an
     unverified record whose code changed is skipped (``selection.best_record``)."""
@@ -141,7 +140,7 @@ def same_gemm(a, b) -> bool:
     return type(a) is type(b) and dataclasses.replace(a, epilogue=b.epilogue, out_dtype=b.out_dtype) == b
 
 
-def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[Conv2dConfig, float, str] | None:
+def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
     """(config, seconds, workload) of the fastest current record of the same GEMM with another
     epilogue or output dtype (``same_gemm``) that is valid for ``workload``, first log set first:
     a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
@@ -164,7 +163,7 @@ class ConfigChoice:
     """The config ``build_conv2d`` uses and where it comes from: a tuning record, a zero-shot
     prediction from the shipped histories, or the default config."""
 
-    config: Conv2dConfig
+    config: object  # a config of the workload's task's template
     source: str  # record; sibling (a record of the same GEMM, another epilogue/output), zero-shot, default
     seconds: float | None = None  # the record's time
     log: str | None = None  # the log set the record came from
@@ -203,7 +202,7 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
     return ConfigChoice(tasks.of(workload).space(workload, gpu).default_config(), "default")
 
 
-def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo, verify: Verify | None = None) -> Conv2dConfig:
+def best_or_default_config(workload: Conv2dWorkload, gpu: GpuInfo, verify: Verify | None = None):
     """The config ``build_conv2d`` uses when given none (``choose_config``'s)."""
     return choose_config(workload, gpu, verify=verify).config
 

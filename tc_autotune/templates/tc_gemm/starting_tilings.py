@@ -1,8 +1,10 @@
-"""The warp-specialized kernel's starting tilings: the configs a tune on Hopper measures first."""
+"""The warp-specialized kernel's starting tilings: the configs a tune on Hopper measures first
+(``Template.starting_configs``).  Search data, not code generation: no TVM, and not in the
+``warp_specialized`` package, which writes the kernel."""
 
 from __future__ import annotations
 
-from ..knobs import Conv2dConfig
+from .knobs import TcGemmConfig
 
 # The tilings cuBLAS's and cuDNN's own Hopper kernels use (their profiles say which) and the ones
 # that measured best on the H100, as knob changes: a first batch measures them
@@ -50,7 +52,7 @@ STARTING_TILINGS: tuple[dict, ...] = (
 )
 
 
-def starting_configs(space) -> list[Conv2dConfig]:
+def starting_configs(space) -> list[TcGemmConfig]:
     """``STARTING_TILINGS`` made of the space's default config, those valid in ``space`` (none
     off Hopper), each with fewer stages where the K loop is shorter than 4 steps, and with C
     stored from registers where the workload cannot take TMA stores (spatial boxes of A)."""
@@ -58,7 +60,7 @@ def starting_configs(space) -> list[Conv2dConfig]:
     found = []
     for changes in STARTING_TILINGS:
         for store in sorted({changes.get("tma_store", 0), 0}, reverse=True):
-            config = _first_valid(space, [Conv2dConfig(**{**base, **changes, "stages": stages, "tma_store": store})
+            config = _first_valid(space, [TcGemmConfig(**{**base, **changes, "stages": stages, "tma_store": store})
                                           for stages in range(changes["stages"], 1, -1)])
             if config is not None:
                 found += [config] if config not in found else []
@@ -66,5 +68,5 @@ def starting_configs(space) -> list[Conv2dConfig]:
     return found
 
 
-def _first_valid(space, configs: list[Conv2dConfig]) -> Conv2dConfig | None:
+def _first_valid(space, configs: list[TcGemmConfig]) -> TcGemmConfig | None:
     return next((config for config in configs if space.why_invalid(config) is None), None)

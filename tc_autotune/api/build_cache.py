@@ -40,15 +40,14 @@ from pathlib import Path
 
 import tvm
 
-from ...database import apply, journal, records
-from . import build_server
-from ...core import tasks
-from ...search import zero_shot
-from .nvcc import nvcc_version
-from .gpu import GpuInfo, default_gpu
-from ...api.kernel import Kernel, build_arch, compile_kernel, verify_record
-from ...core.space import Conv2dConfig
-from ...workloads.conv2d import get as get_workload
+from ..database import journal, origin, paths
+from . import apply, build_server
+from ..core import tasks
+from ..search import zero_shot
+from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.gpu import GpuInfo, default_gpu
+from .kernel import Kernel, build_arch, compile_kernel, verify_record
+from ..workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def cache_dir() -> Path:
 def code_fingerprint() -> str:
     """sha256 of the package's Python source: the generated code is a function of it (and of
     the workload and config), so a kernel built by other code is never reused."""
-    root = Path(__file__).resolve().parents[2]  # the whole package, tc_autotune/
+    root = Path(__file__).resolve().parents[1]  # the whole package, tc_autotune/
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -73,7 +72,7 @@ def code_fingerprint() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _toolchain() -> tuple[str, str | None]:
-    return records.tvm_version(), nvcc_version()
+    return origin.tvm_version(), nvcc_version()
 
 
 def _digest(*parts) -> str:
@@ -82,7 +81,7 @@ def _digest(*parts) -> str:
 
 def _file_states(paths) -> list:
     """(path, size, mtime) of every log file named by ``paths``: what a choice read."""
-    return [[str(file), stat.st_size, stat.st_mtime_ns] for file, stat in records.stat_log_files(paths)]
+    return [[str(file), stat.st_size, stat.st_mtime_ns] for file, stat in paths.stat_log_files(paths)]
 
 
 def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
@@ -91,10 +90,10 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
     model = zero_shot.model_path()
     return _digest("choice", FORMAT, tasks.of(workload).name, str(workload), asdict(gpu),
                    [[path, stale, _file_states(path)] for path, stale in logs],
-                   _file_states([*records.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
+                   _file_states([*paths.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
 
 
-def module_key(workload, config: Conv2dConfig, arch: str) -> str:
+def module_key(workload, config, arch: str) -> str:
     """The key of the module the template makes of (workload, config) for ``arch``."""
     return _digest("module", FORMAT, tasks.of(workload).name, str(workload), asdict(config), arch,
                    code_fingerprint(), *_toolchain())
@@ -111,12 +110,13 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def cached_choice(key: str) -> apply.ConfigChoice | None:
+def cached_choice(key: str, workload) -> apply.ConfigChoice | None:
     meta = _read_json(cache_dir() / "choices" / f"{key}.json")
     if meta is None or meta.get("format") != FORMAT:
         return None
     try:
-        return apply.ConfigChoice(Conv2dConfig(**meta["config"]), meta["source"], meta.get("seconds"),
+        config = tasks.of(workload).template.config_type(**meta["config"])
+        return apply.ConfigChoice(config, meta["source"], meta.get("seconds"),
                                   meta.get("log"))
     except (KeyError, TypeError) as err:
         log.warning("build cache: ignoring the malformed choice %s: %s", key[:12], err)
@@ -159,7 +159,7 @@ def _load_module(path: str):
     return tvm.runtime.load_module(path)
 
 
-def cached_module(key: str, workload, config: Conv2dConfig, arch: str):
+def cached_module(key: str, workload, config, arch: str):
     """The kernel of a committed entry, or None (a miss, or a library this process cannot load)."""
     folder = cache_dir() / "modules"
     meta = _read_json(folder / f"{key}.json")
@@ -181,7 +181,7 @@ def choose(workload, gpu: GpuInfo, logs: tuple) -> apply.ConfigChoice:
     record is checked against the code its config generates (``api.kernel.verify_record``) before
     it is chosen, once per state of the package and the logs (the choice's key)."""
     key = choice_key(workload, gpu, logs)
-    choice = cached_choice(key)
+    choice = cached_choice(key, workload)
     if choice is None:
         choice = apply.choose_config(workload, gpu, warn=False, logs=logs, verify=verify_record)
         store_choice(key, choice)
@@ -190,7 +190,7 @@ def choose(workload, gpu: GpuInfo, logs: tuple) -> apply.ConfigChoice:
 
 def _lookup(workload, gpu: GpuInfo, logs: tuple, choice: apply.ConfigChoice | None):
     """(module key, cached kernel or None) of ``workload``'s chosen config."""
-    arch = build_arch(choice.config, gpu)
+    arch = build_arch(workload, choice.config, gpu)
     key = module_key(workload, choice.config, arch)
     return key, cached_module(key, workload, choice.config, arch)
 
@@ -224,7 +224,7 @@ PHASES: dict[str, float] = {}  # seconds this process spent in each phase of bui
 
 def cached_kernel(workload, gpu: GpuInfo, logs: tuple):
     """The kernel of ``workload`` if both caches hold it, else None (nothing is built)."""
-    choice = cached_choice(choice_key(workload, gpu, logs))
+    choice = cached_choice(choice_key(workload, gpu, logs), workload)
     return None if choice is None else _lookup(workload, gpu, logs, choice)[1]
 
 

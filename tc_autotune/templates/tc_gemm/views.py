@@ -1,0 +1,66 @@
+"""The template's views of the tasks' workloads: conv2d and dense as ``gemm.GemmView``s, which is
+all that the space, the rules, the prior, the cost model and the schedule read of a workload.
+No TVM."""
+
+from __future__ import annotations
+
+import functools
+
+from ...workloads.dense import DenseWorkload
+from ...workloads.epilogue import parse as parse_epilogue
+from .gemm import GemmView, Im2col, Operand, RowMajor, Transposed
+from .operand_layout import COL_MAJOR
+from ...workloads.conv2d import Conv2dWorkload
+
+
+def view_of(workload) -> GemmView:
+    """The GemmView of a task's workload (a GemmView is its own view)."""
+    if isinstance(workload, GemmView):
+        return workload
+    try:
+        func = _VIEWS[type(workload)]
+    except KeyError:
+        raise TypeError(f"no GEMM view for {type(workload).__name__} (the template's views: "
+                        f"{', '.join(t.__name__ for t in _VIEWS)})") from None
+    return func(workload)
+
+
+@functools.lru_cache(maxsize=1024)
+def conv2d_view(wl: Conv2dWorkload) -> GemmView:
+    """NHWC conv2d as an implicit GEMM: M = N*OH*OW output pixels, N = K output channels,
+    K = R*S*C.  The im2col A is contiguous along K in runs of C (one filter tap's
+    channels); B (HWIO) and C (NHWC) are row-major with K output channels a row."""
+    m, n, k = wl.gemm_shape
+    a = Im2col(wl.in_height, wl.in_width, wl.in_channels, wl.out_height, wl.out_width, wl.kernel_w,
+               wl.stride, wl.dilation, wl.padding[:2])
+    return GemmView(
+        m, n, k, wl.dtype, wl.out_dtype,
+        a=Operand("data", wl.data_shape, a, wl.in_channels, "input channels"),
+        b=Operand("weight", wl.weight_shape, RowMajor(wl.weight_shape), wl.out_channels, "output channels"),
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), wl.out_channels, "output channels",
+                  axes=("bi", "y", "x", "co")),
+        epilogue=parse_epilogue(wl.epilogue),
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def dense_view(wl: DenseWorkload) -> GemmView:
+    """Dense as a GEMM: M = batch*m rows of A (a batch shares B), N, K.  A (M x K) and C
+    (M x N) are row-major with runs of K and N; B is row-major (K, N) with runs of N, or an
+    (N, K) weight (``b=nk``): the transposed map, column-major, with runs of K."""
+    m, n, k = wl.gemm_shape
+    if wl.b_layout == "kn":
+        b = Operand("weight", wl.b_shape, RowMajor(wl.b_shape), n, "output features")
+    else:
+        b = Operand("weight", wl.b_shape, Transposed(wl.b_shape), k, "input features", layout=COL_MAJOR)
+    return GemmView(
+        m, n, k, wl.dtype, wl.out_dtype,
+        a=Operand("data", wl.a_shape, RowMajor(wl.a_shape), k, "input features"),
+        b=b,
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), n, "output features"),
+        epilogue=parse_epilogue(wl.epilogue),
+    )
+
+
+# workload type -> its view function (``view_of``)
+_VIEWS = {Conv2dWorkload: conv2d_view, DenseWorkload: dense_view}
