@@ -29,9 +29,14 @@ def test_tune_then_build_from_the_best_record(tmp_path, spec):
     best_cfg, best_s = records.load_best(log, wl)
     assert best_s == pytest.approx(summary.best_seconds)
     assert f'"{task.name}"' in log.read_text()
+    # every record that built is keyed by the code it timed and by today's sources (issue #30)
+    assert all(r.freshness == "fresh" for r in saved)
+    assert all(r.code_hash for r in saved if r.result.error_no not in (1, 2, 3))
     with apply_history_best(log):
         kernel = build(wl)  # build_conv2d or build_dense
     assert kernel.config == best_cfg
+    best = records.best_record(log, wl)[1]
+    assert kernel.code_hash == best.code_hash  # built here, hashed in the measuring worker: one kernel
     data, weight = task.inputs(wl, seed=9)
     err = relative_l2_error(kernel(data, weight).numpy(), task.reference(wl, data, weight))
     assert err < 1e-2
