@@ -35,10 +35,12 @@ class Task:
     signature: Callable  # workload -> [(tensor name, shape, dtype)]: inputs then output
     reference: Callable  # (workload, *inputs) -> fp32 output on the host
     inputs: Callable  # (workload, seed) -> random inputs (signature order)
-    baseline: Callable | None  # (workload, *inputs, reference) -> (seconds or None, error)
+    # (workload, *inputs, reference, number=, repeat=, min_repeat_ms=) -> (seconds or None, error):
+    # checked, then timed by the one timer (``measure.baseline``)
+    baseline: Callable | None
     gemm_view: Callable  # workload -> gemm.GemmView: what the space and template see
     template: Template  # knobs, rules, prior, features, lowering (``core.template``)
-    baseline_name: str = "cuDNN"  # what reports call the baseline
+    baseline_name: str = "cuDNN"  # what reports call the baseline (their ``baseline`` field)
 
     @property
     def template_version(self) -> int:
@@ -110,6 +112,7 @@ CONV2D = register(Task(
     baseline=baseline.checked_cudnn_time,
     gemm_view=gemm.conv2d_view,
     template=TC_GEMM,
+    baseline_name="cuDNN",
 ))
 
 
