@@ -260,9 +260,9 @@ class CudaDriver:
             launches()
         except BaseException:  # end the capture, so the stream is usable (and freed) after
             with contextlib.suppress(TimerError):
-                self._call("cuGraphDestroy", _h(self._out("cuStreamEndCapture", _h(stream))))
+                self._call("cuGraphDestroy", self._end_capture(stream))
             raise
-        graph = _h(self._out("cuStreamEndCapture", _h(stream)))
+        graph = self._end_capture(stream)
         try:
             nodes = ctypes.c_size_t()
             self._call("cuGraphGetNodes", graph, None, ctypes.byref(nodes))
@@ -270,6 +270,11 @@ class CudaDriver:
         finally:
             self._call("cuGraphDestroy", graph)
         return _Graph(executable, nodes.value)
+
+    def _end_capture(self, stream: int) -> ctypes.c_void_p:
+        graph = ctypes.c_void_p()
+        self._call("cuStreamEndCapture", _h(stream), ctypes.byref(graph))  # its output comes second
+        return graph
 
     @staticmethod
     def graph_launches(graph: "_Graph") -> int:
