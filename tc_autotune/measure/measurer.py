@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 
 def time_kernel(kernel, *args, number: int = 20, repeat: int = 30, min_repeat_ms: float = 0,
-                warmup: int = 3, device=None) -> list[float]:
+                warmup: int = 10, device=None) -> list[float]:
     """Seconds per launch of a built kernel on ``args`` (its inputs, then out), one entry
     per repeat: ``Kernel.time``, the package's one timer (``backends.cuda.timer``)."""
     return kernel.time(*args, device=device, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,

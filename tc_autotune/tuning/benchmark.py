@@ -49,7 +49,7 @@ class BenchRow:
     baseline_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
     baseline_err: float | None = None
     baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_name)
-    timer: str = TIMER  # what timed every figure of the row (results.TIMERS)
+    timer: str | None = TIMER  # what timed every figure of the row (results.TIMERS)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -57,8 +57,8 @@ class BenchRow:
     @classmethod
     def from_dict(cls, raw: dict) -> "BenchRow":
         """A row of ``as_dict``, or of a JSON file written before the baseline fields were
-        renamed (``cudnn_s``, ``cudnn_err``)."""
-        raw = renamed(raw)
+        renamed (``cudnn_s``, ``cudnn_err``) or rows named their timer (``timer`` None: unknown)."""
+        raw = {"timer": None, **renamed(raw)}
         return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
     @property
