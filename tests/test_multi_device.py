@@ -147,7 +147,7 @@ def test_records_name_their_device_and_survive_losing_every_device(tmp_path, mon
     with pytest.raises(AllDevicesLost):
         autotune.tune_workload(SMALL, 40, log, tuner="random", batch_size=4, seed=0, gpu=GPU,
                                options=MeasureOptions(devices=(LocalDevice(0), LocalDevice(1))),
-                               shipped_transfer=False, compare_cudnn=False, measurer_factory=factory)
+                               shipped_transfer=False, compare_baseline=False, measurer_factory=factory)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     measured = [line for line in lines if line["result"][1] == MeasureErrorNo.NO_ERROR]
     assert len(measured) == 6  # every finished measurement was written before the run ended
@@ -186,7 +186,7 @@ def test_batches_are_sized_to_the_devices(tmp_path, monkeypatch):
         return Counting()
 
     summary = autotune.tune_workload(SMALL, 24, tmp_path / "t.jsonl", tuner="random", batch_size=4, seed=0,
-                                     gpu=GPU, shipped_transfer=False, compare_cudnn=False,
+                                     gpu=GPU, shipped_transfer=False, compare_baseline=False,
                                      measurer_factory=factory)
     assert sizes == [12, 12] and summary.devices == 3 and summary.configs_per_minute > 0
 
@@ -197,7 +197,7 @@ def _tune(tmp_path, monkeypatch, runners, n_trial=40, builds=None, **kw):
     log = tmp_path / "t.jsonl"
     measurer = _measurer(tmp_path, runners, monkeypatch, builds=builds)
     summary = autotune.tune_workload(SMALL, n_trial, log, tuner="random", batch_size=4, seed=0, gpu=GPU,
-                                     shipped_transfer=False, compare_cudnn=False,
+                                     shipped_transfer=False, compare_baseline=False,
                                      measurer_factory=lambda space, options: measurer, **kw)
     return summary, _lines(log)
 

@@ -71,7 +71,8 @@ def test_number_grows_by_at_least_the_golden_ratio_and_a_nearly_full_repeat_is_f
 
 def test_without_a_minimum_a_repeat_is_number_launches(lib):
     run = kernel(lib, 0.01)
-    assert timer.time_launches(run, on_stream=on_stream([]), warmup=10, number=20, repeat=5) == pytest.approx([1e-5] * 5)
+    times = timer.time_launches(run, on_stream=on_stream([]), warmup=10, number=20, repeat=5)
+    assert times == pytest.approx([1e-5] * 5)
     assert run.calls == 10 + 20 and lib.captured == [20] and lib.replays == 1 + 6
 
 

@@ -7,7 +7,8 @@ unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplac
 "tanh")``, each its own kernel, in fp16 (the conv's output dtype, with fp16 copies of the
 epilogue's inputs, as an fp16 model holds them), timed with the conv as one unit.
 
-A baseline is timed by the timer our kernels are timed by (``time_torch``).  PyTorch is optional: ``available()`` says whether it can run here.
+A baseline is timed by the timer our kernels are timed by (``time_torch``).  PyTorch is
+optional: ``available()`` says whether it can run here.
 """
 
 from __future__ import annotations
