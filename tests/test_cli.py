@@ -225,7 +225,7 @@ def _documented_code() -> str:
 
 def test_option_strings_are_read_from_the_help():
     code, out, err = run("tune.py", "--help")
-    assert {"--workload", "--no-cudnn", "-v", "--verbose", "--tuner"} <= _option_strings(out)
+    assert {"--workload", "--no-baseline", "--no-cudnn", "-v", "--verbose", "--tuner"} <= _option_strings(out)
     assert "-h" not in _option_strings(out) and "-arch" not in _option_strings("  --x  pass -arch=sm_90")
 
 

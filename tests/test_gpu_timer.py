@@ -50,7 +50,7 @@ def test_gpu_the_timer_times_a_kernel_as_time_evaluator_does_less_its_launch_cos
     evaluator = kernel.time_evaluator(number=20, repeat=20, min_repeat_ms=10)
     eager = statistics.median(list(evaluator(*args).results))
     # no launch cost: at most the eager figure; an empty graph (launches elsewhere) would be ~0
-    assert 0.5 * eager < ours <= 1.05 * eager, (ours, eager)
+    assert 0.25 * eager < ours <= 1.05 * eager, (ours, eager)
 
 
 @pytest.mark.parametrize("spec", ["n=2,h=14,c=64,k=64,r=3,pad=1,dtype=float32", "rfc-3x3-b1"])
@@ -140,7 +140,7 @@ def test_gpu_the_baselines_graph_holds_their_ops_and_beats_eager_launches(cuda_t
         end.record()
         end.synchronize()
         eager = start.elapsed_time(end) / 1e3 / 200
-        assert 0.3 * eager < ours <= 1.05 * eager, (spec, ours, eager)
+        assert 0.2 * eager < ours <= 1.05 * eager, (spec, ours, eager)
 
 
 def _free_port():
