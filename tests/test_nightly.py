@@ -476,3 +476,25 @@ def test_a_best_of_an_older_timer_that_is_faster_stays_and_is_re_timed_once(tmp_
     report = run(job, retime=retime)  # the next night it has a figure of today's timer: the best, re-timed as such
     assert retime.configs.count(old) == 1 and report.rows[0].retimed_s == 1e-4 and not report.failed
     assert records.load_best(best_log, "rfc-3x3-b1")[0] == old
+
+
+def test_a_re_time_the_timer_cannot_make_is_a_failure_and_the_night_goes_on(tmp_path, caplog):
+    """A kernel that faults when replayed (the timer's one error): that workload's row fails,
+    the other is re-timed, and the merge still folds in what the night tuned."""
+    from tc_autotune.backends.cuda.timer import TimerError
+
+    job = nightly.load_job(write_job(tmp_path))
+    spec = str(workloads.get("rfc-3x3-b1"))
+
+    def retime(workload, config):
+        if str(workload) == spec:
+            raise TimerError("cuGraphLaunch failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access")
+        return Retimed(1e-4, 1e-3, 5e-5)
+
+    with caplog.at_level("ERROR", logger="tc_autotune.tuning.nightly"):
+        report = run(job, retime=retime)
+    assert [(r.name, r.status) for r in report.failed] == [("rfc-3x3-b1", "re-time failed")]
+    assert report.rows[1].status == "ok" and report.rows[1].retimed_s == 1e-4
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in caplog.text
+    assert {r.workload for r in records.load(job.best_log_dir / "synthetic-gpu.jsonl")} == {
+        e.workload for e in job.entries}  # both merged

@@ -22,6 +22,7 @@ from ..search import zero_shot_train
 from ..database.apply import best_config, choose_config
 from .benchmark import checked_kernel_time, task_arrays
 from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.timer import TimerError
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
 from ..api.kernel import build
 from ..measure.devices import RpcDevice, choose_local, local_devices
@@ -262,7 +263,10 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     if best:
         summary.best_config, summary.best_seconds = best
         if compare_baseline:
-            summary.final_seconds, summary.baseline_seconds = compare_with_baseline(workload, best[0])
+            try:
+                summary.final_seconds, summary.baseline_seconds = compare_with_baseline(workload, best[0])
+            except TimerError as err:  # the tune's records are in the log: its summary stays
+                log.error("%s: the best config could not be re-timed beside the baseline: %s", workload, err)
     return summary
 
 

@@ -31,6 +31,7 @@ from ..search import zero_shot_train
 from .autotune import retime_against_default, tune_workload
 from .benchmark import baseline_label, renamed
 from ..backends.cuda.gpu import gpu_log_name
+from ..backends.cuda.timer import TimerError
 from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..core.results import TIME_EVALUATOR, TIMER, TIMERS, MeasureResult
 from ..core.space import conv2d_space
@@ -60,7 +61,8 @@ class ReportRow:
     previous_timer: str | None = None  # what timed previous_s
     devices: list[str] = field(default_factory=list)  # the devices that measured its records
     baseline: str = "cuDNN"  # what baseline_s timed (tasks.Task.baseline_name: cuBLAS for dense)
-    # ok, no valid record, regression, slower than default, not reached; no record (report-only
+    # ok, no valid record, regression, slower than default, re-time failed (the timer's error:
+    # the log), not reached; no record (report-only
     # without a nightly log: the job never ran here, so nothing failed)
     status: str = "ok"
 
@@ -92,7 +94,7 @@ class ReportRow:
         return self.default_s / self.retimed_s if (self.default_s and self.retimed_s) else None
 
 
-FAILING = ("regression", "slower than default", "no valid record")
+FAILING = ("regression", "slower than default", "no valid record", "re-time failed")
 
 
 @dataclass
@@ -291,22 +293,29 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
 
 
 def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
-    """Re-time the best config beside the default and the baseline; a loss to the previous report or
-    to the default is confirmed by a second measurement before it counts.  Returns the
-    re-timings as records (current template version, this GPU)."""
-    first = retime(workload, config)
+    """Re-time the best config beside the default and the baseline; a loss to the previous
+    report or to the default is confirmed by a second measurement before it counts.  Returns
+    the re-timings as records (current template version, this GPU).  Where the timer fails,
+    the row's status says so and the error is logged; the night's other work goes on."""
+    first = _try_retime(retime, workload, config)
+    if first is None:
+        row.status = "re-time failed"
+        return []
     row.retimed_s, row.default_s, row.baseline_s = first.tuned_s, first.default_s, first.baseline_s
     if first.tuned_s:
         row.timer = first.timer
     if _regressed(row, job) or _lost_to_default(row, job):  # confirm before crying wolf
-        again = retime(workload, config)
-        row.retimed_s = min(row.retimed_s or float("inf"), again.tuned_s or float("inf"))
-        if again.default_s and row.default_s:
-            row.default_s = min(row.default_s, again.default_s)
-        if _regressed(row, job):
-            row.status = "regression"
-        elif _lost_to_default(row, job):
-            row.status = "slower than default"
+        again = _try_retime(retime, workload, config)
+        if again is None:
+            row.status = "re-time failed"
+        else:
+            row.retimed_s = min(row.retimed_s or float("inf"), again.tuned_s or float("inf"))
+            if again.default_s and row.default_s:
+                row.default_s = min(row.default_s, again.default_s)
+            if _regressed(row, job):
+                row.status = "regression"
+            elif _lost_to_default(row, job):
+                row.status = "slower than default"
     space = conv2d_space(workload, gpu)
     provenance = records.make_provenance(gpu)
     timed = [(config, row.retimed_s), (space.default_config(), row.default_s)]
@@ -332,7 +341,9 @@ def _retime_old_best(mine, best_config, workload, retime, gpu) -> list:
     key = config_key(record)
     if any(r.ok and not r.stale and r.timer == TIMER and config_key(r) == key for r in mine):
         return []
-    timed = retime(workload, config)
+    timed = _try_retime(retime, workload, config)
+    if timed is None:
+        return []
     log.info("%s: re-timed the best of older timers (%s, %.4f ms) by %s: %s", workload, record.timer,
              record.seconds * 1e3, timed.timer, f"{timed.tuned_s * 1e3:.4f} ms" if timed.tuned_s else "wrong")
     if not (timed.tuned_s and math.isfinite(timed.tuned_s)):
@@ -341,6 +352,15 @@ def _retime_old_best(mine, best_config, workload, retime, gpu) -> list:
     result = MeasureResult((timed.tuned_s,), error_msg=records.RETIME_MSG, timer=timed.timer)
     return [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, config, result,
                                             records.make_provenance(gpu))]
+
+
+def _try_retime(retime, workload, config):
+    """``retime(workload, config)``, or None (logged) where the timer failed."""
+    try:
+        return retime(workload, config)
+    except TimerError as err:
+        log.error("%s: re-timing %s failed: %s", workload, config, err)
+        return None
 
 
 def _regressed(row: ReportRow, job: Job) -> bool:
