@@ -202,3 +202,11 @@ def test_the_registered_global_function_times_a_module_where_it_is(monkeypatch):
     assert json.loads(function(executable.mod, "main", dev, 0, 1, 2, 0.0, a, b)).__len__() == 2
     with pytest.raises(ValueError, match="^timer: repeat must be"):
         timer.time_remote(function, executable.mod, "main", dev, [a, b], repeat=0)
+
+
+def test_a_context_that_cannot_be_made_current_is_released_again(monkeypatch):
+    lib = fake_cuda.install(monkeypatch, fail={"cuCtxPushCurrent_v2": 1})
+    with pytest.raises(TimerError, match="^cuCtxPushCurrent_v2 failed: CUDA_ERROR_INVALID_VALUE"):
+        timer.time_launches(lambda: None, on_stream=on_stream([]))
+    assert_all_freed(lib)
+    assert lib.calls["cuStreamCreate"] == 0

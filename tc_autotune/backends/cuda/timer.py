@@ -219,7 +219,12 @@ class CudaDriver:
     # the device's primary context (TVM's and PyTorch's) made current for the timing
     def enter(self, index: int) -> int:
         device = self._out("cuDeviceGet", index, kind=ctypes.c_int)
-        self._call("cuCtxPushCurrent_v2", _h(self._out("cuDevicePrimaryCtxRetain", device)))
+        context = self._out("cuDevicePrimaryCtxRetain", device)
+        try:
+            self._call("cuCtxPushCurrent_v2", _h(context))
+        except TimerError:
+            self._call("cuDevicePrimaryCtxRelease_v2", device)
+            raise
         return device
 
     def exit(self, device: int) -> None:
