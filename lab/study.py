@@ -73,7 +73,7 @@ def tune_arms(workload: Conv2dWorkload, out_dir, trials: int = CHECKPOINTS[-1],
             log.info("%s: %s arm, %d trials to go", display_name(workload),
                      "transfer" if shipped else "no-transfer", missing)
             tune_workload(workload, missing, path, seed=seed, gpu=gpu, shipped_transfer=shipped,
-                          compare_cudnn=False, tuner=tuner if shipped else "xgb", **tune_kw)
+                          compare_baseline=False, tuner=tuner if shipped else "xgb", **tune_kw)
     return time.time() - start
 
 

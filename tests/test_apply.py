@@ -1,5 +1,6 @@
 """apply_history_best / build_conv2d(config=None) / the default fallback (CPU: no GPU needed)."""
 
+import json
 import warnings
 
 import pytest
@@ -126,16 +127,21 @@ def test_an_unseen_shape_gets_a_zero_shot_config_from_the_shipped_histories(monk
 def test_benchmark_table_reports_geomeans_and_losses_to_the_default():
     from tc_autotune.tuning.benchmark import BenchRow, markdown_table
 
-    rows = [BenchRow("a", 10**12, default_s=2e-4, tuned_s=1e-4, tuned_source="record", cudnn_s=1e-4),
-            BenchRow("b", 10**12, default_s=1e-4, tuned_s=1.1e-4, tuned_source="zero-shot", cudnn_s=0.5e-4)]
+    rows = [BenchRow("a", 10**12, default_s=2e-4, tuned_s=1e-4, tuned_source="record", baseline_s=1e-4),
+            BenchRow("b", 10**12, default_s=1e-4, tuned_s=1.1e-4, tuned_source="zero-shot", baseline_s=0.5e-4)]
     table = markdown_table(rows)
     assert "| a | 0.2000 | 5000.0 | 0.1000 | 10000.0 | record | 0.1000 | 10000.0 | 0.50 | 1.00 |" in table
     assert "| zero-shot (slower than default) |" in table
     assert "Geomean cuDNN / ours over 2 workloads: applied 0.674, default 0.500." in table
     assert "Applied slower than default (>3%): 1 of 2." in table
-    dense = BenchRow("dense:m=16,n=64,k=128", 10**9, default_s=1e-5, tuned_s=1e-5, cudnn_s=1e-5, baseline="cuBLAS")
+    dense = BenchRow("dense:m=16,n=64,k=128", 10**9, default_s=1e-5, tuned_s=1e-5, baseline_s=1e-5, baseline="cuBLAS")
     assert "| cuBLAS ms |" in markdown_table([dense]) and "cuDNN" not in markdown_table([dense])
     assert "Geomean cuBLAS/cuDNN / ours over 3 workloads" in markdown_table(rows + [dense])
+    # JSON rows read back, those of before the baseline fields were renamed (and named no timer) too
+    assert BenchRow.from_dict(json.loads(json.dumps(rows[0].as_dict()))) == rows[0] and rows[0].timer == "cuda_timer"
+    old = {"workload": "a", "flops": 10**12, "default_s": 2e-4, "cudnn_s": 1e-4, "cudnn_err": 1e-3, "baseline": "cuDNN"}
+    assert BenchRow.from_dict(old) == BenchRow("a", 10**12, default_s=2e-4, baseline_s=1e-4, baseline_err=1e-3,
+                                               timer=None)
 
 
 def test_a_log_is_indexed_once_until_it_changes(tmp_path, monkeypatch):

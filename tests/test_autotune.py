@@ -24,7 +24,7 @@ def clear_calls(monkeypatch):
 
 
 def tune(log, n, **kw):
-    return tune_workload(kw.pop("workload", WL), n, log, gpu=GPU, compare_cudnn=False,
+    return tune_workload(kw.pop("workload", WL), n, log, gpu=GPU, compare_baseline=False,
                          measurer_factory=SyntheticMeasurer, batch_size=8, seed=kw.pop("seed", 0), **kw)
 
 
@@ -79,10 +79,10 @@ def test_another_gpu_of_the_same_arch_is_transfer_data_not_history(tmp_path):
     h100_log, h200_log = tmp_path / "h100.jsonl", tmp_path / "h200.jsonl"
     h100 = replace(GPU, name="Synthetic H100")
     h200 = replace(GPU, name="Synthetic H200")
-    tune_workload(WL, 32, h100_log, gpu=h100, compare_cudnn=False, measurer_factory=SyntheticMeasurer,
+    tune_workload(WL, 32, h100_log, gpu=h100, compare_baseline=False, measurer_factory=SyntheticMeasurer,
                   batch_size=8, seed=0)
     SyntheticMeasurer.calls = []
-    summary = tune_workload(WL, 16, h200_log, gpu=h200, compare_cudnn=False, transfer_logs=[h100_log],
+    summary = tune_workload(WL, 16, h200_log, gpu=h200, compare_baseline=False, transfer_logs=[h100_log],
                             measurer_factory=SyntheticMeasurer, batch_size=8, seed=0)
     space = conv2d_space(WL, h200)
     measured = [i for _, i in SyntheticMeasurer.calls]
@@ -181,3 +181,18 @@ def test_transfer_from_the_shipped_histories_of_this_arch_by_default(tmp_path, m
     assert tune(tmp_path / "a.jsonl", 8).other_records == 4  # sm_90 only, the duplicate once
     assert tune(tmp_path / "b.jsonl", 8, shipped_transfer=False).other_records == 0  # --no-transfer
     assert {r.gpu for r in records.load(tmp_path / "a.jsonl")} == {GPU.name}  # nothing copied in
+
+
+def test_the_best_is_compared_with_the_tasks_baseline_and_the_old_keyword_still_works(tmp_path, monkeypatch):
+    from tc_autotune.tuning import autotune
+
+    calls = []
+    monkeypatch.setattr(autotune, "compare_with_baseline", lambda w, c: calls.append(c) or (1e-4, 2e-4))
+    summary = tune_workload(WL, 8, tmp_path / "a.jsonl", gpu=GPU, measurer_factory=SyntheticMeasurer, batch_size=8)
+    assert (summary.final_seconds, summary.baseline_seconds, summary.baseline_ratio) == (1e-4, 2e-4, 2.0)
+    assert calls == [summary.best_config]
+    text = summary.describe(GPU.name)
+    assert "cuDNN (PyTorch, same run): 0.2000 ms" in text and "cuDNN/tuned time ratio 2.00" in text
+    tune_workload(WL, 8, tmp_path / "b.jsonl", gpu=GPU, measurer_factory=SyntheticMeasurer, batch_size=8,
+                  compare_cudnn=False)  # its earlier name
+    assert len(calls) == 1

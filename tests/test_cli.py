@@ -225,7 +225,7 @@ def _documented_code() -> str:
 
 def test_option_strings_are_read_from_the_help():
     code, out, err = run("tune.py", "--help")
-    assert {"--workload", "--no-cudnn", "-v", "--verbose", "--tuner"} <= _option_strings(out)
+    assert {"--workload", "--no-baseline", "--no-cudnn", "-v", "--verbose", "--tuner"} <= _option_strings(out)
     assert "-h" not in _option_strings(out) and "-arch" not in _option_strings("  --x  pass -arch=sm_90")
 
 
@@ -255,3 +255,24 @@ def test_study_without_a_gpu_exits_3_and_writes_nothing(tmp_path):
     assert code == 3
     assert_one_line(err, "no CUDA GPU")
     assert not (tmp_path / "s").exists()
+
+
+def test_benchmark_a_timer_error_is_one_line_and_exit_10(monkeypatch, capsys):
+    """The one timer's error (a kernel that faults when replayed, a capture CUDA refused) ends
+    the benchmark with one line, not a traceback."""
+    import types
+
+    from tc_autotune.backends.cuda import gpu as gpu_module
+    from tc_autotune.backends.cuda.gpu import gpu_for_arch
+    from tc_autotune.backends.cuda.timer import TimerError
+    from tc_autotune.cli import benchmark as command
+    from tc_autotune.tuning import benchmark
+
+    def fails(*args, **kwargs):
+        raise TimerError("cuGraphLaunch failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+
+    monkeypatch.setattr(gpu_module, "probe_local_gpu", lambda: types.SimpleNamespace(gpu=gpu_for_arch("sm_90")))
+    monkeypatch.setattr(benchmark, "benchmark", fails)
+    assert command.main(["--workload", "tutorial"]) == cli.EXIT_TIMER == 10
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "tc-benchmark: cuGraphLaunch failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"]

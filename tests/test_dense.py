@@ -175,7 +175,7 @@ def test_tune_workload_writes_dense_records(tmp_path, monkeypatch):
     wl = workloads.get("dense:m=512,n=1024,k=2048,b=nk")
     log = tmp_path / "dense.jsonl"
     gpu = GpuInfo(name="Synthetic GPU", arch="sm_90", sm_count=132)
-    summary = tune_workload(wl, 24, log, gpu=gpu, compare_cudnn=False, measurer_factory=SyntheticMeasurer,
+    summary = tune_workload(wl, 24, log, gpu=gpu, compare_baseline=False, measurer_factory=SyntheticMeasurer,
                             batch_size=8, seed=0)
     written = list(records.load(log))
     assert summary.trials == len(written) >= 24

@@ -72,10 +72,10 @@ def test_tensors_that_would_need_a_copy_are_refused(example, torch):
 
 @pytest.mark.parametrize("name", ["rfc-3x3-b1", "dense:m=16,n=4096,k=4096,b=nk", "n=2,h=14,c=64,k=64,r=3,pad=1,dtype=float32"])
 def test_the_benchmark_times_our_kernels_as_it_times_the_baseline(name, torch):
-    """checked_kernel_time replays our launches from a CUDA graph on torch's stream, as the
-    baseline's are timed: the same kernel, checked first, at most what TVM's time_evaluator
-    (eager launches) measures; a wrong result is never timed.  Split-K's second kernel and
-    fp32 input's cast kernel are in the graph too."""
+    """checked_kernel_time replays our launches from a CUDA graph (the one timer, as the
+    baseline's are timed): the same kernel, checked first, at most what TVM's time_evaluator
+    (eager launches) measures, and not much less (an empty graph would be ~0); a wrong result
+    is never timed.  Split-K's second kernel and fp32 input's cast kernel are in the graph too."""
     import numpy as np
     import tvm
 
@@ -92,7 +92,8 @@ def test_the_benchmark_times_our_kernels_as_it_times_the_baseline(name, torch):
     dev = tvm.cuda(0)
     args = [tvm.runtime.tensor(a, device=dev) for a in arrays[:-1]]
     args.append(tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev))
-    eager = float(np.median(time_kernel(kernel, *args, number=20, repeat=10, min_repeat_ms=10)))
-    assert 0 < graph <= 1.05 * eager, (graph, eager)
+    evaluator = kernel.time_evaluator(number=20, repeat=10, min_repeat_ms=10)  # TVM's own, eager
+    eager = float(np.median(list(evaluator(*args).results)))
+    assert 0.25 * eager < graph <= 1.05 * eager, (graph, eager)
     wrong, wrong_err = checked_kernel_time(kernel, wl, *arrays[:-1], arrays[-1] + 1.0, repeat=3)
     assert wrong is None and wrong_err > 1e-2

@@ -21,7 +21,7 @@ def test_tune_then_build_from_the_best_record(tmp_path, spec):
     wl = workloads.get(spec)
     task = tasks.of(wl)
     log = tmp_path / "tune.jsonl"
-    summary = tune_workload(wl, 32, log, batch_size=16, seed=1, compare_cudnn=False,
+    summary = tune_workload(wl, 32, log, batch_size=16, seed=1, compare_baseline=False,
                             options=MeasureOptions(repeat=3, min_repeat_ms=5))
     saved = list(records.load(log))
     assert len(saved) == 32 and summary.best_config is not None

@@ -187,6 +187,8 @@ def test_calling_a_kernel_without_a_gpu_says_no_cuda_gpu():
     with pytest.raises(NoGpuError, match="no CUDA GPU found"):
         kernel.time_evaluator()
     with pytest.raises(NoGpuError, match="no CUDA GPU found"):
+        kernel.time(data, weight)  # the package's timer: the same message, before any CUDA call
+    with pytest.raises(NoGpuError, match="no CUDA GPU found"):
         require_gpu()
 
 

@@ -30,6 +30,7 @@ from tc_autotune.measure.dispatch import AllDevicesLost, RunnerFault
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions
 from tc_autotune.templates.tc_gemm.workspaces import workspaces
+from tc_autotune.core.results import CUDA_TIMER
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = workloads.get("n=2,h=14,c=64,k=64,r=1")
@@ -146,7 +147,7 @@ def test_records_name_their_device_and_survive_losing_every_device(tmp_path, mon
     with pytest.raises(AllDevicesLost):
         autotune.tune_workload(SMALL, 40, log, tuner="random", batch_size=4, seed=0, gpu=GPU,
                                options=MeasureOptions(devices=(LocalDevice(0), LocalDevice(1))),
-                               shipped_transfer=False, compare_cudnn=False, measurer_factory=factory)
+                               shipped_transfer=False, compare_baseline=False, measurer_factory=factory)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     measured = [line for line in lines if line["result"][1] == MeasureErrorNo.NO_ERROR]
     assert len(measured) == 6  # every finished measurement was written before the run ended
@@ -185,7 +186,7 @@ def test_batches_are_sized_to_the_devices(tmp_path, monkeypatch):
         return Counting()
 
     summary = autotune.tune_workload(SMALL, 24, tmp_path / "t.jsonl", tuner="random", batch_size=4, seed=0,
-                                     gpu=GPU, shipped_transfer=False, compare_cudnn=False,
+                                     gpu=GPU, shipped_transfer=False, compare_baseline=False,
                                      measurer_factory=factory)
     assert sizes == [12, 12] and summary.devices == 3 and summary.configs_per_minute > 0
 
@@ -196,7 +197,7 @@ def _tune(tmp_path, monkeypatch, runners, n_trial=40, builds=None, **kw):
     log = tmp_path / "t.jsonl"
     measurer = _measurer(tmp_path, runners, monkeypatch, builds=builds)
     summary = autotune.tune_workload(SMALL, n_trial, log, tuner="random", batch_size=4, seed=0, gpu=GPU,
-                                     shipped_transfer=False, compare_cudnn=False,
+                                     shipped_transfer=False, compare_baseline=False,
                                      measurer_factory=lambda space, options: measurer, **kw)
     return summary, _lines(log)
 
@@ -407,7 +408,7 @@ def _free_port():
 
 @pytest.fixture(scope="module")
 def rpc_servers():
-    """A TVM RPC tracker and one server of key 'test' on localhost (skipped where they cannot start)."""
+    """A TVM RPC tracker on localhost and ``start_server`` (skipped where they cannot start)."""
     try:
         import tornado  # noqa: F401  (TVM's tracker needs it)
     except ImportError:
@@ -420,10 +421,17 @@ def rpc_servers():
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)]  # it serves from a child process
 
-    def start_server(key="test", *options):
-        procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])
+
+    def start_server(key="test", *options, bare=False):
+        """The package's server, its timer on a host clock (``rpc_host_clock``); ``bare``: TVM's own."""
+        program = (["tvm.exec.rpc_server"] if bare
+                   else ["tc_autotune.measure.rpc_server", "--init", "rpc_host_clock:install"])
+        procs.append(subprocess.Popen([sys.executable, "-m", *program, "--host", "127.0.0.1",
                                        "--tracker", f"127.0.0.1:{port}", "--key", key, *options],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      env={**os.environ, "PYTHONPATH": path},  # this checkout, rpc_host_clock
                                       start_new_session=True))  # its listener is a child process
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -495,6 +503,7 @@ def test_rpc_runner_checks_and_times_on_the_remote_device(tmp_path, monkeypatch,
         monkeypatch.setattr(measure, "_submit", fake_build)
         ok, wrong, ok2 = measure(configs)
         assert ok.ok and len(ok.costs) == 3 and all(0 < c < 1 for c in ok.costs), ok.error_msg
+        assert ok.timer == ok2.timer == CUDA_TIMER  # timed on the server by the one timer
         assert ok.device == rpc.label == ok2.device and ok2.ok
         assert wrong.error_no == MeasureErrorNo.WRONG_RESULT and "relative L2 error" in wrong.error_msg
         # The server dies: the runner cannot get a session again, its candidate goes back to the
@@ -507,6 +516,22 @@ def test_rpc_runner_checks_and_times_on_the_remote_device(tmp_path, monkeypatch,
             measure(configs[:1])
     assert not os.path.exists(tmp_path / "a.so")  # measured kernels are removed
     np.testing.assert_array_less(0, ok.costs)
+
+
+def test_a_bare_tvm_rpc_server_is_refused_with_the_command_that_serves(rpc_servers):
+    """A bare ``tvm.exec.rpc_server`` has no timer: its kernels would be timed by another timer
+    than every other figure, so the runner does not use it (a fault: its device is dropped)."""
+    from tc_autotune.measure.rpc_runner import RpcRunner
+
+    port, start_server = rpc_servers
+    start_server("bare", bare=True)
+    runner = RpcRunner("", MeasureOptions(), RpcDevice("127.0.0.1", port, "bare"), device_type="cpu",
+                       probe=lambda dev: GpuInfo("Remote Fake GPU", "sm_90", 132))
+    with pytest.raises(RunnerFault) as err:
+        runner.connect()
+    message = str(err.value)
+    assert message.startswith("the RPC server of key 'bare' has no tc_autotune timer (")
+    assert "python -m tc_autotune.measure.rpc_server" in message and "\n" not in message
 
 
 class _CountingProxy:

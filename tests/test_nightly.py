@@ -12,6 +12,7 @@ from tc_autotune.database import records
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import Retimed
 from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.core.results import CUDA_GRAPH, CUDA_TIMER, TIME_EVALUATOR, TIMER
 
 from synthetic import SyntheticMeasurer
 
@@ -32,9 +33,9 @@ def write_job(tmp_path, budget_minutes=10, names=("rfc-3x3-b1", "rfc-1x1-b1"), t
     return path
 
 
-def fixed_retime(seconds_by_spec, default_s=1e-3):
+def fixed_retime(seconds_by_spec, default_s=1e-3, timer=TIMER):
     def retime(workload, config):
-        return Retimed(seconds_by_spec.get(str(workload), 1e-4), default_s, 5e-5)
+        return Retimed(seconds_by_spec.get(str(workload), 1e-4), default_s, 5e-5, timer)
     return retime
 
 
@@ -158,7 +159,8 @@ def test_run_tunes_compacts_and_reports(tmp_path):
         assert records.load_best(best_log, entry.workload)[1] == records.load_best(job.log, entry.workload)[1]
     reports = sorted(job.report_dir.glob("report-*.json"))
     data = json.loads(reports[-1].read_text())
-    assert [row["cudnn_ratio"] for row in data["rows"]] == [0.5, 0.5]
+    assert [row["baseline_ratio"] for row in data["rows"]] == [0.5, 0.5] and "cudnn_ratio" not in data["rows"][0]
+    assert [(row["baseline"], row["baseline_s"], row["timer"]) for row in data["rows"]] == [("cuDNN", 5e-5, TIMER)] * 2
     markdown = reports[-1].with_suffix(".md").read_text()
     assert "| rfc-3x3-b1 | Synthetic GPU | 16 | 16 | 0 |" in markdown
     assert "- rfc-3x3-b1 (sm_90): added, - -> " in markdown
@@ -354,15 +356,17 @@ def test_the_report_names_the_baseline_it_timed(tmp_path, names, label):
 
 # ---- like with like, and a bad previous report (issue 33) -------------------------------------
 def test_retimes_carry_their_timer_and_the_best_log_keeps_each_timers_figure(tmp_path):
-    from tc_autotune.core.results import CUDA_GRAPH, TIME_EVALUATOR
-
     job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
-    run(job, retime=lambda w, c: Retimed(1e-4, 1e-3, 5e-5, timer=CUDA_GRAPH))
+    run(job)
+    assert {r.timer for r in records.load(job.log)} == {CUDA_TIMER}  # the tuner's and the re-times': one timer
+    (tmp_path / "other").mkdir()
+    job = nightly.load_job(write_job(tmp_path / "other", names=("rfc-3x3-b1",)))
+    run(job, retime=lambda w, c: Retimed(1e-4, 1e-3, 5e-5, timer=CUDA_GRAPH))  # a re-time by another timer
     retimes = [r for r in records.load(job.log) if r.result.error_msg == "nightly re-time"]
     assert [r.timer for r in retimes] == [CUDA_GRAPH, CUDA_GRAPH]
-    assert all(r.timer == TIME_EVALUATOR for r in records.load(job.log) if r not in retimes)
+    assert all(r.timer == CUDA_TIMER for r in records.load(job.log) if r not in retimes)
     best = list(records.load(job.best_log_dir / "synthetic-gpu.jsonl"))  # the winner by each timer
-    assert sorted(r.timer for r in best) == [CUDA_GRAPH, TIME_EVALUATOR] and len({r.config["index"] for r in best}) == 1
+    assert sorted(r.timer for r in best) == [CUDA_GRAPH, CUDA_TIMER] and len({r.config["index"] for r in best}) == 1
 
 
 def _previous(job, rows, gpu=GPU.name, name="report-99990101-000000-000000.json"):
@@ -375,20 +379,28 @@ def _previous(job, rows, gpu=GPU.name, name="report-99990101-000000-000000.json"
 def test_no_regression_is_called_against_a_figure_of_another_timer(tmp_path):
     job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
     spec = str(workloads.get("rfc-3x3-b1"))
-    _previous(job, [{"workload": spec, "retimed_s": 1e-4, "timer": "cuda_graph"}])  # graph-replayed
-    report = run(job, retime=fixed_retime({spec: 1.5e-4}))  # time_evaluator: 50% more, unlike
+    _previous(job, [{"workload": spec, "retimed_s": 1e-4, "timer": "cuda_graph"}])  # graph-replayed by PyTorch
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}))  # today's timer: 50% more, unlike
     row = report.rows[0]
-    assert not report.failed and row.previous_s == 1e-4 and row.change is None
+    assert not report.failed and row.previous_s == 1e-4 and row.change is None and row.timer == CUDA_TIMER
     _previous(job, [{"workload": spec, "retimed_s": 1e-4}], name="report-99990102-000000-000000.json")
-    report = run(job, retime=fixed_retime({spec: 1.5e-4}))  # an old report (no timer): time_evaluator
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}))  # an old report (no timer): time_evaluator's
+    assert not report.failed and report.rows[0].change is None  # not today's timer's either
+    _previous(job, [{"workload": spec, "retimed_s": 1e-4}], name="report-99990103-000000-000000.json")
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}, timer=TIME_EVALUATOR))  # a time_evaluator re-time: alike
     assert [r.status for r in report.failed] == ["regression"]
+    # a report of before the baseline's fields were renamed reads alike (nightly reads the last one)
+    _previous(job, [{"workload": spec, "retimed_s": 1e-4, "timer": "cuda_timer", "cudnn_s": 5e-5, "cudnn_ratio": 0.5,
+                     "baseline": "cuDNN"}], name="report-99990104-000000-000000.json")
+    report = run(job, retime=fixed_retime({spec: 1.5e-4}))
+    assert [r.status for r in report.failed] == ["regression"] and report.rows[0].previous_s == 1e-4
 
 
 def test_ratios_take_the_retime_not_a_record_of_another_timer():
-    row = nightly.ReportRow("w", "spec", 10**9, best_s=1e-4, timer="time_evaluator", default_s=9e-5, cudnn_s=2e-4)
-    assert row.default_ratio is None and row.cudnn_ratio is None  # the re-time failed: nothing timed alike
-    row.retimed_s, row.timer = 1.2e-4, "cuda_graph"
-    assert row.default_ratio == pytest.approx(0.75) and row.cudnn_ratio == pytest.approx(2e-4 / 1.2e-4)
+    row = nightly.ReportRow("w", "spec", 10**9, best_s=1e-4, timer="time_evaluator", default_s=9e-5, baseline_s=2e-4)
+    assert row.default_ratio is None and row.baseline_ratio is None  # the re-time failed: nothing timed alike
+    row.retimed_s, row.timer = 1.2e-4, "cuda_timer"
+    assert row.default_ratio == pytest.approx(0.75) and row.baseline_ratio == pytest.approx(2e-4 / 1.2e-4)
 
 
 @pytest.mark.parametrize("bad", [
@@ -411,3 +423,80 @@ def test_a_previous_report_with_a_wrong_typed_field_is_treated_as_absent(tmp_pat
     warned = [r.getMessage() for r in caplog.records if r.name == "tc_autotune.tuning.nightly" and r.levelname == "WARNING"]
     assert len(warned) == 1 and f"skipping unreadable report {path}" in warned[0]
     assert report.rows[0].previous_s == 1e-4 and [r.status for r in report.failed] == ["regression"]
+
+
+# ---- a best of an older timer, and tonight's tunes (issue 30: one timer) ---------------------
+def _old_best(job, seconds, timer=TIME_EVALUATOR):
+    """A best log holding one config of rfc-3x3-b1, measured by an older timer (``timer``)."""
+    from tc_autotune.templates.registry import conv2d_space
+    from tc_autotune.core.results import MeasureResult
+
+    space = conv2d_space(workloads.get("rfc-3x3-b1"), GPU)
+    config = space.sample(40, seed=9)[-1]
+    best_log = job.best_log_dir / "synthetic-gpu.jsonl"
+    records.append(best_log, [records.Record.from_measurement(
+        "cuda -arch=sm_90", space, config, MeasureResult((seconds,) * 3, timer=timer), records.make_provenance(GPU))])
+    return config, best_log
+
+
+def retime_by_config(seconds: dict, other: float = 1.6e-4):
+    """A re-time of today's timer: ``seconds[config]`` for the configs given, ``other`` else; notes each config."""
+    def retime(workload, config):
+        retime.configs.append(config)
+        return Retimed(seconds.get(config, other), 1e-2, 5e-5)
+
+    retime.configs = []
+    return retime
+
+
+@pytest.mark.parametrize("old_s", [1e-3, 5e-5], ids=["new tune looks faster", "old best looks faster"])
+def test_a_new_tune_displaces_a_best_only_an_older_timer_measured(tmp_path, old_s):
+    """The best log's holder was measured by time_evaluator only; tonight's tune and re-times are
+    today's timer's.  No figure in common would keep the holder whatever the tune found, so the
+    holder is re-timed by today's timer (once): then the two are compared like with like, and the
+    faster wins, whichever looked faster across timers."""
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    old, best_log = _old_best(job, old_s)
+    retime = retime_by_config({old: 5e-3})  # today's timer: the holder is slower than anything tuned tonight
+    report = run(job, retime=retime)
+    assert old in retime.configs and not report.failed
+    (change,) = report.best_log_changes
+    assert " faster, " in change and change.endswith("(cuda_timer)"), change
+    held = list(records.load(best_log))
+    assert {r.timer for r in held} == {CUDA_TIMER} and records.load_best(best_log, "rfc-3x3-b1")[0] != old
+
+
+def test_a_best_of_an_older_timer_that_is_faster_stays_and_is_re_timed_once(tmp_path):
+    job = nightly.load_job(write_job(tmp_path, names=("rfc-3x3-b1",)))
+    old, best_log = _old_best(job, 1e-3)
+    retime = retime_by_config({old: 1e-4})  # by today's timer the holder beats tonight's tune
+    report = run(job, retime=retime)
+    assert retime.configs.count(old) == 1 and report.best_log_changes == [
+        f"rfc-3x3-b1 (sm_90): kept, 1.0000 ms -> 1.0000 ms"]
+    assert records.load_best(best_log, "rfc-3x3-b1")[0] == old
+    retime = retime_by_config({old: 1e-4})
+    report = run(job, retime=retime)  # the next night it has a figure of today's timer: the best, re-timed as such
+    assert retime.configs.count(old) == 1 and report.rows[0].retimed_s == 1e-4 and not report.failed
+    assert records.load_best(best_log, "rfc-3x3-b1")[0] == old
+
+
+def test_a_re_time_the_timer_cannot_make_is_a_failure_and_the_night_goes_on(tmp_path, caplog):
+    """A kernel that faults when replayed (the timer's one error): that workload's row fails,
+    the other is re-timed, and the merge still folds in what the night tuned."""
+    from tc_autotune.backends.cuda.timer import TimerError
+
+    job = nightly.load_job(write_job(tmp_path))
+    spec = str(workloads.get("rfc-3x3-b1"))
+
+    def retime(workload, config):
+        if str(workload) == spec:
+            raise TimerError("cuGraphLaunch failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access")
+        return Retimed(1e-4, 1e-3, 5e-5)
+
+    with caplog.at_level("ERROR", logger="tc_autotune.tuning.nightly"):
+        report = run(job, retime=retime)
+    assert [(r.name, r.status) for r in report.failed] == [("rfc-3x3-b1", "re-time failed")]
+    assert report.rows[1].status == "ok" and report.rows[1].retimed_s == 1e-4
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in caplog.text
+    assert {r.workload for r in records.load(job.best_log_dir / "synthetic-gpu.jsonl")} == {
+        e.workload for e in job.entries}  # both merged

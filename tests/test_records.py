@@ -21,7 +21,7 @@ from tc_autotune.core.tasks import CONV2D
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.database.records import Record
-from tc_autotune.core.results import CUDA_GRAPH, TIME_EVALUATOR
+from tc_autotune.core.results import CUDA_GRAPH, CUDA_TIMER, TIME_EVALUATOR
 from tc_autotune.templates.tc_gemm.knobs import KNOBS
 from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.workloads.conv2d import get
@@ -747,6 +747,26 @@ def test_records_name_their_timer_and_old_ones_are_inferred():
     assert old() == TIME_EVALUATOR
     assert old(error_msg="nightly re-time", timestamp=1795476458.0 - 60) == TIME_EVALUATOR  # before graphs
     assert old(error_msg="nightly re-time", timestamp=1795476458.0 + 60) == CUDA_GRAPH
+
+
+def test_todays_timer_round_trips_and_is_never_compared_with_the_old_ones(tmp_path):
+    """The one timer's figures (``cuda_timer``) are a third kind: read back as they are, compared
+    only with their own kind, and theirs decide where two configs have them."""
+    ours = make(0, timer=CUDA_TIMER)
+    assert json.loads(ours.to_json())["timer"] == "cuda_timer" and Record.from_json(ours.to_json()) == ours
+    a_te, b_ct = make(1, costs=(1e-4,)), make(2, costs=(0.5e-4,), timer=CUDA_TIMER)  # 2x apart, unlike
+    held = _best_log(tmp_path, a_te)
+    assert [c.action for c in rec.merge_best(held, [b_ct], PROV_H100["gpu"])] == ["kept"]
+    a_graph = make(1, costs=(0.4e-4,), timer=CUDA_GRAPH)  # a graph replay too, but PyTorch's: unlike as well
+    assert [c.action for c in rec.merge_best(held, [b_ct, a_graph], PROV_H100["gpu"])] == ["kept"]
+    a_ct = make(1, costs=(1e-4,), timer=CUDA_TIMER, error_msg="nightly re-time")  # the holder re-timed today
+    changes = rec.merge_best(held, [b_ct, a_ct], PROV_H100["gpu"])
+    assert [(c.action, c.timer) for c in changes] == [("faster", CUDA_TIMER)]
+    # where both configs have figures of every timer, today's decide (here against the others)
+    both = [make(1, costs=(1e-4,)), make(1, costs=(0.9e-4,), timer=CUDA_GRAPH),
+            make(1, costs=(0.8e-4,), timer=CUDA_TIMER), make(2, costs=(0.9e-4,)),
+            make(2, costs=(0.8e-4,), timer=CUDA_GRAPH), make(2, costs=(0.9e-4,), timer=CUDA_TIMER)]
+    assert rec.load_best(both, WL)[0] == CONFIGS[1]
 
 
 def test_load_best_compares_configs_by_a_timer_that_measured_both():

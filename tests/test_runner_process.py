@@ -19,6 +19,7 @@ from tc_autotune.measure.dispatch import RunnerFault
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions
 from tc_autotune.measure.runner import LocalRunner
+from tc_autotune.core.results import CUDA_TIMER
 
 OPTIONS = MeasureOptions(build_workers=1, run_timeout=600)  # only a hung stand-in reaches it
 
@@ -137,9 +138,59 @@ def test_the_measurer_records_what_the_runner_process_says_and_goes_on_after_cra
                                              MeasureErrorNo.NO_ERROR, MeasureErrorNo.RUN_TIMEOUT,
                                              MeasureErrorNo.RUN_ERROR, MeasureErrorNo.NO_ERROR]
     assert [r.seconds for r in results if r.ok] == [0.001, 0.002, 0.004]
+    assert {r.timer for r in results} == {CUDA_TIMER}  # every runner times with the one timer
     assert "exit code 7" in results[1].error_msg and "no result within 5 s" in results[3].error_msg
     assert {r.device for r in results} == {"cuda:0 GPU-a"}
     # one process, restarted after the crash, the hang and the error: four in all, none left over
     started = runner_stubs.starts(tmp_path)
     assert len(started) == 4 and not any(_alive(pid) for pid in started)
     assert not list(tmp_path.glob("*.so"))  # every kernel file was removed once it ran
+
+
+# ---- what a runner process measures with: check, then the one timer -------------------------
+def _cpu_conv(workload, scale=1.0):
+    """A CPU module whose "main" computes the 1x1 conv (times ``scale``): data, weight, out."""
+    import tvm
+    from tvm import te
+
+    data = te.placeholder(workload.data_shape, workload.dtype, name="data")
+    weight = te.placeholder(workload.weight_shape, workload.dtype, name="weight")
+    rc = te.reduce_axis((0, workload.in_channels), name="rc")
+    out = te.compute(workload.out_shape, lambda n, h, w, k: te.sum(
+        data[n, h, w, rc].astype("float32") * weight[0, 0, rc, k].astype("float32") * scale, axis=rc))
+    return tvm.compile(te.create_prim_func([data, weight, out]), target=tvm.target.Target({"kind": "llvm"})).mod
+
+
+def test_check_and_time_times_a_right_kernel_with_the_timer_and_never_a_wrong_one(tmp_path, monkeypatch):
+    """``runner.check_and_time`` as a runner process runs it, on the CPU device with the timer on a
+    host clock: the kernel's function, on the bench's arguments, with the runner's options."""
+    import inspect
+
+    import fake_cuda
+    import tvm
+    from tc_autotune.backends.cuda import checker, timer
+    from tc_autotune.core import tasks
+
+    clock, calls = fake_cuda.HostClock(), []
+    real = timer.time_launches
+
+    def spy(launch, **options):
+        bound = inspect.signature(real).bind(launch, **options)
+        bound.apply_defaults()
+        calls.append({k: v for k, v in bound.arguments.items() if k not in ("launch", "on_stream")})
+        return real(launch, **options)
+
+    monkeypatch.setattr(timer, "driver", lambda: clock)
+    monkeypatch.setattr(timer, "time_launches", spy)
+    workload = workloads.get("n=1,h=4,c=8,k=8,r=1")
+    task = tasks.of(workload)
+    inputs = task.inputs(workload, seed=0)
+    _, shape, dtype = task.signature(workload)[-1]
+    path = checker.export(str(tmp_path / "check.so"), shape, dtype, checker.target_for("cpu", "sm_90"))
+    bench = runner.Bench(tvm.cpu(), inputs, task.reference(workload, *inputs), tvm.runtime.load_module(path))
+    options = MeasureOptions(repeat=4, min_repeat_ms=1)
+    status, costs = runner.check_and_time(_cpu_conv(workload), bench, [(shape, dtype)], options)
+    assert status == "ok" and len(costs) == 4 and all(0 < c < 0.1 for c in costs)
+    assert calls == [dict(device=0, warmup=10, number=1, repeat=4, min_repeat_ms=1.0)]  # runner.timer_options
+    status, message = runner.check_and_time(_cpu_conv(workload, scale=0.5), bench, [(shape, dtype)], options)
+    assert (status, len(calls)) == ("wrong", 1) and message.startswith("relative L2 error 0.5")

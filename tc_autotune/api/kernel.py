@@ -24,7 +24,7 @@ import tvm
 import tvm_ffi
 
 from ..backends.cuda import code_hash as code_keys
-from ..backends.cuda import nvcc, tensormap
+from ..backends.cuda import nvcc, tensormap, timer
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, probe_local_gpu
 from ..workloads.conv2d import get
@@ -146,8 +146,18 @@ class Kernel:
             self._function()(*inputs, out_tensor, *self._extra_args(dev))
         return out_tensor if isinstance(result, np.ndarray) else result
 
+    def time(self, *args, device=None, **options) -> list[float]:
+        """Seconds per launch on ``args`` (TVM tensors on the GPU: the inputs, then out), one
+        figure per repeat, by the package's timer (``timer.time_function``: CUDA-graph replays,
+        the first repeat dropped), as the runners, the benchmark and the baselines time.
+        ``options``: ``warmup``, ``number``, ``repeat``, ``min_repeat_ms``."""
+        dev = require_gpu(device or tvm.cuda(0))
+        return timer.time_function(self._function(), dev, [*args, *self._extra_args(dev)], **options)
+
     def time_evaluator(self, device=None, **kwargs):
-        """TVM's time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes them)."""
+        """TVM's own time_evaluator on the kernel (number/repeat/min_repeat_ms as TVM takes
+        them): eager launches, their host cost included.  Nothing in the package times with it
+        (``time`` does); it stays for comparing with TVM's figure."""
         dev = require_gpu(device or tvm.cuda(0))
         self._function()
         evaluator = self.module.time_evaluator("main", dev, **kwargs)

@@ -1,4 +1,5 @@
-"""Time the default and the best logged config of each workload against cuDNN (dense: cuBLAS), in one process.
+"""Time the default and the best logged config of each workload against the baseline (cuDNN;
+dense: cuBLAS), in one process, all by the package's one timer.
 
     python scripts/benchmark.py --log tuning_logs/nvidia-h200.jsonl [--workload tutorial ...]
     python scripts/benchmark.py --log LOG --sweep stages=1,2,3,4     # ablation of knobs
@@ -9,7 +10,7 @@ rfc-1x1-b32, rfc-1x1-b256.  Every argument, path and workload is checked before 
 touched or a kernel is built.
 Exit codes: 0 done, 2 bad arguments or job file (one line naming the bad value),
 3 no CUDA GPU, 9 a file or folder cannot be read or written (permission denied: one line),
-130 interrupted.
+10 the GPU could not time a kernel (the timer's CUDA error: one line), 130 interrupted.
 """
 
 import json
@@ -75,6 +76,7 @@ def _main(argv, prog: str) -> int:
         print(f"{prog}: {probe.no_gpu_message()}: the benchmark times kernels on the GPU, run it on a "
               "machine with one", file=sys.stderr)
         return cli.EXIT_NO_GPU
+    from ..backends.cuda.timer import TimerError
     from ..tuning import benchmark
 
     timing = dict(logs=args.log, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
@@ -91,6 +93,9 @@ def _main(argv, prog: str) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return cli.EXIT_INTERRUPTED
+    except TimerError as err:  # a kernel that faults when replayed, a capture CUDA refused
+        print(f"{prog}: {err}", file=sys.stderr)
+        return cli.EXIT_TIMER
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.as_dict() for r in rows], f, indent=1)

@@ -34,6 +34,7 @@ EXIT_LOCKED = 5  # nightly.py: another run holds the job's lock
 EXIT_REGRESSION = 6  # nightly.py: a workload regressed or has no valid record
 EXIT_DEVICES_LOST = 8  # tune.py, nightly.py: every GPU (local runner or RPC server) died or hung
 EXIT_IO_ERROR = 9  # a file or folder cannot be read or written: permission denied, read-only or full disk
+EXIT_TIMER = 10  # benchmark.py: the GPU could not time a kernel (the timer's CUDA error): one line
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
 
 BadValue = argparse.ArgumentTypeError  # what the argument types raise; argparse prints its text

@@ -7,7 +7,7 @@ With --devices 0,1 every batch is spread over those GPUs (default: GPU 0); the r
 the devices that measured each workload's records.
 Exit codes: 0 fine, 2 bad job file or arguments, 3 no CUDA GPU, 5 another run holds the lock,
 6 a workload regressed beyond the noise threshold, re-timed slower than the default config,
-or produced no valid record, 8 every device died or hung (the log keeps every finished
+produced no valid record or could not be re-timed (the timer's error is logged), 8 every device died or hung (the log keeps every finished
 measurement), 9 a file or folder cannot be read or written (permission denied).
 """
 

@@ -59,9 +59,9 @@ def parse_args(argv, prog: str = PROG):
                    help="RPC servers to measure on at once (default: every free server of the key)")
     p.add_argument("--rpc-connect-timeout", type=cli.seconds, default=RPC_CONNECT_S,
                    help=f"seconds to wait for the RPC tracker to answer a connection ({RPC_CONNECT_S:g})")
-    p.add_argument("--no-cudnn", action="store_true",
-                   help="skip the cuDNN (dense: cuBLAS) comparison at the end "
-                        "(always skipped with --rpc-tracker: it runs here)")
+    p.add_argument("--no-baseline", "--no-cudnn", dest="no_baseline", action="store_true",
+                   help="skip the comparison with the baseline (cuDNN; dense: cuBLAS) at the end "
+                        "(always skipped with --rpc-tracker: it runs here; --no-cudnn is its earlier name)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p, p.parse_args(argv)
 
@@ -109,7 +109,7 @@ def _main(argv, prog: str) -> int:
             summary = tune_workload(wl, args.trials, args.log, tuner=args.tuner, batch_size=args.batch_size,
                                     early_stopping=args.early_stopping, seed=args.seed, options=options,
                                     transfer_logs=args.transfer_log, shipped_transfer=not args.no_transfer,
-                                    compare_cudnn=not (args.no_cudnn or args.rpc_tracker),
+                                    compare_baseline=not (args.no_baseline or args.rpc_tracker),
                                     gpu=gpu)
         except NoGpuError as err:
             print(f"{prog}: {err}", file=sys.stderr)

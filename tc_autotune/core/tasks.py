@@ -40,7 +40,7 @@ class Task:
     signature: Callable  # workload -> [(tensor name, shape, dtype)]: inputs then output
     reference: Callable  # (workload, *inputs) -> fp32 output on the host
     inputs: Callable  # (workload, seed) -> random inputs (signature order)
-    baseline_name: str = "cuDNN"  # what reports call the baseline
+    baseline_name: str = "cuDNN"  # what reports call the baseline (their ``baseline`` field)
 
     @property
     def template(self) -> Template:
@@ -53,8 +53,9 @@ class Task:
 
     @property
     def baseline(self) -> Callable | None:
-        """(workload, *inputs, reference) -> (seconds or None, error): the vendor library's time
-        (``use_baseline``), None where none is bound."""
+        """(workload, *inputs, reference, number=, repeat=, min_repeat_ms=) -> (seconds or None,
+        error): the vendor library's time, checked, then timed by the one timer (``measure.baseline``,
+        bound by ``use_baseline``); None where none is bound."""
         return _BASELINES.get(self.name)
 
     def space(self, workload, gpu=None) -> ConfigSpace:

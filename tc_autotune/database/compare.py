@@ -1,11 +1,13 @@
 """Comparing timings like with like: which of two configs is faster, and by what figures.
 
-Records of one config come from two timers (``results.TIMERS``): the tuner's TVM
-time_evaluator and nightly's CUDA-graph re-times, 1.1-2.6 us a call apart.  Two configs are
-compared only by a timer that measured both, and a figure displaces a best only when it is
-faster by more than the noise of the two records (their repeats' spread, else a fixed 2%):
-a re-time is never "faster" than a time_evaluator record for being graph-replayed, and a
-best is not replaced by a figure within its own noise.
+Records of one config may come from several timers (``results.TIMERS``): today's one timer
+(``cuda_timer``, ``backends.cuda.timer``) and the two before it, the tuner's TVM time_evaluator
+and nightly's PyTorch CUDA-graph re-times, 1.1-2.6 us a call apart.  Two configs are compared
+only by a timer that measured both, and a figure displaces a best only when it is faster by
+more than the noise of the two records (their repeats' spread, else a fixed 2%): a figure is
+never "faster" than another for coming from a timer without launch costs, and a best is not
+replaced by a figure within its own noise.  (A best only older timers measured is re-timed by
+today's in nightly's re-time pass, so that new tunes can displace it.)
 
 Works on anything with ``timer``, ``seconds``, ``arch``, ``config`` and ``result.costs``
 (``records.Record``); selection itself is ``records``'.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..core.results import CUDA_GRAPH, TIME_EVALUATOR
+from ..core.results import CUDA_GRAPH, CUDA_TIMER, TIME_EVALUATOR
 
 # Noise margins of ``faster``: the spread of a record's own repeats where both records have
 # several (``_spread``), at least MIN_MARGIN (repeats of one process miss run-to-run drift:
@@ -26,10 +28,11 @@ FIXED_MARGIN = 0.02
 MIN_MARGIN = 0.005
 MAX_MARGIN = 0.2
 
-# The timer whose figures decide when two configs have both: nightly's graph re-times measure
-# a best beside the default in one process on the same inputs, without time_evaluator's
-# per-launch cost (which is no part of the kernel).
-_TIMER_PREFERENCE = (CUDA_GRAPH, TIME_EVALUATOR)
+# The timer whose figures decide when two configs have both: today's (the one timer, graph
+# replays without per-launch host cost, which is no part of the kernel), then nightly's graph
+# re-times of before (a best beside the default in one process on the same inputs), then
+# time_evaluator's.
+_TIMER_PREFERENCE = (CUDA_TIMER, CUDA_GRAPH, TIME_EVALUATOR)
 
 Contenders = dict  # {config key: {timer: the config's fastest record under that timer}}
 

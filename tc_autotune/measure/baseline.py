@@ -7,23 +7,21 @@ unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplac
 "tanh")``, each its own kernel, in fp16 (the conv's output dtype, with fp16 copies of the
 epilogue's inputs, as an fp16 model holds them), timed with the conv as one unit.
 
-PyTorch is optional: ``available()`` says whether it can run here.
+A baseline is timed by the timer our kernels are timed by (``time_torch``).  PyTorch is
+optional: ``available()`` says whether it can run here.
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import statistics
 
 import numpy as np
 
+from ..backends.cuda import timer
 from ..workloads import epilogue
 from ..core.results import TOLERANCE, check_then_time
 from ..workloads.dense import DenseWorkload
 from ..workloads.conv2d import Conv2dWorkload
-
-log = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -136,61 +134,29 @@ def checked_cublas_time(workload: DenseWorkload, *arrays, number: int = 20, repe
 def _checked_time(run_out, reference, number, repeat, min_repeat_ms) -> tuple[float | None, float]:
     run, out = run_out  # ran once: its output is fresh
     return check_then_time(lambda: None, lambda: out, reference,
-                           lambda: median(time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms)),
+                           lambda: median(time_torch(run, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)),
                            TOLERANCE)
 
 
-def time_launches(run, number: int = 20, repeat: int = 30, warmup: int = 10,
-                  min_repeat_ms: float = 0) -> list[float]:
-    """Seconds per ``run()``, one entry per repeat (each the mean of ``number`` launches,
-    raised until a repeat lasts ``min_repeat_ms``, as TVM's time_evaluator does for ours).
+def time_torch(run, **options) -> list[float]:
+    """Seconds per ``run()`` (PyTorch ops on the current GPU), one figure per repeat, by the
+    package's one timer (``timer.time_launches``: replays of a CUDA graph of ``run()``s, first
+    repeat dropped), as our kernels are timed.  ``run()`` launches on the timer's stream:
+    PyTorch's current stream is set to it (``torch.cuda.ExternalStream``), and cuDNN and cuBLAS
+    take PyTorch's current stream on each call.  ``options``: ``timer.time_launches``' own.
 
-    The launches are captured in a CUDA graph and replayed, so small convolutions are
-    timed on the GPU rather than on PyTorch's per-call host overhead (~15-20 us).  The
-    benchmark times our kernels with it too (``benchmark.checked_kernel_time``), so both
-    sides of a ratio are launched alike.  Falls back to eager launches, with a warning,
-    where capture fails.
+    The graph is captured by the CUDA driver, not ``torch.cuda.graph``, so PyTorch's caching
+    allocator does not know: the ops' intermediate tensors are served from the blocks the
+    warm-up left cached on the timer's stream (same shapes, same stream), freed and reused in
+    stream order inside the graph, and nothing else allocates while it is replayed; the graph
+    is destroyed before the timer returns.
     """
     import torch
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (and cuDNN's algorithm search) off the capture
-        for _ in range(warmup):
-            run()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    if min_repeat_ms > 0:  # steady state: enough back-to-back launches per timed repeat
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(number):
-            run()
-        end.record()
-        end.synchronize()
-        per_launch_ms = max(start.elapsed_time(end) / number, 1e-4)
-        number = min(max(number, math.ceil(min_repeat_ms / per_launch_ms)), 4096)
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(number):
-                run()
-        launch = graph.replay
-    except Exception as err:  # capture unsupported here: time eager launches
-        log.warning("CUDA graph capture failed (%s): timing eager launches, host overhead included", err)
-        def launch():
-            for _ in range(number):
-                run()
-    launch()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / number)
-    return times
+    def on_stream(handle):
+        return torch.cuda.stream(torch.cuda.ExternalStream(handle))
+
+    return timer.time_launches(run, on_stream=on_stream, device=torch.cuda.current_device(), **options)
 
 
 def median(values) -> float:

@@ -7,8 +7,8 @@ Built kernels go to whichever runner is free (``dispatch.Dispatcher``): one
 process per local GPU (``runner.LocalRunner``) or one RPC session per remote
 server (``rpc_runner.RpcRunner``).  A runner loads each kernel, checks it against
 the fp32 reference on random inputs (output poisoned with NaN first; the check
-runs on the device, ``checker``), and only then times it with TVM's
-time_evaluator.  A crash, hang or illegal memory access kills only that runner;
+runs on the device, ``checker``), and only then times it with the package's
+timer (``backends.cuda.timer``).  A crash, hang or illegal memory access kills only that runner;
 the candidate is recorded as a run error/timeout and a fresh runner takes the
 next one.  A runner that fails itself is restarted or dropped and its candidate
 measured elsewhere; with none left, ``AllDevicesLost``.
@@ -42,7 +42,7 @@ from .devices import LocalDevice, RpcDevice
 from .dispatch import AllDevicesLost, Dispatcher
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
 from ..api.kernel import compile_kernel
-from ..core.results import MeasureErrorNo, MeasureResult
+from ..core.results import TIMER, MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
 from .runner import START_TIMEOUT, LocalRunner, checker_path
 from .runner_protocol import MeasureOptions
@@ -54,14 +54,12 @@ __all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer",
 log = logging.getLogger(__name__)
 
 
-def time_kernel(kernel, *args, number: int = 20, repeat: int = 30,
-                min_repeat_ms: int = 0, warmup: int = 3) -> list[float]:
+def time_kernel(kernel, *args, number: int = 20, repeat: int = 30, min_repeat_ms: float = 0,
+                warmup: int = 10, device=None) -> list[float]:
     """Seconds per launch of a built kernel on ``args`` (its inputs, then out), one entry
-    per repeat (TVM's time_evaluator)."""
-    evaluator = kernel.time_evaluator(number=number, repeat=repeat, min_repeat_ms=int(min_repeat_ms))
-    for _ in range(warmup):
-        kernel(*args)
-    return list(evaluator(*args).results)
+    per repeat: ``Kernel.time``, the package's one timer (``backends.cuda.timer``)."""
+    return kernel.time(*args, device=device, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                       warmup=warmup)
 
 
 def make_runners(inputs_dir: str, options: MeasureOptions) -> list:
@@ -362,8 +360,9 @@ def _discard(future) -> None:
 
 
 def _run_result(status: str, payload, label: str, elapsed: float, code_hash: str | None = None) -> MeasureResult:
-    if status == "ok":
-        return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed, device=label, code_hash=code_hash)
+    if status == "ok":  # every runner times with the one timer (runner.check_and_time)
+        return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed, device=label, timer=TIMER,
+                             code_hash=code_hash)
     code = {"wrong": MeasureErrorNo.WRONG_RESULT, "timeout": MeasureErrorNo.RUN_TIMEOUT}.get(
         status, MeasureErrorNo.RUN_ERROR)
     return MeasureResult((), code, str(payload), elapsed, device=label, code_hash=code_hash)

@@ -3,7 +3,10 @@
 Kernels are built here (the shared build pool); the runner requests a session from the
 tracker for its key, uploads each exported library, loads it on the server and checks and
 times it there (``runner.check_and_time`` on the session's device: the same NaN-poisoned
-check against the fp32 reference and the same time_evaluator as the local runner).  The
+check against the fp32 reference as the local runner, and the same timer, run on the server
+through the global function ``timer.TIME_FUNCTION``: start the servers with
+``python -m tc_autotune.measure.rpc_server``, which installs it; a bare ``tvm.exec.rpc_server``
+lacks it and is refused at connect, as a fault, with that command in the message).  The
 inputs, the reference, the NaN-filled output template and the output checker go to the
 remote device once per session and workload (``runner.Bench``); per candidate only the
 kernel's library goes up and the checker's two numbers and the timings come back.
@@ -24,10 +27,11 @@ import time
 import tvm
 import tvm.rpc
 
+from ..backends.cuda import timer
 from .devices import RpcDevice
 from .dispatch import RunnerFault
 from ..backends.cuda.gpu import GpuInfo, gpu_from_device
-from .runner import Bench, check_and_time
+from .runner import Bench, check_and_time, timer_options
 from .runner_protocol import MeasureOptions
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,7 @@ class RpcRunner:
         self.device: GpuInfo | None = None
         self._session = None
         self._dev = None
+        self._time = None  # the server's timer.TIME_FUNCTION
         self._since = 0.0
         self._benches: dict = {}
 
@@ -128,11 +133,17 @@ class RpcRunner:
             if self.device is not None and (info.name, info.arch) != (self.device.name, self.device.arch):
                 raise RunnerFault(f"key {self.rpc.key!r} now serves a {info.name} ({info.arch}), "
                                   f"not a {self.device.name}: one run tunes one GPU model")
+            try:
+                self._time = session.get_function(timer.TIME_FUNCTION)
+            except (AttributeError, RuntimeError) as err:
+                raise RunnerFault(f"the RPC server of key {self.rpc.key!r} has no tc_autotune timer "
+                                  f"({_one_line(err)}): start it with python -m tc_autotune.measure.rpc_server "
+                                  "(tvm.exec.rpc_server's options)") from None
             self._session, self._dev, self.device, self._since = session, dev, info, time.monotonic()
         return self.device
 
     def stop(self):
-        self._session, self._dev, self._benches = None, None, {}
+        self._session, self._dev, self._benches, self._time = None, None, {}, None
 
     def _upload_and_load(self, path: str):
         """Upload a library to the server and load it there."""
@@ -145,8 +156,12 @@ class RpcRunner:
             self._benches = {key: Bench.load(self.inputs_dir, key, self._dev, self.device_type,
                                              self._upload_and_load)}
         module = self._upload_and_load(so_path)
+
+        def remote(module, args):  # the timer runs on the server, beside the kernel
+            return timer.time_remote(self._time, module, "main", self._dev, args, **timer_options(self.options))
+
         try:
-            return check_and_time(module, self._benches[key], tensors, self.options)
+            return check_and_time(module, self._benches[key], tensors, self.options, time=remote)
         finally:
             try:
                 self._session.remove(so_path.rsplit("/", 1)[-1])

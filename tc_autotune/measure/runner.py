@@ -7,10 +7,11 @@ and ``stop()``.  A candidate's own failure is a status; a failure of the runner 
 cannot start, its GPU or connection is gone) raises ``dispatch.RunnerFault`` so the candidate
 goes back to the queue.  ``check_and_time`` is the one measurement every runner makes: output
 poisoned with NaN, one run checked against the fp32 reference (``results.check_error_then_time``),
-then TVM's time_evaluator with the first repeat dropped.  The check runs on the device: a
-``Bench`` holds the workload's inputs, reference, output and its NaN-filled template there, set
-up once per workload (and RPC session), and the ``checker`` kernel reduces the output to two
-numbers, so per candidate no output-sized array crosses to the host (or the network).
+then the package's timer (``backends.cuda.timer``: CUDA-graph replays, the first repeat
+dropped; records name it ``results.CUDA_TIMER``).  The check runs on the device: a ``Bench``
+holds the workload's inputs, reference, output and its NaN-filled template there, set up once
+per workload (and RPC session), and the ``checker`` kernel reduces the output to two numbers,
+so per candidate no output-sized array crosses to the host (or the network).
 
 ``LocalRunner`` is one spawned process owning one GPU (``CUDA_VISIBLE_DEVICES`` set to it):
 a crash, hang or illegal memory access kills only that process.
@@ -26,7 +27,7 @@ import threading
 import numpy as np
 import tvm
 
-from ..backends.cuda import checker, nvcc, tensormap
+from ..backends.cuda import checker, nvcc, tensormap, timer
 from .devices import LocalDevice
 from .dispatch import RunnerFault
 from ..backends.cuda.gpu import GpuInfo, gpu_from_device
@@ -92,10 +93,19 @@ class Bench:
         return relative_error_of_sums(float(squared_error), self._squared_reference, float(nonfinite))
 
 
-def check_and_time(module, bench: Bench, tensors, options: MeasureOptions) -> tuple[str, object]:
+def timer_options(options: MeasureOptions) -> dict:
+    """What a runner asks of the timer (``timer.time_launches``): ``options.repeat`` kept
+    repeats (the timer drops one more, the first), each raised to ``options.min_repeat_ms``
+    from one launch."""
+    return dict(number=1, repeat=options.repeat, min_repeat_ms=float(options.min_repeat_ms))
+
+
+def check_and_time(module, bench: Bench, tensors, options: MeasureOptions, time=None) -> tuple[str, object]:
     """Check ``module["main"]`` on the bench's device (local or remote) against the reference,
-    then time it.  ``tensors`` are the (shape, dtype) of the output, then of each workspace.
-    Returns ("ok", costs) or ("wrong", message)."""
+    then time it.  ``tensors`` are the (shape, dtype) of the output, then of each workspace;
+    ``time(module, args) -> costs`` times it (default: the timer in this process, on the
+    bench's device; an RPC runner's times it on the server).  Returns ("ok", costs) or
+    ("wrong", message)."""
     func = module["main"]
     args = bench.arguments(tensors)
 
@@ -103,14 +113,10 @@ def check_and_time(module, bench: Bench, tensors, options: MeasureOptions) -> tu
         func(*args)
         bench.dev.sync()
 
-    def timer():
-        # One more repeat than kept: the first ran slow (clocks, caches) on ~5-10 us
-        # kernels, by up to 30% (H200 nightly, 2026-11-22), and skewed their medians.
-        evaluator = module.time_evaluator("main", bench.dev, number=1, repeat=options.repeat + 1,
-                                          min_repeat_ms=int(options.min_repeat_ms))
-        return list(evaluator(*args).results)[1:]
+    def local(module, args):
+        return timer.time_function(func, bench.dev, args, **timer_options(options))
 
-    costs, err = check_error_then_time(run, bench.error, timer, options.tolerance)
+    costs, err = check_error_then_time(run, bench.error, lambda: (time or local)(module, args), options.tolerance)
     if costs is None:
         return "wrong", f"relative L2 error {err:.3g} against the fp32 reference"
     return "ok", costs

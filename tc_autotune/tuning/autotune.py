@@ -1,4 +1,4 @@
-"""One tuning job: resume from the log, search, record every measurement, compare with cuDNN.
+"""One tuning job: resume from the log, search, record every measurement, compare with the baseline.
 
 This is what ``scripts/tune.py`` (and nightly jobs) call: the roles (space,
 tuner, measurer, records) are wired together here and nowhere else.  Every run
@@ -20,15 +20,16 @@ from ..database import records
 from ..core import tasks
 from . import zero_shot_train
 from ..api.apply import best_config, choose_config
-from .benchmark import checked_kernel_time, kernel_timer, task_arrays
+from .benchmark import checked_kernel_time, task_arrays
 from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.timer import TimerError
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
 from ..api.build import build
 from ..measure.devices import RpcDevice, choose_local, local_devices
 from ..measure.dispatch import AllDevicesLost, RunnerFault
 from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..database.records import shipped_log_files
-from ..core.results import TIME_EVALUATOR
+from ..core.results import TIMER
 from ..measure.rpc_runner import RpcRunner, free_servers
 from ..templates.tc_gemm.knobs import TcGemmConfig
 from ..search.progress import progress_logger
@@ -67,7 +68,8 @@ def measurement_devices(indices=None, tracker=None, key: str | None = None, sess
 
 @dataclass
 class TuneSummary:
-    """What a tuning job found; seconds are medians, cuDNN measured in the same process."""
+    """What a tuning job found; seconds are medians, the baseline (cuDNN, cuBLAS) measured in
+    the same process as the re-timed best."""
 
     workload: Conv2dWorkload
     log: str
@@ -79,8 +81,8 @@ class TuneSummary:
     elapsed: float = 0.0
     best_config: TcGemmConfig | None = None
     best_seconds: float | None = None  # from the log (tuner's measurement)
-    final_seconds: float | None = None  # best config re-timed beside cuDNN
-    cudnn_seconds: float | None = None
+    final_seconds: float | None = None  # best config re-timed beside the baseline
+    baseline_seconds: float | None = None  # the task's baseline (tasks.Task.baseline_name)
     error_counts: dict = field(default_factory=dict)
     devices: int = 1  # devices measuring at the start
     batches: list = field(default_factory=list)  # (seconds since start, configs) after each batch
@@ -98,10 +100,10 @@ class TuneSummary:
         return None
 
     @property
-    def cudnn_ratio(self) -> float | None:
-        """cuDNN time / tuned time: 1.0 is parity, above is faster than cuDNN."""
-        if self.cudnn_seconds and self.final_seconds:
-            return self.cudnn_seconds / self.final_seconds
+    def baseline_ratio(self) -> float | None:
+        """Baseline time / tuned time: 1.0 is parity, above is faster than the baseline."""
+        if self.baseline_seconds and self.final_seconds:
+            return self.baseline_seconds / self.final_seconds
         return None
 
     def describe(self, gpu_name: str) -> str:
@@ -126,22 +128,22 @@ class TuneSummary:
                                 f"; tuned is {self.default_seconds / self.best_seconds:.2f}x faster"))
         if self.final_seconds:
             lines.append(timing("best (re-timed)", self.final_seconds))
-        if self.cudnn_seconds:
+        if self.baseline_seconds:
             name = tasks.of(self.workload).baseline_name  # cuDNN, cuBLAS
-            lines.append(timing(f"{name} (PyTorch, same run)", self.cudnn_seconds,
-                                f"; {name}/tuned time ratio {self.cudnn_ratio:.2f}" if self.cudnn_ratio else ""))
+            lines.append(timing(f"{name} (PyTorch, same run)", self.baseline_seconds,
+                                f"; {name}/tuned time ratio {self.baseline_ratio:.2f}" if self.baseline_ratio else ""))
         return "\n".join(lines)
 
 
 @dataclass
 class Retimed:
-    """A best config re-timed in one process beside the default config and cuDNN (seconds,
-    None where not measured or wrong)."""
+    """A best config re-timed in one process beside the default config and the task's baseline
+    (cuDNN, cuBLAS) (seconds, None where not measured or wrong)."""
 
     tuned_s: float | None
     default_s: float | None = None
-    cudnn_s: float | None = None
-    timer: str = TIME_EVALUATOR  # what timed tuned_s and default_s (results.TIMERS)
+    baseline_s: float | None = None
+    timer: str = TIMER  # what timed all three (results.TIMERS): the one timer
 
 
 def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) -> list:
@@ -182,8 +184,8 @@ def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[TcGemmCon
 def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_path, tuner: str = "xgb",
                   batch_size: int = 16, early_stopping: int | None = None, seed: int | None = None,
                   options: MeasureOptions | None = None, transfer_logs=(), shipped_transfer: bool = True,
-                  compare_cudnn: bool = True, gpu: GpuInfo | None = None, deadline: float | None = None,
-                  measurer_factory=None, measurer=None) -> TuneSummary:
+                  compare_baseline: bool = True, gpu: GpuInfo | None = None, deadline: float | None = None,
+                  measurer_factory=None, measurer=None, compare_cudnn: bool | None = None) -> TuneSummary:
     """Tune ``workload`` for ``n_trial`` new measurements, appending each to ``log_path``.
 
     Configs already in the log for this workload and GPU are not measured again and
@@ -193,7 +195,11 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     ``deadline`` (time.time()) stops the search after the batch that crosses it.
     ``measurer_factory(space, options)`` replaces the GPU measurer (tests use a synthetic one);
     an open ``measurer`` (with ``use_space``) is reused across workloads and left open.
+    ``compare_baseline``: re-time the best beside the task's baseline at the end
+    (``compare_cudnn`` is its earlier name).
     """
+    if compare_cudnn is not None:
+        compare_baseline = compare_cudnn
     gpu = gpu or local_gpu()
     if gpu is None:
         raise NoGpuError(f"{probe_local_gpu().no_gpu_message()}: tuning needs one to measure on")
@@ -256,8 +262,11 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
     best = search.best()
     if best:
         summary.best_config, summary.best_seconds = best
-        if compare_cudnn:
-            summary.final_seconds, summary.cudnn_seconds = compare_with_cudnn(workload, best[0])
+        if compare_baseline:
+            try:
+                summary.final_seconds, summary.baseline_seconds = compare_with_baseline(workload, best[0])
+            except TimerError as err:  # the tune's records are in the log: its summary stays
+                log.error("%s: the best config could not be re-timed beside the baseline: %s", workload, err)
     return summary
 
 
@@ -322,21 +331,23 @@ def _stop_at(deadline: float):
     return stop
 
 
-def compare_with_cudnn(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50):
-    """(tuned seconds, cuDNN seconds or None), both medians timed here, both checked first."""
+def compare_with_baseline(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50):
+    """(tuned seconds, the task's baseline's seconds or None), both medians timed here, both
+    checked first."""
     timed = retime_against_default(workload, config, repeat=repeat, with_default=False)
-    return timed.tuned_s, timed.cudnn_s
+    return timed.tuned_s, timed.baseline_s
 
 
 def retime_against_default(workload: Conv2dWorkload, config: TcGemmConfig, repeat: int = 50,
                            with_default: bool = True):
-    """A ``Retimed``: ``config``, the default config and cuDNN timed in this process on
-    the same inputs, each checked against the fp32 reference first (None where wrong)."""
+    """A ``Retimed``: ``config``, the default config and the task's baseline timed in this
+    process on the same inputs, by the one timer, each checked against the fp32 reference
+    first (None where wrong)."""
     configs = {"tuned": config}
     if with_default:
         configs["default"] = tasks.of(workload).space(workload).default_config()
-    seconds, cudnn_s = time_configs(workload, configs, repeat=repeat)
-    return Retimed(seconds["tuned"], seconds.get("default"), cudnn_s, kernel_timer())
+    seconds, baseline_s = time_configs(workload, configs, repeat=repeat)
+    return Retimed(seconds["tuned"], seconds.get("default"), baseline_s, TIMER)
 
 
 def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
@@ -352,7 +363,7 @@ def time_configs(workload: Conv2dWorkload, configs: dict, repeat: int = 50):
         timed[config], err = checked_kernel_time(build(workload, config), workload, *arrays, repeat=repeat)
         if timed[config] is None:
             log.error("%s: config %s gives a wrong result (error %.3g) on fresh inputs", workload, config, err)
-    cudnn_s = None
+    baseline_s = None
     if baseline.available() and task.baseline is not None:
-        cudnn_s, _ = task.baseline(workload, *arrays, repeat=repeat)
-    return {name: timed[config] for name, config in configs.items()}, cudnn_s
+        baseline_s, _ = task.baseline(workload, *arrays, repeat=repeat)
+    return {name: timed[config] for name, config in configs.items()}, baseline_s

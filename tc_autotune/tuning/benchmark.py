@@ -1,9 +1,11 @@
 """Side-by-side timings: default config, applied config and the task's baseline (cuDNN for
-conv2d, cuBLAS for dense: the "cudnn" columns), in one process.
+conv2d, cuBLAS for dense: the ``baseline_*`` fields, ``baseline`` naming which), in one process.
 
 The applied config is what ``build_conv2d`` would use (``apply.choose_config``): the best
 record of the given and shipped logs, else a zero-shot prediction, else the default; the
-table says which.  Every kernel that is timed is first checked against the fp32 reference.
+table says which.  Every kernel that is timed is first checked against the fp32 reference,
+and every one, ours and the baseline, is timed by the package's one timer
+(``backends.cuda.timer``, ``TIMER``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..backends.cuda.gpu import default_gpu
 from ..api.build import build
 from ..api.kernel import compile_kernel
 from ..measure.measurer import time_kernel
-from ..core.results import CUDA_GRAPH, TIME_EVALUATOR, TOLERANCE, check_then_time
+from ..core.results import TIMER, TOLERANCE, check_then_time
 from ..workloads.conv2d import get
 
 log = logging.getLogger(__name__)
@@ -45,12 +47,20 @@ class BenchRow:
     tuned_err: float | None = None
     tuned_config: dict | None = None
     tuned_source: str | None = None  # record, zero-shot or default (apply.choose_config)
-    cudnn_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
-    cudnn_err: float | None = None
-    baseline: str = "cuDNN"  # what the cudnn_* fields timed (tasks.Task.baseline_name)
+    baseline_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
+    baseline_err: float | None = None
+    baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_name)
+    timer: str | None = TIMER  # what timed every figure of the row (results.TIMERS)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "BenchRow":
+        """A row of ``as_dict``, or of a JSON file written before the baseline fields were
+        renamed (``cudnn_s``, ``cudnn_err``) or rows named their timer (``timer`` None: unknown)."""
+        raw = {"timer": None, **renamed(raw)}
+        return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
     @property
     def slower_than_default(self) -> bool:
@@ -58,57 +68,39 @@ class BenchRow:
         return bool(self.tuned_s and self.default_s and self.tuned_s > 1.03 * self.default_s)
 
 
-def kernel_timer() -> str:
-    """What ``checked_kernel_time`` times our kernels with here (``results.TIMERS``)."""
-    return CUDA_GRAPH if baseline.available() else TIME_EVALUATOR
+# The baseline's fields before they were named for what they hold (cuDNN or cuBLAS): the
+# benchmark's JSON rows and nightly's reports of earlier runs still have these keys.
+OLD_KEYS = {"cudnn_s": "baseline_s", "cudnn_err": "baseline_err", "cudnn_ratio": "baseline_ratio",
+            "cudnn_seconds": "baseline_seconds"}
+
+
+def renamed(raw: dict) -> dict:
+    """``raw`` (a row of a JSON report) with its old baseline keys renamed (``OLD_KEYS``); a
+    key given both ways keeps the new one's value."""
+    out = {OLD_KEYS.get(key, key): value for key, value in raw.items() if key in OLD_KEYS}
+    out.update({key: value for key, value in raw.items() if key not in OLD_KEYS})
+    return out
 
 
 def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int = 50,
                         min_repeat_ms: float = 10) -> tuple[float | None, float]:
     """(median seconds or None, relative error) on ``arrays`` (the task's inputs, then the
     reference): run once on NaN-poisoned output, check against the reference, and time only
-    a kernel whose result is right.  Each repeat runs at least ``min_repeat_ms`` of
-    back-to-back launches, so 10 us kernels are timed in steady state.
+    a kernel whose result is right.
 
-    Where PyTorch runs (where the baseline is timed at all), our launches are timed as the
-    baseline's are (``baseline.time_launches``: on torch's stream, replayed from a CUDA graph),
-    so both sides of a ratio pay the same per-launch cost; TVM's time_evaluator launches
-    eagerly and adds 1.1-2.6 us a call on an H100, 10-35% of a 3-10 us kernel (docs/BENCHMARKS.md,
-    'Timing method: our launches timed as the baseline's').  Elsewhere, time_evaluator."""
-    if kernel_timer() == CUDA_GRAPH:
-        return _graph_kernel_time(kernel, workload, *arrays, number=number, repeat=repeat,
-                                  min_repeat_ms=min_repeat_ms)
+    Timed by the package's one timer (``Kernel.time``: CUDA-graph replays of back-to-back
+    launches, each repeat at least ``min_repeat_ms``, the first dropped), as the baseline is
+    (``baseline.time_torch``) and as the runners time: both sides of a ratio pay the same
+    per-launch cost, none of TVM's eager 1.1-2.6 us a call (docs/BENCHMARKS.md, 'Timing method:
+    our launches timed as the baseline's')."""
     *inputs, reference = arrays
     dev = tvm.cuda(0)
     out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
     args = [*(tvm.runtime.tensor(a, device=dev) for a in inputs), out]
     times, err = check_then_time(
         lambda: kernel(*args), out.numpy, reference,
-        lambda: time_kernel(kernel, *args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms),
+        lambda: time_kernel(kernel, *args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, device=dev),
         TOLERANCE)
-    return _median_or_wrong(times, err, workload, kernel)
-
-
-def _graph_kernel_time(kernel, workload, *arrays, number: int, repeat: int,
-                       min_repeat_ms: float) -> tuple[float | None, float]:
-    """``checked_kernel_time`` on torch tensors: the kernel runs on torch's stream (in place,
-    DLPack), checked once, then timed by ``baseline.time_launches``."""
-    import torch
-
-    *inputs, reference = arrays
-    tensors = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
-    out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
-
-    def run():
-        kernel(*tensors, out=out)
-
-    times, err = check_then_time(
-        run, lambda: out.cpu().numpy(), reference,
-        lambda: baseline.time_launches(run, number, repeat, min_repeat_ms=min_repeat_ms), TOLERANCE)
-    return _median_or_wrong(times, err, workload, kernel)
-
-
-def _median_or_wrong(times, err: float, workload, kernel) -> tuple[float | None, float]:
     if times is None:
         log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
         return None, err
@@ -126,7 +118,8 @@ def task_arrays(workload, seed: int = 0) -> tuple:
 def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
               min_repeat_ms: float = 10) -> list[BenchRow]:
     """Time the default config, the applied config (best record of ``logs`` and the shipped
-    logs, else zero-shot, else default) and cuDNN for each workload, on the same inputs."""
+    logs, else zero-shot, else default) and the task's baseline (cuDNN, cuBLAS) for each
+    workload, on the same inputs."""
     gpu = default_gpu()
     rows = []
     for name in names:
@@ -149,7 +142,7 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
             tuned = build(wl, choice.config)
             row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, *arrays, **timing)
         if baseline.available() and task.baseline is not None:
-            row.cudnn_s, row.cudnn_err = task.baseline(wl, *arrays, **timing)
+            row.baseline_s, row.baseline_err = task.baseline(wl, *arrays, **timing)
         log.info("%s: %s", name, row)
         rows.append(row)
     return rows
@@ -165,9 +158,10 @@ class SweepRow:
     config: dict
     seconds: float | None = None
     err: float | None = None
-    cudnn_s: float | None = None
+    baseline_s: float | None = None  # the task's baseline (cuDNN, cuBLAS: ``baseline``)
     invalid: str | None = None
     baseline: str = "cuDNN"
+    timer: str = TIMER
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -176,8 +170,9 @@ class SweepRow:
 def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: int = 50,
           min_repeat_ms: float = 10) -> list[SweepRow]:
     """Ablation: each workload's base config with every combination of ``knobs`` values,
-    each checked and timed, with cuDNN from the same process beside them.  Kernels are
-    compiled in parallel (nvcc runs as subprocesses) before any is timed."""
+    each checked and timed, with the task's baseline (cuDNN, cuBLAS) from the same process
+    beside them.  Kernels are compiled in parallel (nvcc runs as subprocesses) before any is
+    timed."""
     gpu = default_gpu()
     timing = dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     rows = []
@@ -188,14 +183,14 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
         with apply_history_best(logs or []):
             base = best_or_default_config(wl, gpu)
         arrays = task_arrays(wl)
-        cudnn_s = None
+        baseline_s = None
         if baseline.available() and task.baseline is not None:
-            cudnn_s, _ = task.baseline(wl, *arrays, **timing)
+            baseline_s, _ = task.baseline(wl, *arrays, **timing)
         variants = []  # (row, config)
         for combo in itertools.product(*knobs.values()):
             changes = dict(zip(knobs, combo))
             config = replace(base, **changes)
-            variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), cudnn_s=cudnn_s,
+            variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), baseline_s=baseline_s,
                                       invalid=space.why_invalid(config),
                                       baseline=tasks.of(wl).baseline_name), config))
         valid = [(row, config) for row, config in variants if row.invalid is None]
@@ -217,7 +212,7 @@ def sweep_table(rows: list[SweepRow]) -> str:
             lines.append(f"| {r.workload} | {changes} | invalid: {r.invalid} | | | |")
             continue
         lines.append(f"| {r.workload} | {changes} | {ms_cell(r.seconds)} | {_tf(r.flops, r.seconds)} |"
-                     f" {ms_cell(r.cudnn_s)} | {ratio_cell(r.cudnn_s, r.seconds)} |")
+                     f" {ms_cell(r.baseline_s)} | {ratio_cell(r.baseline_s, r.seconds)} |")
     return "\n".join(lines)
 
 
@@ -230,9 +225,9 @@ def _tf(flops, seconds):
     return f"{flops / seconds / 1e12:.1f}" if seconds else "-"
 
 
-def ratio_cell(cudnn_s, ours_s) -> str:
+def ratio_cell(baseline_s, ours_s) -> str:
     """Baseline time / ours for a table cell; "-" where either is missing."""
-    return f"{cudnn_s / ours_s:.2f}" if (cudnn_s and ours_s) else "-"
+    return f"{baseline_s / ours_s:.2f}" if (baseline_s and ours_s) else "-"
 
 
 def geomean(values) -> float | None:
@@ -257,13 +252,13 @@ def markdown_table(rows: list[BenchRow]) -> str:
     for r in rows:
         mark = " (slower than default)" if r.slower_than_default else ""
         lines.append(f"| {r.workload} | {ms_cell(r.default_s)} | {_tf(r.flops, r.default_s)} | {ms_cell(r.tuned_s)} | "
-                     f"{_tf(r.flops, r.tuned_s)} | {r.tuned_source or '-'}{mark} | {ms_cell(r.cudnn_s)} | "
-                     f"{_tf(r.flops, r.cudnn_s)} | {ratio_cell(r.cudnn_s, r.default_s)} | "
-                     f"{ratio_cell(r.cudnn_s, r.tuned_s)} |")
-    timed = [r for r in rows if r.cudnn_s and r.tuned_s and r.default_s]
+                     f"{_tf(r.flops, r.tuned_s)} | {r.tuned_source or '-'}{mark} | {ms_cell(r.baseline_s)} | "
+                     f"{_tf(r.flops, r.baseline_s)} | {ratio_cell(r.baseline_s, r.default_s)} | "
+                     f"{ratio_cell(r.baseline_s, r.tuned_s)} |")
+    timed = [r for r in rows if r.baseline_s and r.tuned_s and r.default_s]
     if timed:
-        applied = geomean(r.cudnn_s / r.tuned_s for r in timed)
-        default = geomean(r.cudnn_s / r.default_s for r in timed)
+        applied = geomean(r.baseline_s / r.tuned_s for r in timed)
+        default = geomean(r.baseline_s / r.default_s for r in timed)
         lines += ["", f"Geomean {base} / ours over {len(timed)} workloads: applied {applied:.3f}, "
                       f"default {default:.3f}. Applied slower than default (>3%): "
                       f"{sum(r.slower_than_default for r in timed)} of {len(timed)}."]
@@ -281,7 +276,8 @@ def tuning_curve(log, workload) -> list[float]:
 
 
 def write_plots(rows: list[BenchRow], out_dir, curve_logs=()) -> list[str]:
-    """PNG plots: tuned (else default) / cuDNN per workload and tuning curves from logs.
+    """PNG plots: the baseline's time / tuned (else default) per workload, and tuning curves
+    from logs.
     Returns the files written; empty (with a log line) when matplotlib is missing."""
     try:
         import matplotlib
@@ -295,17 +291,18 @@ def write_plots(rows: list[BenchRow], out_dir, curve_logs=()) -> list[str]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     fig, ax = plt.subplots(figsize=(max(6, len(rows) * 0.9), 4))
-    ratios = [(r.cudnn_s / (r.tuned_s or r.default_s)) if r.cudnn_s and (r.tuned_s or r.default_s) else 0
+    ratios = [(r.baseline_s / (r.tuned_s or r.default_s)) if r.baseline_s and (r.tuned_s or r.default_s) else 0
               for r in rows]
     ax.bar([r.workload for r in rows], ratios, color="tab:green")
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_ylabel("cuDNN time / our time (1 = parity)")
-    ax.set_title("Tuned kernels against cuDNN")
+    base = baseline_label(rows)
+    ax.set_ylabel(f"{base} time / our time (1 = parity)")
+    ax.set_title(f"Tuned kernels against {base}")
     ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
-    fig.savefig(out_dir / "ratio_vs_cudnn.png", dpi=120)
+    fig.savefig(out_dir / "ratio_vs_baseline.png", dpi=120)
     plt.close(fig)
-    written.append(str(out_dir / "ratio_vs_cudnn.png"))
+    written.append(str(out_dir / "ratio_vs_baseline.png"))
     curves = [(name, tuning_curve(path, name)) for path in curve_logs for name in (r.workload for r in rows)]
     curves = [(name, c) for name, c in curves if c]
     if curves:

@@ -6,8 +6,10 @@ workloads and the shipped histories pre-train the cost model), stops after the
 batch that spends the budget, merges the best records into
 ``tuning_logs/<gpu>.jsonl`` (never dropping one it holds; the stored zero-shot model of the
 shipped logs is retrained where they changed), re-times each
-workload's best beside the default config and cuDNN and writes a markdown + JSON
-report.  Its exit status says whether a workload regressed against the previous
+workload's best beside the default config and the task's baseline (cuDNN, cuBLAS) and
+writes a markdown + JSON report.  Everything is timed by the one timer (``results.TIMER``);
+a best measured by an older timer is re-timed by it too, so that a new tune is compared with
+it like with like (``_retime_old_best``).  Its exit status says whether a workload regressed against the previous
 report or lost to the untuned default.
 """
 
@@ -23,13 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..database import records
+from ..database.compare import config_key
 from ..core import tasks
 from . import zero_shot_train
 from .autotune import retime_against_default, tune_workload
-from .benchmark import baseline_label
+from .benchmark import baseline_label, renamed
 from ..backends.cuda.gpu import gpu_log_name
+from ..backends.cuda.timer import TimerError
 from ..measure.measurer import LocalMeasurer, MeasureOptions
-from ..core.results import TIME_EVALUATOR, TIMERS, MeasureResult
+from ..core.results import TIME_EVALUATOR, TIMER, TIMERS, MeasureResult
 from ..templates.registry import conv2d_space
 from .jobs import Job, JobEntry, JobError, LockedError, job_lock, load_job  # noqa: F401 (nightly's API)
 
@@ -51,13 +55,14 @@ class ReportRow:
     best_s: float | None = None  # best current-version time in the logs for this GPU
     retimed_s: float | None = None  # the best config re-timed in this run
     default_s: float | None = None  # the default config, same run
-    cudnn_s: float | None = None
+    baseline_s: float | None = None  # the task's baseline, same run (``baseline`` names it)
     previous_s: float | None = None
     timer: str | None = None  # what timed current_s (results.TIMERS): the re-time's, else the record's
     previous_timer: str | None = None  # what timed previous_s
     devices: list[str] = field(default_factory=list)  # the devices that measured its records
-    baseline: str = "cuDNN"  # what cudnn_s timed (tasks.Task.baseline_name: cuBLAS for dense)
-    # ok, no valid record, regression, slower than default, not reached; no record (report-only
+    baseline: str = "cuDNN"  # what baseline_s timed (tasks.Task.baseline_name: cuBLAS for dense)
+    # ok, no valid record, regression, slower than default, re-time failed (the timer's error:
+    # the log), not reached; no record (report-only
     # without a nightly log: the job never ran here, so nothing failed)
     status: str = "ok"
 
@@ -80,8 +85,8 @@ class ReportRow:
     # The ratios take the re-time only: the default and the baseline were timed beside it,
     # alike; the record's time may come from another timer.
     @property
-    def cudnn_ratio(self) -> float | None:
-        return self.cudnn_s / self.retimed_s if (self.cudnn_s and self.retimed_s) else None
+    def baseline_ratio(self) -> float | None:
+        return self.baseline_s / self.retimed_s if (self.baseline_s and self.retimed_s) else None
 
     @property
     def default_ratio(self) -> float | None:
@@ -89,7 +94,7 @@ class ReportRow:
         return self.default_s / self.retimed_s if (self.default_s and self.retimed_s) else None
 
 
-FAILING = ("regression", "slower than default", "no valid record")
+FAILING = ("regression", "slower than default", "no valid record", "re-time failed")
 
 
 @dataclass
@@ -110,7 +115,7 @@ class Report:
     def to_json(self) -> str:
         data = asdict(self)
         for row, raw in zip(self.rows, data["rows"]):
-            raw.update(tflops=row.tflops, change=row.change, cudnn_ratio=row.cudnn_ratio,
+            raw.update(tflops=row.tflops, change=row.change, baseline_ratio=row.baseline_ratio,
                        default_ratio=row.default_ratio)
         return json.dumps(data, indent=1)
 
@@ -133,7 +138,7 @@ class Report:
             tflops = f"{r.tflops:.1f}" if r.tflops else "-"
             lines.append(f"| {r.name} | {r.gpu or '-'} | {r.trials_run} | {r.records} | {r.stale} | "
                          f"{ms(r.current_s)} | {tflops} | {change} | {ms(r.default_s)} | "
-                         f"{ratio(r.default_ratio)} | {ms(r.cudnn_s)} | {ratio(r.cudnn_ratio)} | {r.status} | "
+                         f"{ratio(r.default_ratio)} | {ms(r.baseline_s)} | {ratio(r.baseline_ratio)} | {r.status} | "
                          f"{', '.join(r.devices) or '-'} |")
         stale = [r for r in self.rows if r.stale]
         if stale:
@@ -158,13 +163,15 @@ def previous_report(report_dir: Path) -> dict[tuple[str, str | None], tuple[floa
 
 
 def _report_times(data) -> dict[tuple[str, str | None], tuple[float, str]]:
-    """``previous_report``'s map of one report's JSON; ValueError names a wrong field."""
+    """``previous_report``'s map of one report's JSON; ValueError names a wrong field.  Rows of
+    reports written before the baseline's fields were renamed (``cudnn_s``) read alike."""
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ValueError("expected an object with a list of rows")
     times = {}
     for row in data["rows"]:
         if not isinstance(row, dict) or not isinstance(row.get("workload"), str):
             raise ValueError(f"a row without a workload string: {str(row)[:80]}")
+        row = renamed(row)
         gpu = row.get("gpu") or data.get("gpu")
         if gpu is not None and not isinstance(gpu, str):
             raise ValueError(f"gpu must be a string, got {gpu!r}")
@@ -207,12 +214,13 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
     """Tune (unless ``report_only``), merge the best log, re-time, compare, report.
 
     ``retime(workload, config) -> autotune.Retimed`` re-measures a best config beside the default
-    and cuDNN (default: ``autotune.retime_against_default``); tests pass synthetic ones.
+    and the task's baseline (default: ``autotune.retime_against_default``); tests pass synthetic ones.
     ``transfer``: the tuner learns from the shipped histories too (``--no-transfer``: not).
     ``options.devices``: the GPUs every batch is spread over (``--devices``; default GPU 0).
     """
     start = now()
     deadline = start + job.budget_s
+    retime = retime or retime_against_default
     previous = previous_report(job.report_dir)
     report = Report(gpu=getattr(gpu, "name", None), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                     elapsed_s=0.0, budget_s=job.budget_s, mode="report-only" if report_only else "tune")
@@ -233,7 +241,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
                     conv2d_space(entry.workload, gpu), options))
             summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
                                     early_stopping=None, seed=0, gpu=gpu, deadline=deadline,
-                                    compare_cudnn=False, measurer=measurer, shipped_transfer=transfer,
+                                    compare_baseline=False, measurer=measurer, shipped_transfer=transfer,
                                     options=options)
             trials[entry.name] = summary.trials
 
@@ -264,7 +272,8 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
             row.best_s, row.timer = record.seconds, record.timer
             if report_only or row.status == "not reached":
                 continue
-            retimed += _retime(row, config, entry.workload, retime or retime_against_default, job, gpu)
+            retimed += _retime(row, config, entry.workload, retime, job, gpu)
+            retimed += _retime_old_best(mine, config, entry.workload, retime, gpu)
     if not report_only and gpu is not None:
         # The re-timings (50 repeats of >= 10 ms each) are records too: where the default beat
         # the search's best, the merge below gives the best log the default.
@@ -284,22 +293,29 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
 
 
 def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
-    """Re-time the best config beside the default and cuDNN; a loss to the previous report or
-    to the default is confirmed by a second measurement before it counts.  Returns the
-    re-timings as records (stamped with today's template, this GPU)."""
-    first = retime(workload, config)
-    row.retimed_s, row.default_s, row.cudnn_s = first.tuned_s, first.default_s, first.cudnn_s
+    """Re-time the best config beside the default and the baseline; a loss to the previous
+    report or to the default is confirmed by a second measurement before it counts.  Returns
+    the re-timings as records (stamped with today's template, this GPU).  Where the timer fails,
+    the row's status says so and the error is logged; the night's other work goes on."""
+    first = _try_retime(retime, workload, config)
+    if first is None:
+        row.status = "re-time failed"
+        return []
+    row.retimed_s, row.default_s, row.baseline_s = first.tuned_s, first.default_s, first.baseline_s
     if first.tuned_s:
         row.timer = first.timer
     if _regressed(row, job) or _lost_to_default(row, job):  # confirm before crying wolf
-        again = retime(workload, config)
-        row.retimed_s = min(row.retimed_s or float("inf"), again.tuned_s or float("inf"))
-        if again.default_s and row.default_s:
-            row.default_s = min(row.default_s, again.default_s)
-        if _regressed(row, job):
-            row.status = "regression"
-        elif _lost_to_default(row, job):
-            row.status = "slower than default"
+        again = _try_retime(retime, workload, config)
+        if again is None:
+            row.status = "re-time failed"
+        else:
+            row.retimed_s = min(row.retimed_s or float("inf"), again.tuned_s or float("inf"))
+            if again.default_s and row.default_s:
+                row.default_s = min(row.default_s, again.default_s)
+            if _regressed(row, job):
+                row.status = "regression"
+            elif _lost_to_default(row, job):
+                row.status = "slower than default"
     space = conv2d_space(workload, gpu)
     provenance = records.make_provenance(gpu)
     timed = [(config, row.retimed_s), (space.default_config(), row.default_s)]
@@ -307,6 +323,44 @@ def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
                                             MeasureResult((seconds,), error_msg=records.RETIME_MSG,
                                                           timer=first.timer), provenance)
             for cfg, seconds in timed if seconds and math.isfinite(seconds)]
+
+
+def _retime_old_best(mine, best_config, workload, retime, gpu) -> list:
+    """A re-time, by today's timer, of the best config that only older timers measured (the
+    best of ``mine``'s records of other timers), unless it is the best re-timed anyway or has a
+    figure of today's timer already.  Returns it as a record (none where it came out wrong).
+
+    Why: configs are compared only by a timer that measured both (``compare``).  A best log's
+    holder measured by time_evaluator shares no figure with tonight's tunes, so ``merge_best``
+    would keep it whatever they found; with this record it is compared with them like with
+    like, once (the record stays in the nightly log)."""
+    found = records.best_record([r for r in mine if r.timer != TIMER], workload)
+    if found is None or found[0] == best_config:
+        return []
+    config, record = found
+    key = config_key(record)
+    if any(r.ok and not r.stale and r.timer == TIMER and config_key(r) == key for r in mine):
+        return []
+    timed = _try_retime(retime, workload, config)
+    if timed is None:
+        return []
+    log.info("%s: re-timed the best of older timers (%s, %.4f ms) by %s: %s", workload, record.timer,
+             record.seconds * 1e3, timed.timer, f"{timed.tuned_s * 1e3:.4f} ms" if timed.tuned_s else "wrong")
+    if not (timed.tuned_s and math.isfinite(timed.tuned_s)):
+        return []
+    space = conv2d_space(workload, gpu)
+    result = MeasureResult((timed.tuned_s,), error_msg=records.RETIME_MSG, timer=timed.timer)
+    return [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, config, result,
+                                            records.make_provenance(gpu))]
+
+
+def _try_retime(retime, workload, config):
+    """``retime(workload, config)``, or None (logged) where the timer failed."""
+    try:
+        return retime(workload, config)
+    except TimerError as err:
+        log.error("%s: re-timing %s failed: %s", workload, config, err)
+        return None
 
 
 def _regressed(row: ReportRow, job: Job) -> bool:
