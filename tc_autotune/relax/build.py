@@ -10,6 +10,10 @@ schedules) compiles the ops the kernels did not take.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import os
+import time
+
 import tvm
 
 from . import kernels
@@ -37,14 +41,42 @@ def target_of(mod, target=None) -> tvm.target.Target:
     return target
 
 
-def build(mod, target=None, **kwargs):
+PHASES: dict[str, float] = {}  # seconds of the last build's phases (precompile, compile), for reports
+
+
+def build(mod, target=None, workers: int | None = None, **kwargs):
     """``mod`` (from ``partition``, or any Relax module) built for the GPU: a
     ``tvm.runtime.Executable`` for ``tvm.relax.VirtualMachine``.  ``target``: see ``target_of``;
-    ``kwargs`` go to ``tvm.compile`` (``relax_pipeline``, ``tir_pipeline``, ...)."""
+    ``workers``: parallel nvcc processes for the kernels (default: one per core); ``kwargs`` go to
+    ``tvm.compile`` (``relax_pipeline``, ``tir_pipeline``, ...)."""
     target = target_of(mod, target)
     kernels.prepare_process()
     with target, tvm.transform.PassContext(opt_level=3, config=kernels.PASS_CONFIG):
-        return tvm.compile(mod, target, **kwargs)
+        start = time.time()
+        precompile(mod, str(target.attrs["arch"]), workers)
+        PHASES["precompile"] = time.time() - start
+        start = time.time()
+        executable = tvm.compile(mod, target, **kwargs)
+        PHASES["compile"] = time.time() - start
+    return executable
+
+
+def precompile(mod, arch: str, workers: int | None = None) -> int:
+    """nvcc the package's kernels of ``mod`` into the cubin cache, ``workers`` at a time.
+
+    TVM compiles a module's CUDA modules one after the other, each with one nvcc (through the
+    package's callback, which serves cached cubins).  Each kernel is a CUDA module of its own
+    (``kernels.prim_func``), whose source is what lowering the kernel alone gives: so they are
+    lowered here, nvcc'd in parallel, and the build finds every cubin in the cache.  Returns how
+    many kernels were compiled.  Call inside the build's target and pass context."""
+    sources = []
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc) and kernels.KERNEL_ATTR in (func.attrs or {}):
+            executable = tvm.compile(tvm.IRModule({gv: func}))
+            sources += [m.inspect_source() for m in cuda_modules(executable)]
+    with cf.ThreadPoolExecutor(max(1, min(len(sources), workers or os.cpu_count() or 1))) as pool:
+        list(pool.map(lambda source: kernels.compile_cuda(source, arch), sources))
+    return len(sources)
 
 
 def cuda_modules(executable) -> list:

@@ -24,6 +24,7 @@ from ..templates.tc_gemm.gemm import view_of
 from ..templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm, workspaces  # noqa: F401 (re-exported)
 
 OPAQUE = 8  # relax's kOpaque op pattern: FuseOps must never fuse other ops into a tuned kernel
+KERNEL_ATTR = "tc_autotune.workload"  # marks the package's PrimFuncs in a module (their workload)
 
 
 def gpu_of(target) -> GpuInfo:
@@ -55,17 +56,20 @@ def arch_of(config, gpu: GpuInfo) -> str:
     return build_arch(config, gpu)
 
 
-def prim_func(workload, config, gpu: GpuInfo, name: str) -> tvm.tirx.PrimFunc:
+def prim_func(workload, config, name: str, arch: str) -> tvm.tirx.PrimFunc:
     """The scheduled kernel of (workload, config) as a PrimFunc named ``name``: opaque to
-    relax's fusion, marked scheduled (dlight leaves it alone) and bound to its own arch, so a
-    build for any CUDA target compiles it for the arch it needs."""
+    relax's fusion, marked scheduled (dlight leaves it alone) and bound to a target of its own
+    for ``arch``.  A target of its own (its tag is the kernel's name) makes the build put the
+    kernel in a CUDA module of its own: one translation unit, as when it was tuned, so the
+    device functions that warp-specialized kernels define in their source (the same names in
+    each) never meet, and nvcc compiles each kernel apart (``build.precompile``: in parallel)."""
     func = schedule_gemm(view_of(workload), config)["main"]
     expected = len(tasks.of(workload).signature(workload)) + len(workspaces(workload, config))
     if len(func.params) != expected:  # the call_tir below passes exactly these
         raise RuntimeError(f"the kernel of {workload} takes {len(func.params)} arguments, expected {expected}")
-    target = tvm.target.Target({"kind": "cuda", "arch": arch_of(config, gpu)}, host="llvm")
+    target = tvm.target.Target({"kind": "cuda", "arch": arch, "tag": name}, host="llvm")
     return func.with_attrs({"global_symbol": name, "op_pattern": OPAQUE, "tirx.is_scheduled": True,
-                            "target": target})
+                            "target": target, KERNEL_ATTR: str(workload)})
 
 
 def prepare_process() -> None:

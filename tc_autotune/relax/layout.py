@@ -6,7 +6,8 @@ take NHWC / HWIO and carries the layout through the layout-agnostic ops after it
 batch norm, pooling, mean), so the activations are transposed where the NCHW model starts and
 where it ends (at its input, and before a reshape such as the classifier's flatten).  A constant
 weight's transpose is folded into the constant by ``match``; CSE merges the transposes of one
-tensor that two convs read (a block's input and its shortcut).
+tensor that two convs read (a block's input and its shortcut), and what nothing reads any more
+is dropped.
 """
 
 from __future__ import annotations
@@ -58,7 +59,15 @@ def to_nhwc(mod):
         return NHWC if _takeable(graph, call) else KEEP
 
     mod = relax.transform.ConvertLayout({}, choose)(mod)
-    return relax.transform.EliminateCommonSubexpr()(mod)
+    mod = relax.transform.EliminateCommonSubexpr()(mod)
+    # A tuple item of a tuple made in place becomes its value (torch's max_pool2d_with_indices
+    # imports as (max_pool2d, zeros_like(input)): the indices' zeros, never read, would keep an
+    # NCHW transpose of the pool's input alive), then whatever nothing reads goes.
+    mod = relax.transform.CanonicalizeBindings()(mod)
+    for gv, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gv] = relax.analysis.remove_all_unused(func)
+    return mod
 
 
 def layout_conversions(mod) -> int:

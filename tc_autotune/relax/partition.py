@@ -32,6 +32,7 @@ from tvm import relax
 from . import kernels, layout
 from .match import Layer, find_layers, static_shape
 from ..database.apply import apply_history_best
+from ..workloads.dense import DenseWorkload
 from ..tuning.jobs import write_job
 
 log = logging.getLogger(__name__)
@@ -109,18 +110,19 @@ def partition(mod, logs=None, target=None):
         choices = kernels.choose([layer.workload for layer in taken], gpu)
     report = PartitionReport(kernels={str(w): c.source for w, c in choices.items()})
     report.left = dict(Counter(layer.why_not for _, _, layers in found for layer in layers if layer.why_not))
-    builder, funcs = relax.BlockBuilder(mod), {}
+    # One arch for every kernel: sm_90a, where one uses wgmma, runs the others too, and the build's
+    # compile callback then needs no per-module arch (TVM gives it only the source).
     arches = {kernels.arch_of(choice.config, gpu) for choice in choices.values()}
+    report.arch = max(arches, key=lambda a: (a.rstrip("a"), a)) if arches else gpu.arch
+    adder = _KernelAdder(relax.BlockBuilder(mod), choices, report.arch)
     for gv, func, layers in found:
         chosen = [layer for layer in layers if layer.why_not is None]
         if chosen:  # the weights' transposes are folded into constants: drop what is unused now
-            builder.update_func(gv, relax.analysis.remove_all_unused(_rewrite(builder, func, chosen, choices, gpu,
-                                                                             funcs)))
+            adder.builder.update_func(gv, relax.analysis.remove_all_unused(_rewrite(func, chosen, adder)))
         report.layers += len(chosen)
         report.fused_ops += sum(len(layer.vars) - 1 for layer in chosen)
-    mod = builder.get()
+    mod = adder.builder.get()
     report.layout_conversions = layout.layout_conversions(mod)
-    report.arch = max(arches, key=lambda a: (a.rstrip("a"), a)) if arches else gpu.arch
     report.seconds = time.time() - start
     if report.left:
         log.warning("partition: %d ops stay Relax's: %s", sum(report.left.values()),
@@ -137,7 +139,7 @@ def report(mod) -> PartitionReport:
     return PartitionReport(**json.loads(str(attrs[ATTR])))
 
 
-def _rewrite(builder, func, layers: list[Layer], choices: dict, gpu, funcs: dict):
+def _rewrite(func, layers: list[Layer], adder: "_KernelAdder"):
     """``func`` with each layer's chain replaced by one kernel call bound to its last var."""
     last = {layer.vars[-1]: layer for layer in layers}
     dropped = {var for layer in layers for var in layer.vars[:-1]}
@@ -149,7 +151,7 @@ def _rewrite(builder, func, layers: list[Layer], choices: dict, gpu, funcs: dict
         bindings = []
         for binding in block.bindings:
             if binding.var in last:
-                bindings += _kernel_call(builder, last[binding.var], choices, gpu, funcs)
+                bindings += _kernel_call(last[binding.var], adder)
             elif binding.var not in dropped:
                 bindings.append(binding)
         blocks.append(relax.DataflowBlock(bindings))
@@ -157,22 +159,32 @@ def _rewrite(builder, func, layers: list[Layer], choices: dict, gpu, funcs: dict
     return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs)
 
 
-def _kernel_func(builder, layer: Layer, choices: dict, gpu, funcs: dict):
-    """The GlobalVar of the layer's kernel, added to the module once per (workload, config)."""
-    choice = choices[layer.workload]
-    key = (layer.workload, choice.config)
-    if key not in funcs:
-        name = f"tc_{layer.kind}_{len(funcs)}"
-        funcs[key] = builder.add_func(kernels.prim_func(layer.workload, choice.config, gpu, name), name)
-    return funcs[key], kernels.workspaces(layer.workload, choice.config)
+@dataclass
+class _KernelAdder:
+    """Adds each (workload, config)'s kernel to the module once, all for one arch."""
+
+    builder: relax.BlockBuilder
+    choices: dict  # workload -> apply.ConfigChoice
+    arch: str
+    added: dict = field(default_factory=dict)  # (workload, config) -> GlobalVar
+
+    def kernel(self, workload):
+        """(GlobalVar of the workload's kernel, its workspaces' (shape, dtype))."""
+        config = self.choices[workload].config
+        key = (workload, config)
+        if key not in self.added:
+            kind = "dense" if isinstance(workload, DenseWorkload) else "conv2d"
+            name = f"tc_{kind}_{len(self.added)}"
+            self.added[key] = self.builder.add_func(kernels.prim_func(workload, config, name, self.arch), name)
+        return self.added[key], kernels.workspaces(workload, config)
 
 
-def _kernel_call(builder, layer: Layer, choices: dict, gpu, funcs: dict) -> list:
+def _kernel_call(layer: Layer, adder: _KernelAdder) -> list:
     """The bindings that compute the layer's last var with its kernel."""
     bindings = []
 
     def bind(expr, var=None, name="tc"):
-        expr = builder.normalize(expr)
+        expr = adder.builder.normalize(expr)
         var = var if var is not None else relax.DataflowVar(name, expr.ty)
         bindings.append(relax.VarBinding(var, expr))
         return var
@@ -185,14 +197,13 @@ def _kernel_call(builder, layer: Layer, choices: dict, gpu, funcs: dict) -> list
     weight = relax.const(layer.weight) if isinstance(layer.weight, np.ndarray) else layer.weight
     args = [data, weight] + [relax.const(v.astype(np.float32)) for v in (layer.scale, layer.bias) if v is not None]
     args += [residual] * (residual is not None)
-    gvar, spaces = _kernel_func(builder, layer, choices, gpu, funcs)
+    gvar, spaces = adder.kernel(wl)
     outs = [relax.TensorType(wl.out_shape, wl.out_dtype)] + [relax.TensorType(s, d) for s, d in spaces]
     out_var = layer.vars[-1]
-    reshape_back = static_shape(out_var.ty) != tuple(wl.out_shape)
     call = relax.call_tir(gvar, args, outs if spaces else outs[0])
     if spaces:  # the workspaces are outputs nobody reads: only the first is the result
         call = relax.TupleGetItem(bind(call, name="tc_outs"), 0)
-    if reshape_back:
+    if static_shape(out_var.ty) != tuple(wl.out_shape):
         call = relax.op.reshape(bind(call, name="tc_out"), static_shape(out_var.ty))
     bind(call, var=out_var)
     return bindings
