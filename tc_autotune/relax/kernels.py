@@ -13,6 +13,9 @@ that reaches into the package's internals for that; the rest of ``tc_autotune.re
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import tvm
 
 from ..api.kernel import build_arch
@@ -25,6 +28,7 @@ from ..templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm, workspaces 
 
 OPAQUE = 8  # relax's kOpaque op pattern: FuseOps must never fuse other ops into a tuned kernel
 KERNEL_ATTR = "tc_autotune.workload"  # marks the package's PrimFuncs in a module (their workload)
+CONFIG_ATTR = "tc_autotune.config"  # and their config (JSON of the knobs)
 
 
 def gpu_of(target) -> GpuInfo:
@@ -69,7 +73,7 @@ def prim_func(workload, config, name: str, arch: str) -> tvm.tirx.PrimFunc:
         raise RuntimeError(f"the kernel of {workload} takes {len(func.params)} arguments, expected {expected}")
     target = tvm.target.Target({"kind": "cuda", "arch": arch, "tag": name}, host="llvm")
     return func.with_attrs({"global_symbol": name, "op_pattern": OPAQUE, "tirx.is_scheduled": True,
-                            "target": target, KERNEL_ATTR: str(workload)})
+                            "target": target, KERNEL_ATTR: str(workload), CONFIG_ATTR: json.dumps(asdict(config))})
 
 
 def prepare_process() -> None:

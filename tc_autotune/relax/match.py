@@ -10,7 +10,8 @@ is the only user of the chain's value and no earlier chain took it:
                        constant; batch_norm (inference, constant statistics), its [0]]*
                     -> [add of a tensor of the output's shape and dtype] -> [relu | gelu_tanh]
 
-(the epilogue grammar's order: scale, bias, residual, activation).  The per-channel constants
+(the epilogue grammar's order: scale, bias, residual, activation), with reshapes that keep the
+channels anywhere among them (torch's linear on a 3-D input is reshape, matmul, reshape).  The per-channel constants
 fold into one scale and one bias; a constant weight takes the scale (as ``FusedConv2d.of``
 folds a batch norm), so a conv with a batch norm is a ``bias`` workload, as PyTorch's
 extraction names it.  An ``astype`` from the fp32 accumulation to fp16 makes the kernel's
@@ -254,6 +255,8 @@ def _epilogue(graph: Graph, layer: Layer, claimed: set) -> None:
             took.append(item)
         elif layer.activation is None and name in ACTIVATIONS and call.args[0].same_as(last):
             layer.activation = ACTIVATIONS[name]
+        elif name == "relax.reshape" and (static_shape(call.ty) or (0,))[-1] == channels:
+            shape = static_shape(call.ty)  # rows regrouped, channels kept: the epilogue's ops commute with it
         else:
             break
         layer.vars += took

@@ -193,7 +193,8 @@ def _kernel_call(layer: Layer, adder: _KernelAdder) -> list:
     data, residual = layer.data, layer.residual
     if layer.kind == "dense" and len(static_shape(data.ty)) != 2:  # leading dims fold into M
         data = bind(relax.op.reshape(data, wl.a_shape), name="tc_a")
-        residual = None if residual is None else bind(relax.op.reshape(residual, wl.out_shape), name="tc_res")
+    if residual is not None and static_shape(residual.ty) != tuple(wl.out_shape):  # after a reshape
+        residual = bind(relax.op.reshape(residual, wl.out_shape), name="tc_res")
     weight = relax.const(layer.weight) if isinstance(layer.weight, np.ndarray) else layer.weight
     args = [data, weight] + [relax.const(v.astype(np.float32)) for v in (layer.scale, layer.bias) if v is not None]
     args += [residual] * (residual is not None)
