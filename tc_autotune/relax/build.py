@@ -22,8 +22,9 @@ from .partition import ATTR, report
 
 def target_of(mod, target=None) -> tvm.target.Target:
     """The CUDA target to build ``mod`` for: ``target`` (an arch string or a TVM target) or the
-    arch ``partition`` chose, upgraded to the arch-specific one (sm_90a) where a kernel needs it."""
-    needed = report(mod).arch if mod.attrs is not None and ATTR in mod.attrs else None
+    arch ``partition`` chose (without one, or with ``mod`` None: the local GPU's, else sm_90),
+    upgraded to the arch-specific one (sm_90a) where a kernel needs it."""
+    needed = report(mod).arch if mod is not None and mod.attrs is not None and ATTR in mod.attrs else None
     if target is None:
         target = needed or kernels.gpu_of(None).arch
     if isinstance(target, str) and target.startswith("sm_"):
