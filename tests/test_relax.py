@@ -263,3 +263,32 @@ def test_bad_input_is_one_clear_error(block_module):
         tcr.partition(block_module[0], target={"kind": "llvm"})
     with pytest.raises(FileNotFoundError, match="tuning log not found"):
         tcr.partition(block_module[0], logs="/nonexistent/log.jsonl")
+
+
+# ---- the benchmark's CPU side -----------------------------------------------------------------
+def test_the_benchmark_builds_both_ways_and_reports(block_module):
+    """``bench.build_both`` (what the GPU benchmark builds: relax as it comes, and partitioned)
+    runs without a GPU; its table and timer work on plain values."""
+    from tc_autotune.relax import bench
+
+    phases, said = {}, []
+    plain, fast, tuned = bench.build_both(block_module[0], phases, said.append)
+    assert tcr.cuda_modules(plain) and len(tcr.cuda_modules(tuned)) == len(kernel_workloads(fast)) + 1
+    assert {"build_relax_s", "partition_s", "build_relax_tc_s", "build_relax_tc_precompile_s"} <= set(phases)
+    assert len(said) == 2 and "layers on" in said[1]
+    assert bench._median_ms(lambda: None, lambda: None) >= 0
+    row = {"batch": 1, "ms": {"torch_eager": 3.0, "relax": 9.0, "relax+tc": 1.5},
+           "ratios": {"relax+tc_vs_relax": 6.0, "relax+tc_vs_torch_eager": 2.0}, "errors": {}}
+    assert "| 1 | 3.0 | 9.0 | 1.5 | 6.0 | 2.0 |" in bench.table({"rows": [row]})
+
+
+def test_the_benchmark_script_needs_a_gpu():
+    import subprocess
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "1"],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode == 3:  # the CPU machines: one line
+        assert len(proc.stderr.strip().splitlines()) == 1 and "no CUDA GPU" in proc.stderr
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -15,7 +15,7 @@ TVM is imported at the modules' top (building is what this subpackage is for); t
 ``from_torch`` and the benchmark.
 """
 
-from .build import build, compile_check, cuda_modules, target_of
+from .building import build, compile_check, cuda_modules, target_of
 from .kernels import PASS_CONFIG
 from .match import Layer, find_layers
 from .partition import PartitionReport, extract_workloads, partition, report
