@@ -70,6 +70,8 @@ def precompile(mod, arch: str, workers: int | None = None) -> int:
     (``kernels.prim_func``), whose source is what lowering the kernel alone gives: so they are
     lowered here, nvcc'd in parallel, and the build finds every cubin in the cache.  Returns how
     many kernels were compiled.  Call inside the build's target and pass context."""
+    if not kernels.have_nvcc():  # TVM's NVRTC compiles them in the build
+        return 0
     sources = []
     for gv, func in mod.functions.items():
         if isinstance(func, tvm.tirx.PrimFunc) and kernels.KERNEL_ATTR in (func.attrs or {}):

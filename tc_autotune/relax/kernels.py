@@ -87,3 +87,8 @@ def prepare_process() -> None:
 def compile_cuda(source: str, arch: str) -> bytes:
     """``source`` compiled by nvcc for ``arch`` (the package's cubin cache first)."""
     return nvcc.compile_cubin(source, arch)
+
+
+def have_nvcc() -> bool:
+    """Whether nvcc is here (without it TVM compiles through its own NVRTC callback)."""
+    return nvcc.find_nvcc() is not None
