@@ -63,7 +63,7 @@ def rel_err(out, ref) -> float:
     return float(np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-6))
 
 
-def nhwc_conv_module(epilogue_ops, groups=1, dtype="float16", weight_param=False, dilation=1, k=16):
+def nhwc_conv_module(epilogue_ops, groups=1, dtype="float16", weight_param=False, dilation=1, k=16, padding=None):
     """main(x: NHWC (2, 8, 8, 16)) = conv2d(x, HWIO weight) then ``epilogue_ops(bb, y)``."""
     rng = np.random.default_rng(0)
     c = 16
@@ -73,7 +73,7 @@ def nhwc_conv_module(epilogue_ops, groups=1, dtype="float16", weight_param=False
     bb = relax.BlockBuilder()
     with bb.function("main", [x] + [w] * weight_param):
         with bb.dataflow():
-            y = bb.emit(relax.op.nn.conv2d(x, w, padding=dilation, dilation=dilation, groups=groups,
+            y = bb.emit(relax.op.nn.conv2d(x, w, padding=padding or dilation, dilation=dilation, groups=groups,
                                            data_layout="NHWC", kernel_layout="HWIO", out_dtype=dtype))
             y = epilogue_ops(bb, y)
             out = bb.emit_output(y)
@@ -191,9 +191,13 @@ def test_what_the_kernels_cannot_take_stays_untouched():
     assert ops(batched, "relax.matmul") == 1
 
 
-def test_dilation_is_taken():
-    new = tcr.partition(nhwc_conv_module(bias_relu, dilation=2), target="sm_90")
-    assert [get(w).dilation for w in kernel_workloads(new)] == [(2, 2)]
+def test_dilation_and_uneven_padding_are_taken():
+    mod = nhwc_conv_module(bias_relu, dilation=2, padding=(2, 1, 0, 3))  # top, left, bottom, right
+    new = tcr.partition(mod, target="sm_90")
+    [workload] = [get(w) for w in kernel_workloads(new)]
+    assert (workload.dilation, workload.padding) == ((2, 2), (2, 1, 0, 3))
+    x = np.random.default_rng(3).standard_normal((2, 8, 8, 16)).astype("float16")
+    assert rel_err(run_cpu(cpu_twin(new), x), run_cpu(mod, x)) < 1e-2
 
 
 # ---- extraction -------------------------------------------------------------------------------

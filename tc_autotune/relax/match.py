@@ -204,7 +204,8 @@ def _dense(graph: Graph, var, call) -> Layer:
         layer.why_not = "a vector-matrix product (the kernels take a 2-D or batched A)"
         return layer
     transposed = _call(graph, b, "relax.permute_dims")  # nn.Linear's (N, K) weight, transposed for matmul
-    if transposed is not None and static_shape(transposed.args[0].ty) is not None:  # 2-D: the only transpose
+    axes = None if transposed is None else transposed.attrs.axes
+    if transposed is not None and (axes is None or [int(a) for a in axes] == [1, 0]):
         b, layer.b_layout = transposed.args[0], "nk"
     value = graph.const(b)
     layer.weight = b if value is None else np.ascontiguousarray(value)
