@@ -92,4 +92,4 @@ def test_plain_tvm_compile_runs_the_same(torch):
     tcr.kernels.prepare_process()
     with target, tvm.transform.PassContext(opt_level=3, config=tcr.PASS_CONFIG):
         plain = tvm.compile(fast, target)
-    assert torch.equal(_run(plain, x, torch), ours)
+    assert _err(_run(plain, x, torch), ours) < 1e-3  # the same kernels (up to a split-K's order)
