@@ -25,6 +25,7 @@ import torch
 from torch import fx, nn
 
 from ..api import build_cache
+from ..tuning.jobs import write_job
 from . import fusion
 from .modules import FusedConv2d, FusedLinear
 
@@ -129,20 +130,6 @@ def extract_workloads(model: nn.Module, example_inputs, job: str | Path | None =
         write_job(job, workloads, trials, f"{type(model).__name__} on inputs "
                   f"{', '.join(str(list(x.shape)) for x in _as_tuple(example_inputs))}")
     return workloads
-
-
-def write_job(path, workloads, trials: int = 64, what: str = "a model") -> Path:
-    """A nightly job file tuning ``workloads``: its log, reports and best log beside it."""
-    path = Path(path)
-    stem = path.stem
-    lines = [f"# The workloads of {what} (tc_autotune.extract_workloads).",
-             f"# Tune: tc-nightly {path.name}   (python scripts/nightly.py {path.name})",
-             f'log = "{stem}.jsonl"', f'report_dir = "{stem}-reports"', 'best_log_dir = "."',
-             f"trials = {int(trials)}", "", "workloads = ["]
-    lines += [f'  {{ name = "{w}" }},' for w in workloads] + ["]", ""]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
-    return path
 
 
 def optimize(model: nn.Module, example_inputs=None, build: bool = True) -> fx.GraphModule:

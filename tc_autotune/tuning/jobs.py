@@ -90,6 +90,22 @@ def load_job(path) -> Job:
     )
 
 
+def write_job(path, workloads, trials: int = 64, what: str = "a model",
+              source: str = "tc_autotune.extract_workloads") -> Path:
+    """A nightly job file tuning ``workloads``, its log, reports and best log beside it: what the
+    model extractions (``source``: PyTorch's, Relax's) write."""
+    path = Path(path)
+    stem = path.stem
+    lines = [f"# The workloads of {what} ({source}).",
+             f"# Tune: tc-nightly {path.name}   (python scripts/nightly.py {path.name})",
+             f'log = "{stem}.jsonl"', f'report_dir = "{stem}-reports"', 'best_log_dir = "."',
+             f"trials = {int(trials)}", "", "workloads = ["]
+    lines += [f'  {{ name = "{w}" }},' for w in workloads] + ["]", ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path
+
+
 def _is_dir(path: Path) -> bool:
     """``path.is_dir()``, False where it cannot be looked at (a folder the user may not enter:
     the commands' path checks say so, naming the job file and the key)."""

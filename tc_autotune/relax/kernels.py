@@ -1,0 +1,95 @@
+"""The package's side of the Relax dispatch: which config a workload gets, and its kernel as a
+TIR PrimFunc that ``relax.build`` compiles with the rest of the model.
+
+Every kernel of the template is a PrimFunc "main" (``schedule_gemm``: a TensorIR schedule, or
+for a warp-specialized config one launch of generated CUDA whose host code encodes the TMA
+tensor maps).  It goes into the model's IRModule scheduled but not lowered: relax.build runs the
+same TIR pipeline on it that ``tvm.compile`` runs for a standalone kernel (the generated CUDA is
+the same, byte for byte, but for the kernel's name), provided the template's pass options
+(``PASS_CONFIG``) are set around the build (``build.build`` does).  This module is the one place
+that reaches into the package's internals for that; the rest of ``tc_autotune.relax`` sees
+``choose``, ``prim_func`` and ``workspaces``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import tvm
+
+from ..api import apply, build_cache
+from ..api.kernel import build_arch
+from ..backends.cuda import nvcc, tensormap
+from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
+from ..core import tasks
+from ..templates.tc_gemm.views import view_of
+from ..templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm  # noqa: F401 (re-exported)
+from ..templates.tc_gemm.workspaces import workspaces  # noqa: F401 (re-exported)
+
+OPAQUE = 8  # relax's kOpaque op pattern: FuseOps must never fuse other ops into a tuned kernel
+KERNEL_ATTR = "tc_autotune.workload"  # marks the package's PrimFuncs in a module (their workload)
+CONFIG_ATTR = "tc_autotune.config"  # and their config (JSON of the knobs)
+
+
+def gpu_of(target) -> GpuInfo:
+    """The GPU the kernels are chosen for: ``target`` None (the local GPU, else sm_90), an arch
+    string ("sm_90") or a CUDA target, as ``tc.build`` takes it."""
+    if target is None:
+        return default_gpu()
+    if isinstance(target, str) and target.startswith("sm_"):
+        arch = target
+    else:
+        target = tvm.target.Target(target)
+        if target.kind.name != "cuda":
+            raise ValueError(f"target {target.kind.name!r} is not a CUDA target: the kernels are Tensor Core CUDA "
+                             "kernels (give an arch such as 'sm_90', or a cuda target)")
+        arch = str(target.attrs.get("arch", "sm_90"))
+    local = default_gpu()
+    return local if local.arch == arch else gpu_for_arch(arch)
+
+
+def choose(workloads, gpu: GpuInfo) -> dict:
+    """{workload: apply.ConfigChoice} with the active logs: the best record, else a sibling's,
+    a zero-shot pick or the default (``build_cache.choose``: cached on disk by the logs' state)."""
+    logs = apply.active_logs()
+    return {w: build_cache.choose(w, gpu, logs) for w in dict.fromkeys(workloads)}
+
+
+def arch_of(workload, config, gpu: GpuInfo) -> str:
+    """The arch a config's kernel must be compiled for (sm_90a for wgmma)."""
+    return build_arch(workload, config, gpu)
+
+
+def prim_func(workload, config, name: str, arch: str) -> tvm.tirx.PrimFunc:
+    """The scheduled kernel of (workload, config) as a PrimFunc named ``name``: opaque to
+    relax's fusion, marked scheduled (dlight leaves it alone) and bound to a target of its own
+    for ``arch``.  A target of its own (its tag is the kernel's name) makes the build put the
+    kernel in a CUDA module of its own: one translation unit, as when it was tuned, so the
+    device functions that warp-specialized kernels define in their source (the same names in
+    each) never meet, and nvcc compiles each kernel apart (``build.precompile``: in parallel)."""
+    func = schedule_gemm(view_of(workload), config)["main"]
+    expected = len(tasks.of(workload).signature(workload)) + len(workspaces(workload, config))
+    if len(func.params) != expected:  # the call_tir below passes exactly these
+        raise RuntimeError(f"the kernel of {workload} takes {len(func.params)} arguments, expected {expected}")
+    target = tvm.target.Target({"kind": "cuda", "arch": arch, "tag": name}, host="llvm")
+    return func.with_attrs({"global_symbol": name, "op_pattern": OPAQUE, "tirx.is_scheduled": True,
+                            "target": target, KERNEL_ATTR: str(workload), CONFIG_ATTR: json.dumps(asdict(config))})
+
+
+def prepare_process() -> None:
+    """What a process that builds or runs the kernels needs registered: the nvcc compile
+    callback (cached cubins; the kernels are nvcc's, as the tuner measured them) and the host
+    function that encodes TMA im2col tensor maps."""
+    nvcc.install_compile_callback()
+    tensormap.register()
+
+
+def compile_cuda(source: str, arch: str) -> bytes:
+    """``source`` compiled by nvcc for ``arch`` (the package's cubin cache first)."""
+    return nvcc.compile_cubin(source, arch)
+
+
+def have_nvcc() -> bool:
+    """Whether nvcc is here (without it TVM compiles through its own NVRTC callback)."""
+    return nvcc.find_nvcc() is not None
