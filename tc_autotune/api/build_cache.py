@@ -40,7 +40,8 @@ from pathlib import Path
 
 import tvm
 
-from ..database import journal, origin, paths
+from ..database import journal, origin
+from ..database import paths as log_paths
 from . import apply, build_server
 from ..core import tasks
 from ..search import zero_shot
@@ -81,7 +82,7 @@ def _digest(*parts) -> str:
 
 def _file_states(paths) -> list:
     """(path, size, mtime) of every log file named by ``paths``: what a choice read."""
-    return [[str(file), stat.st_size, stat.st_mtime_ns] for file, stat in paths.stat_log_files(paths)]
+    return [[str(file), stat.st_size, stat.st_mtime_ns] for file, stat in log_paths.stat_log_files(paths)]
 
 
 def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
@@ -90,7 +91,7 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
     model = zero_shot.model_path()
     return _digest("choice", FORMAT, tasks.of(workload).name, str(workload), asdict(gpu),
                    [[path, stale, _file_states(path)] for path, stale in logs],
-                   _file_states([*paths.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
+                   _file_states([*log_paths.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
 
 
 def module_key(workload, config, arch: str) -> str:
