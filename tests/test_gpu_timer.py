@@ -7,6 +7,7 @@ cuDNN/cuBLAS baselines time with: their figures say ``cuda_timer``."""
 import contextlib
 import os
 import socket
+import json
 import statistics
 import subprocess
 import sys
@@ -41,7 +42,7 @@ def _arguments(kernel, wl, seed=0):
 
 
 def test_gpu_the_timer_times_a_kernel_as_time_evaluator_does_less_its_launch_cost():
-    from tc_autotune.workloads.reference import relative_l2_error
+    from tc_autotune.core.results import relative_l2_error
 
     kernel = build_conv2d(WL)
     args, reference = _arguments(kernel, WL)
@@ -94,7 +95,7 @@ def test_gpu_the_runner_times_with_the_timer_and_its_records_say_so():
     assert result.ok and result.timer == CUDA_TIMER and len(result.costs) == 5, result.error_msg
     record = records.Record.from_measurement(f"cuda -arch={space.gpu.arch}", space, config, result,
                                              records.make_provenance(space.gpu))
-    assert '"timer": "cuda_timer"' in record.to_json()
+    assert json.loads(record.to_json())["timer"] == CUDA_TIMER
     kernel = build_conv2d(WL, config)
     args, _ = _arguments(kernel, WL)
     here = statistics.median(kernel.time(*args, number=1, repeat=5, min_repeat_ms=10))
@@ -121,7 +122,8 @@ def test_gpu_benchmark_retime_and_baseline_all_time_with_the_one_timer(cuda_torc
 def test_gpu_the_baselines_graph_holds_their_ops_and_beats_eager_launches(cuda_torch):
     """cuDNN (conv + a fused epilogue's ops) and cuBLAS, captured by the driver on PyTorch's
     current stream set to the timer's: each call's kernels are in the graph, and the figure is
-    at most what eager launches between CUDA events take."""
+    at most what eager launches between CUDA events take, and at least most of what the profiler
+    sees their kernels take (an empty or partial graph would time less)."""
     torch = cuda_torch
     from tc_autotune.measure import baseline
     from tc_autotune.tuning.benchmark import task_arrays
@@ -140,7 +142,14 @@ def test_gpu_the_baselines_graph_holds_their_ops_and_beats_eager_launches(cuda_t
         end.record()
         end.synchronize()
         eager = start.elapsed_time(end) / 1e3 / 200
-        assert 0.2 * eager < ours <= 1.05 * eager, (spec, ours, eager)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                run()
+            torch.cuda.synchronize()
+        kernels = sum(e.self_device_time_total for e in prof.key_averages()) / 1e6 / 20
+        # eager launches from Python can be host-bound (7x the kernels for cuBLAS at M = 16), so
+        # the lower bound is the kernels' own time, not the eager figure
+        assert 0.7 * kernels < ours <= 1.05 * eager, (spec, ours, kernels, eager)
 
 
 def _free_port():
