@@ -19,6 +19,8 @@ from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.templates.tc_gemm.schedule import gemm_compute
 from tc_autotune.tuning.jobs import load_job
 from tc_autotune.workloads import get
+from tc_autotune.backends.cuda.gpu import gpu_for_arch
+from tc_autotune.core import tasks
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
@@ -238,7 +240,7 @@ def test_warp_specialized_kernels_each_compile_in_their_own_module():
     conv = get("n=32,h=14,w=14,c=1024,k=2048,r=1,s=1,stride=2,pad=0,dtype=float16,out_dtype=float16,epilogue=bias")
     dense = get("dense:batch=1,m=1,n=1000,k=2048,b=nk,dtype=float16,out_dtype=float16,epilogue=bias")
     gpu = kernels.gpu_of("sm_90")
-    choices = kernels.choose([conv, dense], gpu)
+    choices = kernels.choose([conv, dense], gpu, im2col=True)  # the shipped records: both warp-specialized
     assert all(c.config.warp_specialized for c in choices.values()), choices
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType(conv.data_shape, "float16"))
@@ -297,3 +299,17 @@ def test_the_benchmark_script_needs_a_gpu():
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "0"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_vm_runs_no_python_between_kernels_unless_im2col_is_asked_for():
+    """A TMA im2col kernel's host code calls Python per call: by default its workload runs the
+    fastest timed config without im2col (else its own config with it off), ``im2col=True`` keeps it."""
+    gpu = gpu_for_arch("sm_90")
+    wl = get("n=32,h=14,w=14,c=256,k=256,r=3,s=3,stride=1,pad=1,dilation=1,dtype=float16,"
+                          "out_dtype=float16,epilogue=bias_relu")
+    kept = kernels.choose([wl], gpu, im2col=True)[wl]
+    assert kept.config.tma_im2col == 1 and kept.source == "record"  # the shipped best uses im2col
+    swapped = kernels.choose([wl], gpu)[wl]
+    assert swapped.config.tma_im2col == 0 and swapped.source == "record without im2col"
+    assert swapped.seconds >= kept.seconds  # the best overall was the im2col one
+    assert tasks.of(wl).space(wl, gpu).is_valid(swapped.config)

@@ -13,6 +13,7 @@ that reaches into the package's internals for that; the rest of ``tc_autotune.re
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict
 
@@ -23,6 +24,7 @@ from ..api.kernel import build_arch
 from ..backends.cuda import nvcc, tensormap
 from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
 from ..core import tasks
+from ..database import records
 from ..templates.tc_gemm.views import view_of
 from ..templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm  # noqa: F401 (re-exported)
 from ..templates.tc_gemm.workspaces import workspaces  # noqa: F401 (re-exported)
@@ -49,11 +51,48 @@ def gpu_of(target) -> GpuInfo:
     return local if local.arch == arch else gpu_for_arch(arch)
 
 
-def choose(workloads, gpu: GpuInfo) -> dict:
+def choose(workloads, gpu: GpuInfo, im2col: bool = False) -> dict:
     """{workload: apply.ConfigChoice} with the active logs: the best record, else a sibling's,
-    a zero-shot pick or the default (``build_cache.choose``: cached on disk by the logs' state)."""
+    a zero-shot pick or the default (``build_cache.choose``: cached on disk by the logs' state).
+
+    A TMA im2col kernel's host code calls back into Python to encode its tensor map on every
+    call (TVM has no im2col encoder), which would put Python between the VM's kernels; so unless
+    ``im2col``, such a choice runs the same tiling with A loaded without im2col
+    (``without_im2col``), where the template takes it."""
     logs = apply.active_logs()
-    return {w: build_cache.choose(w, gpu, logs) for w in dict.fromkeys(workloads)}
+    chosen = {w: build_cache.choose(w, gpu, logs) for w in dict.fromkeys(workloads)}
+    if not im2col:
+        chosen = {w: without_im2col(w, choice, gpu) for w, choice in chosen.items()}
+    return chosen
+
+
+def without_im2col(workload, choice, gpu: GpuInfo):
+    """``choice`` without TMA im2col: the fastest record of the workload on this GPU (active and
+    shipped logs: a timed config) whose config loads A without it, else its own config with
+    ``tma_im2col`` off where the space takes that, else ``choice`` as it is."""
+    if not getattr(choice.config, "tma_im2col", 0):
+        return choice
+    space = tasks.of(workload).space(workload, gpu)
+    best = {}  # this GPU's records first, else any GPU's of the arch (a build for an arch, not a GPU)
+    for record in records.load([path for path, _ in apply.active_logs()] + apply.shipped_log_files()):
+        if record.workload != workload or not record.ok or record.stale or record.arch != gpu.arch:
+            continue
+        mine = record.gpu == gpu.name
+        if mine in best and record.seconds >= best[mine][1].seconds:
+            continue
+        try:
+            config = space.from_entity(record.config)
+        except ValueError:  # a config outside today's space
+            continue
+        if not config.tma_im2col and space.is_valid(config):
+            best[mine] = (config, record)
+    best = best.get(True) or best.get(False)
+    if best is None:
+        config = dataclasses.replace(choice.config, tma_im2col=0)
+        if space.is_valid(config):
+            return dataclasses.replace(choice, config=config, source=f"{choice.source}, im2col off", seconds=None)
+        return choice
+    return dataclasses.replace(choice, config=best[0], source="record without im2col", seconds=best[1].seconds)
 
 
 def arch_of(workload, config, gpu: GpuInfo) -> str:

@@ -92,14 +92,16 @@ def extract_workloads(mod, job: str | Path | None = None, trials: int = 64) -> l
     return workloads
 
 
-def partition(mod, logs=None, target=None):
+def partition(mod, logs=None, target=None, im2col: bool = False):
     """``mod`` with every conv2d / matmul chain the kernels take (``match``) replaced by a call of
     its tuned kernel: the best record of ``logs`` (a log file, a folder or a list; default: the
     logs of the enclosing ``apply_history_best``), then of the shipped logs, else a zero-shot pick
     or the default config, as ``tc.build`` chooses.  ``target``: the GPU the kernels are for (an
     arch such as "sm_90" or a CUDA target; default: the local GPU, else sm_90).  NCHW convs are
-    converted to NHWC once per model (``layout``).  ``mod`` itself is not changed; what was done
-    is ``report(result)``."""
+    converted to NHWC once per model (``layout``).  ``im2col``: keep the records' TMA im2col
+    kernels, whose host code calls Python on every call (``kernels.choose``); by default their
+    tiling runs without it, so the VM runs no Python between kernels.  ``mod`` itself is not
+    changed; what was done is ``report(result)``."""
     _check_module(mod)
     start = time.time()
     gpu = kernels.gpu_of(target)
@@ -107,7 +109,7 @@ def partition(mod, logs=None, target=None):
         mod = layout.to_nhwc(mod)
         found = _layers(mod)
         taken = [layer for _, _, layers in found for layer in layers if layer.why_not is None]
-        choices = kernels.choose([layer.workload for layer in taken], gpu)
+        choices = kernels.choose([layer.workload for layer in taken], gpu, im2col)
     report = PartitionReport(kernels={str(w): c.source for w, c in choices.items()})
     report.left = dict(Counter(layer.why_not for _, _, layers in found for layer in layers if layer.why_not))
     # One arch for every kernel: sm_90a, where one uses wgmma, runs the others too, and the build's
