@@ -19,9 +19,28 @@ def gpu_suite_requested(markexpr: str) -> bool:
     return Expression.compile(markexpr).evaluate(lambda name, **kwargs: name == "gpu")
 
 
+# Test groups (``pytest -m unit``, ``-m golden``, ``-m gpu``): every test is in exactly one.
+# golden: checks against stored expectations (the architecture fingerprint's data, a code hash
+# that must not move between processes), so a failure there first asks whether the change was
+# meant; gpu: needs a CUDA GPU (marked in its file); unit: the rest.
+GOLDEN_MODULES = ("test_arch_fingerprint",)
+
+
+def _group(item) -> None:
+    if "gpu" in item.keywords:
+        return
+    if item.module.__name__.rpartition(".")[2] in GOLDEN_MODULES:
+        item.add_marker(pytest.mark.golden)
+    if "golden" not in item.keywords:
+        item.add_marker(pytest.mark.unit)
+
+
 def pytest_collection_modifyitems(config, items):
-    """A plain run skips the GPU tests where no GPU can be used, saying why when a GPU is here
-    but fails (``pytest -m gpu`` does not get this far: ``pytest_configure`` fails it)."""
+    """Each test joins its group (``_group``).  A plain run skips the GPU tests where no GPU can
+    be used, saying why when a GPU is here but fails (``pytest -m gpu`` does not get this far:
+    ``pytest_configure`` fails it)."""
+    for item in items:
+        _group(item)
     if any("gpu" in item.keywords for item in items):
         probe = _gpu_probe()
         if probe.gpu is None:

@@ -48,3 +48,19 @@ def test_paths_in_the_readme_examples_exist_in_a_checkout():
     for doc, paths in named.items():
         for path in paths:
             assert (REPO / path).is_file(), f"{doc}'s example names {path}, which a fresh clone lacks"
+
+
+def test_every_test_is_in_exactly_one_group():
+    """``pytest -m unit``, ``-m golden`` and ``-m gpu`` (tests/conftest.py) together run the whole
+    suite: a test in none of them would be run by none of the group commands."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "--collect-only", "-p", "no:cacheprovider",
+                          "-m", "not unit and not golden and not gpu", "tests"],
+                         cwd=root, capture_output=True, text=True)
+    assert out.returncode == 5 and "no tests collected" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    both = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "--collect-only", "-p", "no:cacheprovider",
+                           "-m", "unit and (golden or gpu)", "tests"], cwd=root, capture_output=True, text=True)
+    assert both.returncode == 5, both.stdout[-2000:]

@@ -273,6 +273,7 @@ print(json.dumps([code_hash_of(wl, c, gpu) for wl, c, gpu in configs()]))
 """
 
 
+@pytest.mark.golden
 def test_the_code_hash_is_deterministic_across_processes():
     """The golden check that replaced the fingerprints: the same config hashes alike in any
     process (hash seeds differ), so a record's key never moves by itself."""
