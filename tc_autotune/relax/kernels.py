@@ -24,7 +24,6 @@ from ..api.kernel import build_arch
 from ..backends.cuda import nvcc, tensormap
 from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
 from ..core import tasks
-from ..database import records
 from ..templates.tc_gemm.views import view_of
 from ..templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm  # noqa: F401 (re-exported)
 from ..templates.tc_gemm.workspaces import workspaces  # noqa: F401 (re-exported)
@@ -74,8 +73,9 @@ def without_im2col(workload, choice, gpu: GpuInfo):
         return choice
     space = tasks.of(workload).space(workload, gpu)
     best = {}  # this GPU's records first, else any GPU's of the arch (a build for an arch, not a GPU)
-    for record in records.load([path for path, _ in apply.active_logs()] + apply.shipped_log_files()):
-        if record.workload != workload or not record.ok or record.stale or record.arch != gpu.arch:
+    logs = [path for path, _ in apply.active_logs()] + apply.shipped_log_files()
+    for record in apply.indexed_records(logs, workload, gpu.arch):  # each log parsed once per process
+        if record.stale:
             continue
         mine = record.gpu == gpu.name
         if mine in best and record.seconds >= best[mine][1].seconds:
