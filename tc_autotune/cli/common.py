@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
 import math
 import os
 import sys
@@ -81,6 +82,12 @@ class OneLineParser(argparse.ArgumentParser):
             if not is_io_error(err):
                 raise
             self.exit(EXIT_IO_ERROR, f"{self.prog}: error: {describe_io_error(err)}\n")
+
+
+def log_progress(verbose: bool = False) -> None:
+    """The commands' log lines on stderr: time, level and message (debug ones with ``verbose``)."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
 
 
 def script_parser(prog: str, doc: str | None) -> OneLineParser:

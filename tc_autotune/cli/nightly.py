@@ -11,7 +11,6 @@ produced no valid record or could not be re-timed (the timer's error is logged),
 measurement), 9 a file or folder cannot be read or written (permission denied).
 """
 
-import logging
 import sys
 
 from . import common as cli  # no TVM import: fast argument errors
@@ -55,8 +54,7 @@ def main(argv=None, prog: str = PROG) -> int:
 
 def _main(argv, prog: str) -> int:
     parser, args = parse_args(argv, prog)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    cli.log_progress(args.verbose)
     from ..tuning import jobs  # the job file is checked before TVM is imported
     from ..measure.dispatch import AllDevicesLost  # no TVM either
 

@@ -77,7 +77,7 @@ def restamp(logs, dry_run: bool, jobs: int, prog: str) -> int:
     from ..api.kernel import code_hashes
     from ..database import restamp as restamping
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    cli.log_progress()
     with cli.io_errors_exit(prog):  # a log it may not write: one line, exit 9 (those before it are done)
         reports = restamping.restamp(logs, lambda keys: _hash_codes(code_hashes, keys, jobs), dry_run=dry_run)
     for r in reports:
@@ -107,7 +107,7 @@ def train_zero_shot(folder, prog: str) -> int:
 
     from ..tuning import zero_shot_train
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    cli.log_progress()
     with cli.io_errors_exit(prog):  # a folder it may not write: one line, exit 9
         current, detail = zero_shot_train.stored_is_current(folder)  # detail: its path, or why not
         try:

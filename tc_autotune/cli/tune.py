@@ -73,8 +73,7 @@ def main(argv=None, prog: str = PROG) -> int:
 
 def _main(argv, prog: str) -> int:
     parser, args = parse_args(argv, prog)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    cli.log_progress(args.verbose)
     if args.rpc_tracker and args.devices:
         parser.error("--devices names local GPUs: not with --rpc-tracker")
     if bool(args.rpc_tracker) != bool(args.rpc_key):
