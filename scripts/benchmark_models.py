@@ -45,13 +45,9 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     _, args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("benchmark_models.py: PyTorch is not installed", file=sys.stderr)
-        return 3
-    if not torch.cuda.is_available():
-        print("benchmark_models.py: no CUDA GPU", file=sys.stderr)
+    missing = cli.torch_gpu_missing("benchmark_models.py")
+    if missing:
+        print(missing, file=sys.stderr)
         return 3
     import contextlib
 

@@ -38,13 +38,9 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     _, args = parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("benchmark_relax.py: PyTorch is not installed", file=sys.stderr)
-        return 3
-    if not torch.cuda.is_available():
-        print("benchmark_relax.py: no CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+    missing = cli.torch_gpu_missing("benchmark_relax.py")
+    if missing:
+        print(missing, file=sys.stderr)
         return 3
     import contextlib
 

@@ -90,6 +90,18 @@ def log_progress(verbose: bool = False) -> None:
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
 
 
+def torch_gpu_missing(prog: str) -> str | None:
+    """Why a command that runs PyTorch on the GPU cannot run here, as its one line of error
+    (exit 3), or None where it can."""
+    try:
+        import torch
+    except ImportError:
+        return f"{prog}: PyTorch is not installed"
+    if not torch.cuda.is_available():
+        return f"{prog}: no CUDA GPU (torch.cuda.is_available() is False)"
+    return None
+
+
 def script_parser(prog: str, doc: str | None) -> OneLineParser:
     """The parser of a script: its module docstring (usage and exit codes) as description."""
     return OneLineParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
