@@ -5,7 +5,8 @@ Everything that times goes through ``time_launches``: the tuner's runners (``tim
 in the runner process; on an RPC server through the global function ``TIME_FUNCTION``),
 ``Kernel.time`` (``measurer.time_kernel``, the benchmark, nightly's re-times) and the cuDNN and
 cuBLAS baselines through PyTorch (``measure.baseline``).  So both sides of every ratio are
-timed alike, and every figure made today is a ``results.CUDA_TIMER`` figure.
+timed alike, and every figure made today is a ``core.results.CUDA_TIMER`` figure (the
+name lives there, with the other timers' names, so that this backend imports nothing above it).
 
 What it does, given ``launch()`` (one launch of the kernel, or of the baseline's ops):
 
@@ -47,9 +48,6 @@ import functools
 import json
 import math
 
-from ...core.results import CUDA_TIMER
-
-TIMER = CUDA_TIMER  # the name records give its figures
 TIME_FUNCTION = "tc_autotune.time_function"  # the global function ``register`` installs
 MAX_NUMBER = 4096  # launches in one graph: capture costs host time per launch (tiny kernels)
 GROWTH = 1.618  # at least this much more launches per capture (TVM's time_evaluator's factor)
@@ -344,5 +342,5 @@ def time_remote(function, module, name: str, dev, args, *, warmup: int = 10, num
                                                   *args))]
 
 
-__all__ = ["TIMER", "TIME_FUNCTION", "MAX_NUMBER", "TimerError", "time_launches", "time_function", "tvm_stream",
+__all__ = ["TIME_FUNCTION", "MAX_NUMBER", "TimerError", "time_launches", "time_function", "tvm_stream",
            "CudaDriver", "driver", "register", "time_remote"]
