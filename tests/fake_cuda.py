@@ -25,6 +25,8 @@ from collections import Counter
 
 import numpy as np
 
+from tc_autotune.backends.cuda import driver
+
 NAMES = {1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
          100: ("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"),
          101: ("CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"),
@@ -205,8 +207,6 @@ class FakeLibcuda:
 def gpu(name: str, cc: tuple[int, int], sm_count: int, smem_optin: int, smem_per_sm: int, registers: int = 65536,
         threads: int = 1024) -> dict:
     """A simulated GPU for ``FakeGpus``: its name and its attributes by CUdevice_attribute number."""
-    from tc_autotune.backends.cuda import driver
-
     return {"name": name, driver.COMPUTE_CAPABILITY_MAJOR: cc[0], driver.COMPUTE_CAPABILITY_MINOR: cc[1],
             driver.MULTIPROCESSOR_COUNT: sm_count, driver.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: smem_optin,
             driver.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: smem_per_sm, driver.MAX_REGISTERS_PER_BLOCK: registers,
@@ -228,12 +228,6 @@ class FakeGpus:
 
     def __init__(self, *gpus: dict, init: int = 0):
         self.gpus, self.init = list(gpus), init
-        self.calls = Counter()
-
-    def __getattribute__(self, name):
-        if name.startswith("cu"):
-            object.__getattribute__(self, "calls")[name] += 1
-        return object.__getattribute__(self, name)
 
     def _gpu(self, device) -> dict | None:
         index = device - self.HANDLE
