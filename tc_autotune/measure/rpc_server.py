@@ -3,8 +3,8 @@ with ``tvm.exec.rpc_server``'s options (``--tracker HOST:PORT --key KEY --no-for
 
 It is TVM's server plus the global functions a remote measurement calls: the package's timer
 (``timer.TIME_FUNCTION``: remote kernels are timed as local ones, ``rpc_runner``) and TMA
-im2col's tensor-map encoder (``tensormap.ENCODE_IM2COL``: what ``tma_im2col`` kernels' host
-code calls).  A bare ``tvm.exec.rpc_server`` has neither, and ``RpcRunner`` refuses it.
+im2col's tensor-map encoders (``tensormap.ENCODE_IM2COL``, bf16's ``tensormap_bf16.ENCODE_IM2COL``: what
+``tma_im2col`` kernels' host code calls).  A bare ``tvm.exec.rpc_server`` has neither, and ``RpcRunner`` refuses it.
 
 Where they are installed (``install``), and why there: TVM's server runs in a worker process
 it starts itself (``server_init_callback`` runs there), and serves each session from a child
@@ -26,7 +26,7 @@ import logging
 import tvm.rpc
 import tvm.rpc.server as tvm_server
 
-from ..backends.cuda import tensormap, timer
+from ..backends.cuda import tensormap_bf16, timer
 
 _TVM_SERVE_LOOP = tvm_server._serve_loop  # this process's, before ``install`` replaces it
 
@@ -35,7 +35,7 @@ def install(init: str | None = None) -> None:
     """Install the global functions (and call ``init``, "module:function") in this process and,
     through ``_serve_loop``, in every session process it serves."""
     timer.register()
-    tensormap.register()
+    tensormap_bf16.register()  # fp16's encoder and bf16's
     if init:
         module, _, function = init.partition(":")
         getattr(importlib.import_module(module), function)()

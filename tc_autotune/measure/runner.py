@@ -27,7 +27,7 @@ import threading
 import numpy as np
 import tvm
 
-from ..backends.cuda import checker, nvcc, tensormap, timer
+from ..backends.cuda import checker, nvcc, tensormap_bf16, timer
 from .devices import LocalDevice
 from .dispatch import RunnerFault
 from ..backends.cuda.gpu import GpuInfo, gpu_from_device
@@ -127,7 +127,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
     """The GPU runner process: set up CUDA, then ``serve`` check-and-time requests on GPU 0 (the
     one ``CUDA_VISIBLE_DEVICES`` left it)."""
     nvcc.install_compile_callback()
-    tensormap.register()  # the host code of tma_im2col kernels calls it
+    tensormap_bf16.register()  # the host code of tma_im2col kernels calls it (fp16's and bf16's)
     dev = tvm.cuda(0)
     benches = {}
 
