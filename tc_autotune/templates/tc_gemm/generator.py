@@ -1,6 +1,7 @@
 """Probe configs: a few (workload, config) pairs per Tensor Core path that tests compile with nvcc,
 read the generated code of, and run on the GPU (``tests/test_dense.py``, ``test_codegen.py``,
-``test_gpu_dense.py``, ``test_gpu_wgmma_in_flight.py``, ``test_tma_probe.py``).
+``test_gpu_dense.py``, ``test_gpu_wgmma_in_flight.py``, ``test_tma_probe.py``, ``test_bf16.py``,
+``test_gpu_bf16.py``).
 
 They once fingerprinted the generator for a hand-bumped template version; records are keyed by
 hashes of the code and of the template's sources now (``database.record``), so only the sets
