@@ -145,6 +145,8 @@ def test_bf16_tensors_take_bf16_kernels_through_tc_conv2d_tc_dense_and_the_ops(t
     from tc_autotune.pytorch import ops
 
     ops.reset_fallbacks()
+    # fp32 references, not TF32's (cuDNN's fp32 conv takes TF32 by default)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     gen = torch.Generator(device="cuda").manual_seed(0)
     data = torch.randn(2, 14, 14, 64, device="cuda", generator=gen).bfloat16()
     weight = (torch.randn(3, 3, 64, 128, device="cuda", generator=gen) * 0.05).bfloat16()
