@@ -65,6 +65,19 @@ def test_the_cli_refuses_a_bad_dtype_pair_with_its_bad_input_code(capsys):
     assert err.count("\n") == 1 and "dtype=bfloat16 writes out_dtype float32 or bfloat16, not float16" in err
 
 
+def test_tuning_bf16_on_a_gpu_older_than_sm80_is_refused_in_one_line(monkeypatch, capsys):
+    from tc_autotune.cli import common
+    from tc_autotune.cli.tune import main
+    from tc_autotune.tuning import autotune
+
+    monkeypatch.setattr(autotune, "measurement_devices", lambda *args: (gpu_for_arch("sm_75"), ["cuda:0"]))
+    with pytest.raises(SystemExit) as exit_:
+        main(["--workload", "tutorial", "--workload", CONV, "--trials", "1"])
+    assert exit_.value.code == common.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bfloat16 needs sm_80 or newer" in err and "is sm_75" in err
+
+
 # ---- host arrays and the reference ------------------------------------------------------------
 def test_bf16_inputs_are_bf16_arrays_and_the_reference_is_their_fp32_product():
     wl = workloads.get(CONV + ",out_dtype=bfloat16,epilogue=bias_residual_relu")
