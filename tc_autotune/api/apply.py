@@ -134,10 +134,22 @@ def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None,
     return None
 
 
+# Input dtypes whose kernels are one GEMM: fp16 and bf16 operands have the same tiles, instruction
+# shapes and Tensor Core rate, so a config tuned for one is a config of the other (not fp32 input,
+# whose kernels cast first).
+_SAME_GEMM_DTYPES = ("float16", "bfloat16")
+
+
 def same_gemm(a, b) -> bool:
-    """Whether two workloads differ at most in their epilogue and output dtype: one GEMM, so a
-    config tuned for either is valid for both where the space says so."""
-    return type(a) is type(b) and dataclasses.replace(a, epilogue=b.epilogue, out_dtype=b.out_dtype) == b
+    """Whether two workloads differ at most in their epilogue and output dtype, and in their input
+    dtype between fp16 and bf16: one GEMM, so a config tuned for either is valid for both where
+    the space says so."""
+    def shape(w):  # every field but the dtypes and the epilogue
+        return {f.name: getattr(w, f.name) for f in dataclasses.fields(w)
+                if f.name not in ("dtype", "out_dtype", "epilogue")}
+
+    return (type(a) is type(b) and shape(a) == shape(b)
+            and (a.dtype == b.dtype or {a.dtype, b.dtype} <= set(_SAME_GEMM_DTYPES)))
 
 
 def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
