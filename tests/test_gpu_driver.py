@@ -55,15 +55,13 @@ def test_gpu_the_local_gpu_is_the_drivers():
     assert gpu.default_gpu() == local
 
 
-def test_gpu_the_sm_count_a_persistent_kernels_host_code_reads_is_the_drivers():
-    """What the host code calls (``tvm_module.blocks_x``): TVM's runtime.GetDeviceAttr."""
-    import tvm  # noqa: F401 (its runtime registers the function)
-    import tvm_ffi
+def test_gpu_a_persistent_kernel_built_here_has_a_block_per_sm_of_this_gpu():
+    from tc_autotune.templates.tc_gemm.warp_specialized import plan, tvm_module
+    from tc_autotune.templates.tc_gemm.views import dense_view
 
-    from tc_autotune.templates.tc_gemm.warp_specialized import tvm_module
-
-    read = tvm_ffi.get_global_func(tvm_module._GET_DEVICE_ATTR)(tvm_module._CUDA, 0, tvm_module._SM_COUNT)
-    assert read == driver.device_facts(0).sm_count
+    workload, config = _persistent("dense:m=4096,n=4096,k=1024,b=nk")
+    kp = plan(dense_view(workload), config)
+    assert kp.persistent and tvm_module.blocks_x(kp) == min(kp.grid[0], driver.device_facts(0).sm_count)
 
 
 def _persistent(spec: str):

@@ -59,19 +59,20 @@ def test_the_sm_count_sets_a_persistent_kernels_grid_only():
     assert not one_tile_a_block.persistent and one_tile_a_block.launch_grid(114) == one_tile_a_block.grid == (392, 1)
 
 
-def test_a_persistent_kernels_host_code_reads_the_sm_count_at_launch():
-    """The grid's x is min(tiles, the device's SM count), computed by the host code from TVM's
-    runtime.GetDeviceAttr(kDLCUDA, 0, kMultiProcessorCount) on each launch; the kernel's source
-    takes no parameter for it (records key on the source: it stays what it was)."""
+def test_a_persistent_kernels_launch_has_a_block_per_sm_of_the_builder_and_no_parameter_for_it():
+    """The grid's x is min(tiles, the SM count of the GPU it is built on: here, without a GPU, the
+    nominal sm_90's 132), a constant of the host code's launch; the kernel's source takes no
+    parameter for it (records key on the source: it stays what it was)."""
     import tvm
 
     from test_warp_specialized import WS
+    from tc_autotune.backends.cuda.gpu import default_gpu
     from tc_autotune.templates.tc_gemm.warp_specialized import tvm_module
 
     view = view_of(workloads.get("rfc-1x1-b256"))
     kp = warp_specialized.plan(view, replace(WS, warp_specialized=2))
-    extent = tvm_module.blocks_x(kp)
-    assert str(extent) == 'T.min(392, T.call_packed("runtime.GetDeviceAttr", 2, 0, 7))'
+    assert tvm_module.blocks_x(kp) == min(392, default_gpu().sm_count)
+    assert tvm_module.blocks_x(kp, 114) == 114 and tvm_module.blocks_x(kp, 1000) == 392
     assert tvm_module.blocks_x(warp_specialized.plan(view, WS)) == 392
     lowered = tvm.tirx.transform.SplitHostDevice()(tvm.tirx.transform.BindTarget(
         tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}).with_host("llvm"))(warp_specialized.kernel_module(

@@ -2,40 +2,33 @@
 encodes its operands' tensor maps in its host code.  It takes the kernel's plan (``kernel.plan``,
 which ``kernel.kernel_module`` hands it), so it stands beside the emitters, not above them.
 
-A persistent kernel launches a block per SM of the GPU it runs on, and its host code reads that
-count when it launches (``blocks_x``): the built kernel is right for every GPU of its arch,
-wherever it was built, with no SM count in it.
+A persistent kernel launches a block per SM of the GPU it is built on (``blocks_x``): the
+local GPU's count, read from its driver, else the nominal GPU's of the arch.  The count is in
+the host code's launch, not in the kernel's source, so a record's code is the same wherever it
+was built, and the kernel is right on any GPU (its blocks walk the tiles by gridDim).
 """
 
 from __future__ import annotations
 
 from ....backends.cuda import tensormap, tensormap_bf16
+from ....backends.cuda.gpu import default_gpu
 from ....workloads.epilogue import input_specs as epilogue_input_specs
 from ..gemm import GemmView
 from .boxes import Im2colBox
 
 
-# TVM's runtime.GetDeviceAttr(device type, device id, attribute): kDLCUDA, kMultiProcessorCount
-_GET_DEVICE_ATTR, _CUDA, _SM_COUNT = "runtime.GetDeviceAttr", 2, 7
-
-
-def blocks_x(kp):
+def blocks_x(kp, sm_count: int | None = None) -> int:
     """The launch's blocks along x: ``kp.grid``'s, or for a persistent kernel at most one per SM of
-    the device, read by the host code on every launch (TVM's C++ runtime asks the CUDA runtime for
-    the attribute: no Python between launches, as in a Relax VM's).
+    ``sm_count`` (default: the GPU it is built on, ``default_gpu``).
 
-    Why device 0, not the arguments' device: the expression must name no variable, or TVM makes
-    it a parameter of the kernel, whose source (and so every record's code hash) would change,
-    and the host code's device variable is made after this PrimFunc, by the lowering.  Device 0
-    is the GPU a process has, or one of its like: each runner process sees only its own GPU
-    (CUDA_VISIBLE_DEVICES), and a process that runs on several of unlike SM counts still gets
-    right results (the blocks walk the tiles by gridDim), only a grid sized for GPU 0."""
-    import tvm
-
-    gx = kp.grid[0]
+    Why a constant, not the device's attribute read by the host code at each launch: with the
+    grid a packed call (runtime.GetDeviceAttr), a persistent kernel with a TMA store and three
+    epilogue inputs handed the caller a garbage return value that failed TVM's FFI check (TVM
+    0.27, H100).  A GPU of another SM count than the builder's still gets right results, and a
+    grid sized for the builder's."""
     if not kp.persistent:
-        return gx
-    return tvm.tirx.min(gx, tvm.tirx.call_packed(_GET_DEVICE_ATTR, _CUDA, 0, _SM_COUNT))
+        return kp.grid[0]
+    return kp.launch_grid(sm_count or default_gpu().sm_count)[0]
 
 
 def ir_module(kp, view: GemmView):
@@ -94,12 +87,11 @@ def ir_module(kp, view: GemmView):
         if isinstance(box, Im2colBox):  # TVM's host encodes tiled maps only: ours, through the driver
             encode = T.call_packed(encode_im2col, tmap, param.data, *box.encode_args())
         else:
-            # bf16's CUtensorMapDataType is named, not left to TVM's runtime to derive (fp16's host
-            # code is what it was)
-            forced = {"force_cu_dtype": tensormap_bf16.BFLOAT16} if dtype == "bfloat16" else {}
+            # the map's CUtensorMapDataType is derived by TVM's runtime from descriptor_dtype
+            # (bfloat16 -> BFLOAT16; its force_cu_dtype takes only TFLOAT32 and sub-byte types)
             encode = tvm.tirx.tensormap_encode_tiled(  # innermost dim first
                 tmap, param.data, *box.dims, *box.strides, *box.box, *box.element_strides,
-                descriptor_dtype=dtype, rank=len(box.box), swizzle=3, **forced)  # CU_TENSOR_MAP_SWIZZLE_128B
+                descriptor_dtype=dtype, rank=len(box.box), swizzle=3)  # CU_TENSOR_MAP_SWIZZLE_128B
         host.append(tvm.tirx.Evaluate(encode))
     if host:
         main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))
