@@ -10,6 +10,11 @@ materialised).  A column-major B (an nn.Linear (N, K) weight) is defined as its 
 (``view.epilogue``: scale, bias, residual, activation) from the fp32 accumulator, so the
 schedule inlines it into the store from the staging tile (with split-K, into the kernel that
 sums the slices).
+
+A grouped view (``view.groups`` = G GEMMs of one shape) is split-K's structure without the sum:
+A and B hold the G GEMMs' operands one after another along K (group g's at g*Kp .., each padded
+to Kp), and C[z] is GEMM z's, computed by the blocks of blockIdx.z = z; with split-K too,
+z = g * split_k + slice.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     m, n, k = view.shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
     kp = _round_up(k, config.block_k * config.split_k)
+    groups = view.groups
     a_op, b_op, c_op = view.a, view.b, view.c
     if (a_op.layout, c_op.layout) != (ROW_MAJOR, ROW_MAJOR):
         raise ValueError("the template reads A and writes C row-major (contiguous along K and N)")
@@ -55,26 +61,36 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     epilogue_in, finish = _epilogue(view)
     inputs = [a_in, b_in, *epilogue_in]
 
-    def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int):
+    def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int, k_axis: int):
         """Matrix element [row, col] of an input: its tensor's element through the index
-        map, 0 outside the matrix or where the map says it is outside the tensor."""
+        map, 0 outside the matrix or where the map says it is outside the tensor.  Grouped:
+        index ``k_axis`` (A's col, B's row) runs over the groups' K, Kp each."""
 
         def element(row, col):
-            index, inside = held.map.element(row, col)
+            if groups > 1:
+                at = [row, col]
+                group, at[k_axis] = at[k_axis] // kp, at[k_axis] % kp
+                row, col = at
+                index, inside = held.map.element(row, col, group)
+            else:
+                index, inside = held.map.element(row, col)
             inside = tvm.tirx.all(row < rows, col < cols, *inside)
             return tvm.tirx.if_then_else(inside, tensor[index].astype("float16"), zero)
 
         return element
 
-    a = te.compute((mp, kp), operand(a_tensor, a_op, m, k), name="A")
-    b_element = operand(b_tensor, b_op, k, n)
+    kg = groups * kp  # A's columns and B's rows: every group's K
+    a = te.compute((mp, kg), operand(a_tensor, a_op, m, k, 1), name="A")
+    b_element = operand(b_tensor, b_op, k, n, 0)
     if b_op.layout == COL_MAJOR:  # B's tile [n][k], contiguous along K as its tensor
-        b = te.compute((np_, kp), lambda col, row: b_element(row, col), name="B")
+        b = te.compute((np_, kg), lambda col, row: b_element(row, col), name="B")
         b_at = lambda row, col: b[col, row]  # noqa: E731
     else:
-        b = te.compute((kp, np_), b_element, name="B")
+        b = te.compute((kg, np_), b_element, name="B")
         b_at = lambda row, col: b[row, col]  # noqa: E731
     axes = list(c_op.axes) or None  # the output's iter var names
+    if groups > 1:
+        return _grouped_gemm(view, config, (a, b_at, kp), inputs, finish, copies, axes)
     if config.split_k == 1:
         red = te.reduce_axis((0, kp), name="rk")
         gemm = te.compute(
@@ -113,6 +129,39 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     return inputs, out, [gemm] + copies
 
 
+def _grouped_gemm(view: GemmView, config: TcGemmConfig, operands, inputs, finish, copies, axes):
+    """``gemm_compute``'s GEMMs of a grouped view: C[z] of GEMM z = g * split_k + slice reads
+    group g's part of A and B (its K from g * kp); C's map gives each output element's
+    (group, row, col).  Split-K's slices are summed as ungrouped ones are."""
+    a, b_at, kp = operands
+    c_op, split, bk = view.c, config.split_k, config.block_k
+    mp, np_ = _round_up(view.m, config.block_m), _round_up(view.n, config.block_n)
+    red = te.reduce_axis((0, kp // split), name="rk")
+
+    def k_of(z, r):  # split-K's k-step interleave (see gemm_compute) within the group's K
+        return z // split * kp + (r // bk * split + z % split) * bk + r % bk
+
+    gemm = te.compute(
+        (view.groups * split, mp, np_),
+        lambda z, i, j: te.sum(a[i, k_of(z, red)].astype("float32") * b_at(k_of(z, red), j).astype("float32"),
+                               axis=red),
+        name="C",
+    )
+    if split == 1:
+        out = te.compute(c_op.shape, lambda *idx: finish(gemm[c_op.map.matrix_index(*idx)], idx),
+                         name=c_op.tensor, varargs_names=axes)
+        return inputs, out, copies
+    zk = te.reduce_axis((0, split), name="zk")
+
+    def summed(*idx):
+        g, row, col = c_op.map.matrix_index(*idx)
+        return te.sum(gemm[g * split + zk, row, col], axis=zk)
+
+    total = te.compute(c_op.shape, summed, name="total", varargs_names=axes)
+    out = te.compute(c_op.shape, lambda *idx: finish(total[idx], idx), name=c_op.tensor)
+    return inputs, out, [gemm] + copies
+
+
 def _let(value, body):
     """``body(value)`` with ``value`` bound once: its loads are not repeated per use."""
     var = tvm.tirx.Var("v", "float32")
@@ -129,11 +178,12 @@ def _epilogue(view: GemmView):
     tensor index ``idx`` from its fp32 accumulator: the epilogue, then the output cast.  The
     output block computes it, so it is inlined into the store from the staging tile."""
     c_op, epilogue = view.c, view.epilogue
-    specs = epilogue_input_specs(epilogue, view.n, c_op.shape, view.out_dtype)
+    specs = epilogue_input_specs(epilogue, view.n * view.groups, c_op.shape, view.out_dtype)
     tensors = {name: te.placeholder(shape, dtype, name=name) for name, shape, dtype in specs}
 
     def finish(acc, idx):
-        column = c_op.map.matrix_index(*idx)[1]  # the output channel / feature
+        # the output channel / feature (a grouped C's matrix column is within its group)
+        column = idx[-1] if view.groups > 1 else c_op.map.matrix_index(*idx)[1]
         values = {name: tensors[name][column] for name in epilogue.channel_inputs}
         if epilogue.residual:
             values["residual"] = tensors["residual"][idx].astype("float32")

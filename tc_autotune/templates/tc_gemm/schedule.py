@@ -65,7 +65,11 @@ def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
         axes = c_op.axes or tuple(f"i{d}" for d in range(len(c_op.shape)))
         index = [tvm.tirx.Var(name, "int32") for name in axes]
         sch.transform_block_layout(out_block, tvm.tirx.IndexMap(index, list(c_op.map.matrix_index(*index)), None))
-        i, j, kk = sch.get_loops(gemm)
+        if view.groups > 1:  # (group, row, col): a group's GEMM per blockIdx.z, as split-K's slices
+            z, i, j, kk = sch.get_loops(gemm)
+            sch.bind(z, "blockIdx.z")
+        else:
+            i, j, kk = sch.get_loops(gemm)
     else:
         _schedule_split_k_sum(sch, out_block)
         z, i, j, kk = sch.get_loops(gemm)
