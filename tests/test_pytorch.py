@@ -111,7 +111,7 @@ def test_extraction_lists_each_layer_with_the_epilogue_it_fuses(tmp_path):
     conv = "n=4,h=32,w=32,dtype=float16,out_dtype=float16,"
     assert [str(w) for w in found] == [
         str(workloads.get(spec)) for spec in (
-            conv + "c=3,k=32,r=3,pad=1,epilogue=bias_relu",  # own bias, F.relu
+            conv + "c=3,k=32,r=3,pad=1,weight_layout=OHWI,epilogue=bias_relu",  # own bias, F.relu; its weight in place
             conv + "c=32,k=16,r=1,epilogue=bias_relu",  # batch norm folded, ReLU module
             conv + "c=16,k=16,r=3,pad=1,epilogue=bias_relu",
             conv + "c=16,k=64,r=1,epilogue=bias_residual_relu",  # the block's add and ReLU
@@ -148,14 +148,15 @@ def test_what_the_kernels_cannot_take_stays_pytorchs():
     class Odd(nn.Module):
         def __init__(self):
             super().__init__()
-            self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2).half()
+            self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8).half()  # no Tensor Core GEMM
+            self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2).half()  # one kernel, a GEMM per group
             self.fp32 = nn.Linear(8, 8)
             self.exact = nn.Linear(8, 8).half()
             self.gelu = nn.GELU()  # exact GELU: not the kernels' tanh approximation
             self.shared = nn.Conv2d(8, 8, 1).half()
 
         def forward(self, x):
-            y = self.grouped(x)
+            y = self.grouped(self.depthwise(x))
             s = self.shared(y)
             y = torch.relu(s) + s  # s has two users: nothing fuses into its conv
             z = self.gelu(self.exact(y.mean((2, 3))))
@@ -165,8 +166,10 @@ def test_what_the_kernels_cannot_take_stays_pytorchs():
     x = torch.randn(2, 8, 6, 6).half()
     fast = tc.optimize(model, (x,), build=False)
     report = fast.tc_autotune_report
-    assert set(report.left) == {"grouped", "fp32"}
-    assert "groups=2" in report.left["grouped"] and "float32" in report.left["fp32"]
+    assert set(report.left) == {"depthwise", "fp32"}
+    assert "a depthwise conv" in report.left["depthwise"] and "float32" in report.left["fp32"]
+    assert isinstance(fast.grouped, FusedConv2d) and fast.grouped.groups == 2
+    assert fast.grouped.weight.data_ptr() == model.grouped.weight.data_ptr()  # its OIHW weight, in place
     assert isinstance(fast.exact, FusedLinear) and fast.exact.activation == "none"
     assert isinstance(fast.shared, FusedConv2d) and fast.shared.activation == "none" and not fast.shared.residual
     with warnings.catch_warnings():
