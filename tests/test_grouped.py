@@ -194,8 +194,10 @@ def test_workload_of_reads_every_layout():
     for layout, shape in (("HWIO", (3, 1, 4, 6)), ("OIHW", (6, 4, 3, 1)), ("OHWI", (6, 3, 1, 4))):
         found = apply.workload_of(data, np.zeros(shape, np.float16), padding=1, groups=3, weight_layout=layout)
         assert found == wl("n=2,h=9,c=12,k=6,r=3,s=1,pad=1,groups=3").replace(weight_layout=layout)
-    with pytest.raises(ValueError, match=r"OIHW weight \[8, 4, 3, 3\] has 4 input channels per group, data has 12"):
+    with pytest.raises(ValueError, match=r"weight has 4 input channels, data has 12 \(an OIHW weight \[8, 4, 3, 3\]\)"):
         apply.workload_of(data, np.zeros((8, 4, 3, 3), np.float16), weight_layout="OIHW")
+    with pytest.raises(ValueError, match=r"weight has 3 input channels per group, 6 in 2 groups, data has 12"):
+        apply.workload_of(data, np.zeros((3, 3, 3, 8), np.float16), groups=2)
 
 
 # ---- CUDA that nvcc compiles ------------------------------------------------------------------------

@@ -236,8 +236,9 @@ def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float3
     n, h, w, c = (int(x) for x in data.shape)
     r, s, c_w, k = filter_of(layout, weight.shape)
     if c_w * groups != c:
-        raise ValueError(f"{layout} weight {list(weight.shape)} has {c_w} input channels per group, data has {c}"
-                         + (f" in {groups} groups" if groups != 1 else ""))
+        grouped = f" per group, {c_w * groups} in {groups} groups" if groups != 1 else ""
+        raise ValueError(f"weight has {c_w} input channels{grouped}, data has {c}"
+                         + (f" (an {layout} weight {list(weight.shape)})" if layout != "HWIO" else ""))
     return Conv2dWorkload(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
                           dtype=_operands_dtype(data, weight), out_dtype=out_dtype, epilogue=epilogue,
                           groups=groups, weight_layout=layout)
