@@ -110,11 +110,11 @@ def test_the_views_maps_multiply_to_the_reference(spec):
     ("n=2,h=6,w=5,c=16,k=8,r=3,stride=2,pad=1,weight_layout=OIHW,dtype=float32", {}),
 ])
 def test_the_te_compute_on_llvm_matches_the_reference(spec, changes):
-    """The kernels' TE compute (what every path schedules), unscheduled on the CPU."""
+    """The kernels' TE compute (what every path schedules), unscheduled on the CPU, its arguments
+    the task's tensors (a grouped output computed as (group, row, col), laid out as NHWC)."""
     tvm = pytest.importorskip("tvm")
-    from tvm import te
 
-    from tc_autotune.templates.tc_gemm.compute import gemm_compute
+    from tc_autotune.templates.tc_gemm.compute import gemm_schedule
     from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
     from tc_autotune.templates.tc_gemm.workspaces import workspaces
 
@@ -122,8 +122,7 @@ def test_the_te_compute_on_llvm_matches_the_reference(spec, changes):
     config = TcGemmConfig(block_row_warps=1, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=1, chunk=1,
                           wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=1, vec_b=1, vec_c=1,
                           **changes)
-    inputs, out, extra = gemm_compute(conv2d_view(workload), config)
-    func = tvm.compile(te.create_prim_func([*inputs, out, *extra]), tvm.target.Target({"kind": "llvm"}))
+    func = tvm.compile(gemm_schedule(conv2d_view(workload), config).mod, tvm.target.Target({"kind": "llvm"}))
     arrays = random_inputs(workload, seed=1)
     args = [tvm.runtime.tensor(a) for a in arrays] + [tvm.runtime.empty(workload.out_shape, workload.out_dtype)]
     func(*args, *(tvm.runtime.empty(shape, dtype) for shape, dtype in workspaces(workload, config)))
@@ -202,6 +201,7 @@ def test_workload_of_reads_every_layout():
 
 # ---- CUDA that nvcc compiles ------------------------------------------------------------------------
 CODEGEN = [  # (spec, arch, config changes): a grouped conv and each layout on each path it is valid for
+    ("n=3,h=9,w=11,c=12,k=20,r=3,pad=1,groups=4,epilogue=bias", "sm_80", dict(intrinsic="wmma", split_k=1, stages=1)),
     (GROUPED.replace("h=6", "h=14") + ",weight_layout=OIHW", "sm_80",
      dict(intrinsic="wmma", wmma="m32n8k16", block_col_warps=1, warp_col_tiles=1, chunk=1, stages=1, split_k=2)),
     ("n=2,h=14,c=64,k=64,r=3,pad=1,groups=4", "sm_80", dict(MMA, split_k=1)),
@@ -225,5 +225,12 @@ def test_grouped_convs_and_weight_layouts_compile(spec, arch, changes):
     assert kernel.cubin[:4] == b"\x7fELF" and len(kernel.cubin) > 1000
     if workload.groups > 1:  # a group's GEMM per blockIdx.z (its split-K slices: z // split), its channels offset
         assert re.search(r"blockIdx\.z\)(?: >> 1\))? \* %d\)" % (workload.in_channels // workload.groups), src)
+    if workload.groups > 1 and config.split_k == 1:
+        # The C tile's stores are bounded by the group's width (K/G = 5 < block_n: its padded
+        # columns would be the next group's channels), not only by the output's channels.
+        store = src.rindex("out_ptr")  # the store from the C tile (after the signature's and loads' names)
+        guard = src[src.rindex("if (", 0, store):store]
+        kg = workload.out_channels // workload.groups  # in elements, or in vectors of vec_c
+        assert re.search(r"\) < (%d|%d)\)" % (kg, kg // config.vec_c), guard) or kg % config.block_n == 0, guard
     if config.warp_specialized:
         assert "weight_tensormap" in src  # OHWI: B by TMA boxes of the (K, R*S*C) matrix

@@ -14,7 +14,10 @@ sums the slices).
 A grouped view (``view.groups`` = G GEMMs of one shape) is split-K's structure without the sum:
 A and B hold the G GEMMs' operands one after another along K (group g's at g*Kp .., each padded
 to Kp), and C[z] is GEMM z's, computed by the blocks of blockIdx.z = z; with split-K too,
-z = g * split_k + slice.
+z = g * split_k + slice.  Without split-K its output is computed as (group, row, col) and laid
+out as the task's tensor by ``gemm_schedule``: a tile's padded columns then fall outside the
+output (the store from the C tile is bounded by the output block's domain), where as the
+tensor's channels they would be the next group's.
 """
 
 from __future__ import annotations
@@ -31,6 +34,19 @@ from .knobs import TcGemmConfig
 from .rules import round_up as _round_up
 from .views import conv2d_view
 from ...workloads.conv2d import Conv2dWorkload
+
+
+def gemm_schedule(view: GemmView, config: TcGemmConfig):
+    """A TensorIR schedule of ``gemm_compute``'s PrimFunc, whose arguments are the task's tensors:
+    a grouped view's (group, row, col) output is laid out as the task's tensor (C's map inverted)."""
+    inputs, out, extra = gemm_compute(view, config)
+    sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
+    c_op = view.c
+    if tuple(out.shape) != tuple(c_op.shape):
+        index = [tvm.tirx.Var(f"i{d}", "int32") for d in range(len(c_op.shape))]
+        to_matrix = tvm.tirx.IndexMap(index, list(c_op.map.matrix_index(*index)), None)
+        sch.transform_layout(sch.get_sblock(c_op.tensor), ("write", 0), to_matrix.inverse(list(c_op.shape)))
+    return sch
 
 
 def conv2d_compute(workload: Conv2dWorkload, config: TcGemmConfig):
@@ -131,8 +147,9 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
 
 def _grouped_gemm(view: GemmView, config: TcGemmConfig, operands, inputs, finish, copies, axes):
     """``gemm_compute``'s GEMMs of a grouped view: C[z] of GEMM z = g * split_k + slice reads
-    group g's part of A and B (its K from g * kp); C's map gives each output element's
-    (group, row, col).  Split-K's slices are summed as ungrouped ones are."""
+    group g's part of A and B (its K from g * kp).  Without split-K the output is (group, row,
+    col) (see the module); with it the sum kernel reads each output element's (group, row, col)
+    from C's map, as ungrouped slices are summed."""
     a, b_at, kp = operands
     c_op, split, bk = view.c, config.split_k, config.block_k
     mp, np_ = _round_up(view.m, config.block_m), _round_up(view.n, config.block_n)
@@ -147,9 +164,10 @@ def _grouped_gemm(view: GemmView, config: TcGemmConfig, operands, inputs, finish
                                axis=red),
         name="C",
     )
-    if split == 1:
-        out = te.compute(c_op.shape, lambda *idx: finish(gemm[c_op.map.matrix_index(*idx)], idx),
-                         name=c_op.tensor, varargs_names=axes)
+    if split == 1:  # (group, row, col): ``gemm_schedule`` lays it out as the task's tensor
+        out = te.compute((view.groups, view.m, view.n),
+                         lambda g, i, j: finish(gemm[g, i, j], c_op.map.element(i, j, g)[0]),
+                         name=c_op.tensor, varargs_names=["g", "row", "col"])
         return inputs, out, copies
     zk = te.reduce_axis((0, split), name="zk")
 
