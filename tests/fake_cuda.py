@@ -10,6 +10,9 @@ them: the timer's arithmetic (launch counts, per-launch division, repeats) is ch
 known kernel times, and its error handling against CUDA's error codes (``fail``).  It keeps
 what is alive, so a test sees that the timer freed everything it made.
 
+``FakeGpus`` is ``libcuda.so.1`` as ``backends.cuda.driver`` reads a GPU's facts through it, on
+simulated GPUs (``H100_PCIE``, ...), or a driver that finds none or fails.
+
 ``fake_torch`` is the ``torch`` the baseline's code sees (tensors are numpy arrays in a
 wrapper).  ``HostClock`` is a driver (the level above ctypes) that times real host calls with
 ``time.perf_counter``: the RPC tests' server (``rpc_host_server.py``) times CPU kernels with it.
@@ -22,7 +25,12 @@ from collections import Counter
 
 import numpy as np
 
+from tc_autotune.backends.cuda import driver
+
 NAMES = {1: ("CUDA_ERROR_INVALID_VALUE", "invalid argument"),
+         100: ("CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"),
+         101: ("CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"),
+         803: ("CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "system has unsupported display driver / cuda driver combination"),
          400: ("CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"),
          700: ("CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"),
          901: ("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
@@ -193,6 +201,67 @@ class FakeLibcuda:
     def cuGraphLaunch(self, executable, stream):  # noqa: N802
         self.replays += 1
         self.clock_ms += sum(self.graphs[executable.value]) * self.slow_replays.get(self.replays, 1.0)
+        return 0
+
+
+def gpu(name: str, cc: tuple[int, int], sm_count: int, smem_optin: int, smem_per_sm: int, registers: int = 65536,
+        threads: int = 1024) -> dict:
+    """A simulated GPU for ``FakeGpus``: its name and its attributes by CUdevice_attribute number."""
+    return {"name": name, driver.COMPUTE_CAPABILITY_MAJOR: cc[0], driver.COMPUTE_CAPABILITY_MINOR: cc[1],
+            driver.MULTIPROCESSOR_COUNT: sm_count, driver.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: smem_optin,
+            driver.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: smem_per_sm, driver.MAX_REGISTERS_PER_BLOCK: registers,
+            driver.MAX_THREADS_PER_BLOCK: threads}
+
+
+H100_SXM = gpu("NVIDIA H100 80GB HBM3", (9, 0), 132, 227 * 1024, 228 * 1024)
+H100_PCIE = gpu("NVIDIA H100 PCIe", (9, 0), 114, 227 * 1024, 228 * 1024)
+A100 = gpu("NVIDIA A100-SXM4-80GB", (8, 0), 108, 163 * 1024, 164 * 1024)
+
+
+class FakeGpus:
+    """``libcuda.so.1``'s device queries, as ``backends.cuda.driver`` calls them through ctypes,
+    on simulated GPUs (``gpu(...)``, in ordinal order).  ``init``: the CUresult cuInit returns
+    (100, CUDA_ERROR_NO_DEVICE: a driver that finds no GPU; 803: a broken one).  A device's
+    handle is not its ordinal, so a query given the ordinal fails as CUDA would."""
+
+    HANDLE = 0x100
+
+    def __init__(self, *gpus: dict, init: int = 0):
+        self.gpus, self.init = list(gpus), init
+
+    def _gpu(self, device) -> dict | None:
+        index = device - self.HANDLE
+        return self.gpus[index] if 0 <= index < len(self.gpus) else None
+
+    cuGetErrorName = FakeLibcuda.cuGetErrorName  # noqa: N815 (CUDA's names)
+    cuGetErrorString = FakeLibcuda.cuGetErrorString  # noqa: N815
+    _set = staticmethod(FakeLibcuda._set)
+
+    def cuInit(self, flags):  # noqa: N802
+        return self.init
+
+    def cuDeviceGetCount(self, out):  # noqa: N802
+        self._set(out, len(self.gpus))
+        return 0
+
+    def cuDeviceGet(self, out, ordinal):  # noqa: N802
+        if not 0 <= ordinal < len(self.gpus):
+            return 101
+        self._set(out, self.HANDLE + ordinal)
+        return 0
+
+    def cuDeviceGetName(self, buffer, length, device):  # noqa: N802
+        if self._gpu(device) is None:
+            return 101
+        buffer.value = self._gpu(device)["name"].encode()[:length - 1]
+        return 0
+
+    def cuDeviceGetAttribute(self, out, attribute, device):  # noqa: N802
+        if self._gpu(device) is None:
+            return 101
+        if attribute not in self._gpu(device):
+            return 1
+        self._set(out, self._gpu(device)[attribute])
         return 0
 
 

@@ -137,6 +137,11 @@ def test_benchmark_table_reports_geomeans_and_losses_to_the_default():
     dense = BenchRow("dense:m=16,n=64,k=128", 10**9, default_s=1e-5, tuned_s=1e-5, baseline_s=1e-5, baseline="cuBLAS")
     assert "| cuBLAS ms |" in markdown_table([dense]) and "cuDNN" not in markdown_table([dense])
     assert "Geomean cuBLAS/cuDNN / ours over 3 workloads" in markdown_table(rows + [dense])
+    assert "device time" not in table  # the profiler's view only where it was taken
+    rows[0].tuned_device_s, rows[0].baseline_device_s = 0.8e-4, 1.0e-4
+    profiled = markdown_table(rows)
+    assert "| a | 0.0800 | 0.1000 | 1.25 |" in profiled and "| b | 0.1100 |" not in profiled.split("device time")[1]
+    assert "Geomean cuDNN / applied by kernel device time over 1 workloads: 1.250." in profiled
     # JSON rows read back, those of before the baseline fields were renamed (and named no timer) too
     assert BenchRow.from_dict(json.loads(json.dumps(rows[0].as_dict()))) == rows[0] and rows[0].timer == "cuda_timer"
     old = {"workload": "a", "flops": 10**12, "default_s": 2e-4, "cudnn_s": 1e-4, "cudnn_err": 1e-3, "baseline": "cuDNN"}

@@ -119,6 +119,19 @@ def test_gpu_benchmark_retime_and_baseline_all_time_with_the_one_timer(cuda_torc
     assert len(options) == 2  # the config (the default: timed once) and the baseline
 
 
+def test_gpu_benchmark_profile_gives_both_sides_kernel_device_time(cuda_torch):
+    """The profiler's view: each side's kernels per call, ours on the torch launch path (checked
+    again), the baseline's ops; both a real figure of the same conv, and ours no more than its
+    graph-replayed wall time (kernels alone cannot take longer than the calls that run them)."""
+    from tc_autotune.tuning import benchmark
+
+    (row,) = benchmark.benchmark([str(WL)], repeat=10, profile=True)
+    assert row.tuned_device_s and row.baseline_device_s
+    assert 0.1 < row.baseline_device_s / row.tuned_device_s < 10
+    assert row.tuned_device_s <= 1.05 * row.tuned_s
+    assert "kernel device time" in benchmark.markdown_table([row])
+
+
 def test_gpu_the_baselines_graph_holds_their_ops_and_beats_eager_launches(cuda_torch):
     """cuDNN (conv + a fused epilogue's ops) and cuBLAS, captured by the driver on PyTorch's
     current stream set to the timer's: each call's kernels are in the graph, and the figure is

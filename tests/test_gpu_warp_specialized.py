@@ -38,9 +38,9 @@ CASES = [
 @pytest.mark.parametrize("persistent", [False, True], ids=["", "persistent"])
 @pytest.mark.parametrize("name,knobs", CASES, ids=[c[0][:40] for c in CASES])
 def test_warp_specialized_kernels_match_the_reference(name, knobs, persistent):
-    """warp_specialized=2, the persistent kernel, walks tiles blockIdx.x, + 132, ... with the
-    stage ring running on across them: most cases have fewer tiles than blocks, rfc-3x3-b1's
-    res5 case and the 1x1 many more."""
+    """warp_specialized=2, the persistent kernel, walks tiles blockIdx.x, + gridDim.x (this GPU's
+    SM count: 132 on an H100 SXM), ... with the stage ring running on across them: most cases
+    have fewer tiles than blocks, rfc-3x3-b1's res5 case and the 1x1 many more."""
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, warp_specialized=2 if persistent else 1))
 
 
@@ -113,7 +113,8 @@ def test_b_multicast_matches_the_reference(name, knobs):
 
 
 # Ping-pong: two consumer warpgroups of a persistent block take its tiles in turn (tiles blockIdx.x,
-# + 132, ... alternately), so most cases have more than 2 x 132 tiles; one has fewer than 132.
+# + gridDim.x, ... alternately; a block per SM, 132 on an H100 SXM), so most cases have more than
+# 2 x 132 tiles; one has fewer than 132.
 PING_PONG_CASES = [
     ("rfc-1x1-b256", dict()),  # 784 tiles of 128 x 128: 5-6 a block, 2-3 a warpgroup; both by TMA
     ("dense:m=1000,n=1032,k=520,b=kn,out_dtype=float16", dict(warp_row_tiles=1, warp_col_tiles=4, stages=3)),

@@ -40,19 +40,41 @@ def test_the_fixed_cuda_is_read_from_the_packages_cuh_files():
 
 def test_the_public_names_stay_importable_from_the_package():
     for name in ("plan", "kernel_module", "smem_bytes", "tma_boxes", "c_store_box", "fused_pair", "starting_configs",
-                 "STARTING_TILINGS", "KernelPlan", "TmaBox", "Im2colBox", "CExpr", "_element", "PERSISTENT_BLOCKS",
+                 "STARTING_TILINGS", "KernelPlan", "TmaBox", "Im2colBox", "CExpr", "_element",
                  "RASTER_GROUP", "ROW_BYTES", "CHUNK", "WAIT_LIMIT_NS"):
         assert hasattr(warp_specialized, name), name
 
 
 def test_the_sm_count_sets_a_persistent_kernels_grid_only():
+    """The plan holds no SM count: a persistent kernel launches a block per SM of whatever GPU it
+    runs on (``launch_grid``), at most one per tile; a kernel of a block per tile ignores it."""
     from test_warp_specialized import WS
 
     view = view_of(workloads.get("rfc-1x1-b256"))  # 392 tiles of 128 x 256
-    persistent = replace(WS, warp_specialized=2)
-    default = warp_specialized.plan(view, persistent)
-    assert tile_scheduler.PERSISTENT_BLOCKS == 132 and default.grid == (132, 1)
-    pcie = warp_specialized.plan(view, persistent, num_sms=114)
-    assert pcie.grid == (114, 1) and pcie.source == default.source
-    one_tile_a_block = warp_specialized.plan(view, WS, num_sms=114)
-    assert one_tile_a_block.grid == warp_specialized.plan(view, WS).grid == (392, 1)
+    persistent = warp_specialized.plan(view, replace(WS, warp_specialized=2))
+    assert persistent.persistent and persistent.grid == (392, 1)
+    assert persistent.launch_grid(132) == (132, 1) and persistent.launch_grid(114) == (114, 1)
+    assert persistent.launch_grid(1000) == (392, 1)  # fewer tiles than SMs: a block per tile
+    one_tile_a_block = warp_specialized.plan(view, WS)
+    assert not one_tile_a_block.persistent and one_tile_a_block.launch_grid(114) == one_tile_a_block.grid == (392, 1)
+
+
+def test_a_persistent_kernels_host_code_reads_the_sm_count_at_launch():
+    """The grid's x is min(tiles, the device's SM count), computed by the host code from TVM's
+    runtime.GetDeviceAttr(kDLCUDA, 0, kMultiProcessorCount) on each launch; the kernel's source
+    takes no parameter for it (records key on the source: it stays what it was)."""
+    import tvm
+
+    from test_warp_specialized import WS
+    from tc_autotune.templates.tc_gemm.warp_specialized import tvm_module
+
+    view = view_of(workloads.get("rfc-1x1-b256"))
+    kp = warp_specialized.plan(view, replace(WS, warp_specialized=2))
+    extent = tvm_module.blocks_x(kp)
+    assert str(extent) == 'T.min(392, T.call_packed("runtime.GetDeviceAttr", 2, 0, 7))'
+    assert tvm_module.blocks_x(warp_specialized.plan(view, WS)) == 392
+    lowered = tvm.tirx.transform.SplitHostDevice()(tvm.tirx.transform.BindTarget(
+        tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}).with_host("llvm"))(warp_specialized.kernel_module(
+            view, replace(WS, warp_specialized=2))))
+    kernel_params = [p.name for gv, f in lowered.functions.items() if gv.name_hint == "main_kernel" for p in f.params]
+    assert kernel_params == ["A_ptr", "B_ptr", "C_ptr", "data_tensormap", "weight_tensormap"]

@@ -3,6 +3,7 @@ dense: cuBLAS), in one process, all by the package's one timer.
 
     python scripts/benchmark.py --log tuning_logs/nvidia-h200.jsonl [--workload tutorial ...]
     python scripts/benchmark.py --log LOG --sweep stages=1,2,3,4     # ablation of knobs
+    python scripts/benchmark.py --log LOG --profile   # + kernel device time (torch.profiler)
 
 Installed, the same program is the command tc-benchmark (tc-benchmark --log LOG ...).
 Workloads: --workload and --job, else tutorial, rfc-3x3-b1, rfc-3x3-b32, rfc-3x3-b256,
@@ -37,6 +38,9 @@ def parse_args(argv, prog: str = PROG):
                    help="log(s) to draw tuning curves from (default: the --log files)")
     p.add_argument("--sweep", action="append", default=[], type=cli.knob_values, metavar="KNOB=V1,V2,...",
                    help="ablation: vary knobs of each workload's best (else default) config (repeatable)")
+    p.add_argument("--profile", action="store_true",
+                   help="also each side's kernel device time per call from the profiler (CUPTI via "
+                        "torch.profiler; needs PyTorch on the GPU)")
     p.add_argument("--repeat", type=cli.trial_count, default=50, help="timed repeats per kernel (median; 50)")
     p.add_argument("--min-repeat-ms", type=cli.repeat_ms, default=10,
                    help="each repeat runs back-to-back launches for at least this long (10; 0: no minimum)")
@@ -76,6 +80,9 @@ def _main(argv, prog: str) -> int:
         print(f"{prog}: {probe.no_gpu_message()}: the benchmark times kernels on the GPU, run it on a "
               "machine with one", file=sys.stderr)
         return cli.EXIT_NO_GPU
+    if args.profile and (missing := cli.torch_gpu_missing(prog)):
+        print(f"{missing}: --profile reads the kernels' times through torch.profiler", file=sys.stderr)
+        return cli.EXIT_NO_GPU
     from ..backends.cuda.timer import TimerError
     from ..tuning import benchmark
 
@@ -85,7 +92,7 @@ def _main(argv, prog: str) -> int:
             rows = benchmark.sweep(args.names, args.sweep, **timing)
             print(benchmark.sweep_table(rows))
         else:
-            rows = benchmark.benchmark(args.names, **timing)
+            rows = benchmark.benchmark(args.names, profile=args.profile, **timing)
             print(benchmark.markdown_table(rows))
             if args.plot_dir:
                 written = benchmark.write_plots(rows, args.plot_dir, args.curve_log or args.log or [])

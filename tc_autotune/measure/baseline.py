@@ -134,6 +134,11 @@ def checked_cublas_time(workload: DenseWorkload, *arrays, number: int = 20, repe
     return _checked_time(cublas_dense(workload, *inputs), reference, number, repeat, min_repeat_ms)
 
 
+def runner(workload, *inputs):
+    """(run, output) of the task's baseline on ``inputs``: cuDNN for a conv2d, cuBLAS for a dense."""
+    return (cublas_dense if isinstance(workload, DenseWorkload) else cudnn_conv2d)(workload, *inputs)
+
+
 def _checked_time(run_out, reference, number, repeat, min_repeat_ms) -> tuple[float | None, float]:
     run, out = run_out  # ran once: its output is fresh
     return check_then_time(lambda: None, lambda: out, reference,

@@ -30,7 +30,7 @@ import tvm.rpc
 from ..backends.cuda import timer
 from .devices import RpcDevice
 from .dispatch import RunnerFault
-from ..backends.cuda.gpu import GpuInfo, gpu_from_device
+from ..backends.cuda.gpu import GpuInfo, remote_gpu
 from .runner import Bench, check_and_time, timer_options
 from .runner_protocol import MeasureOptions
 
@@ -89,11 +89,12 @@ class RpcRunner:
     """Check and time built kernels on a GPU behind an RPC tracker.
 
     ``device_type`` is the remote device kind ("cuda"; tests use "cpu" with a CPU kernel) and
-    ``probe(remote device) -> GpuInfo`` reads its limits (default: the device's attributes).
+    ``probe(remote device) -> GpuInfo`` reads its limits (default: the server's CUDA driver, through
+    the function ``gpu.GPU_FACTS`` that ``measure.rpc_server`` installs).
     """
 
     def __init__(self, inputs_dir: str, options: MeasureOptions, rpc: RpcDevice, device_type: str = "cuda",
-                 probe=gpu_from_device):
+                 probe=None):
         self.inputs_dir, self.options, self.rpc = inputs_dir, options, rpc
         self.device_type, self.probe = device_type, probe
         self.device: GpuInfo | None = None
@@ -125,20 +126,20 @@ class RpcRunner:
             self.stop()
             session = self._request()
             dev = getattr(session, self.device_type)(0)
+            try:  # first: a bare TVM server has neither the timer nor the driver's facts (GPU_FACTS)
+                self._time = session.get_function(timer.TIME_FUNCTION)
+            except (AttributeError, RuntimeError) as err:
+                raise RunnerFault(f"the RPC server of key {self.rpc.key!r} has no tc_autotune timer "
+                                  f"({_one_line(err)}): start it with python -m tc_autotune.measure.rpc_server "
+                                  "(tvm.exec.rpc_server's options)") from None
             try:
-                info = self.probe(dev)
+                info = self.probe(dev) if self.probe else remote_gpu(session, dev)
             except Exception as err:
                 raise RunnerFault(f"the RPC server of key {self.rpc.key!r} has no usable "
                                   f"{self.device_type} device: {_one_line(err)}") from None
             if self.device is not None and (info.name, info.arch) != (self.device.name, self.device.arch):
                 raise RunnerFault(f"key {self.rpc.key!r} now serves a {info.name} ({info.arch}), "
                                   f"not a {self.device.name}: one run tunes one GPU model")
-            try:
-                self._time = session.get_function(timer.TIME_FUNCTION)
-            except (AttributeError, RuntimeError) as err:
-                raise RunnerFault(f"the RPC server of key {self.rpc.key!r} has no tc_autotune timer "
-                                  f"({_one_line(err)}): start it with python -m tc_autotune.measure.rpc_server "
-                                  "(tvm.exec.rpc_server's options)") from None
             self._session, self._dev, self.device, self._since = session, dev, info, time.monotonic()
         return self.device
 

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ..api import build_cache
 from ..api import functional
+from ..measure.profiler import kernel_seconds
 from .. import workloads
 from . import models, ops
 from .modules import FusedConv2d
@@ -93,16 +94,7 @@ def graph_of(fn, example):
 
 def kernel_ms(fn, iters: int = 20) -> float:
     """Sum of the CUDA kernels' device time per ``fn()`` call, from the profiler (CUPTI), in ms."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    return sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == cuda) / iters / 1e3
+    return kernel_seconds(fn, iters) * 1e3
 
 
 def rel_err(out, ref) -> float:

@@ -50,6 +50,10 @@ class TreeEnsemble:
         self.threshold = cat("split_conditions", np.float32)  # a leaf's value, at a leaf
         self.default_left = cat("default_left", bool)
         self.leaf = leaf
+        # One gather per level: a node's children interleaved [right, left], indexed by
+        # 2 * node + (went left); int32 halves the index traffic of the big candidate batches.
+        self._children = np.stack([self.right, self.left], axis=1).ravel().astype(np.int32)
+        self._feature32 = self.feature.astype(np.int32)
         self.num_features = int(num_features) if num_features is not None else int(self.feature.max(initial=-1)) + 1
         self.depth = max((_depth(t) for t in trees), default=0)
 
@@ -103,16 +107,20 @@ class TreeEnsemble:
     # ---- predicting ---------------------------------------------------------------------------
     def leaf_values(self, x: np.ndarray) -> np.ndarray:
         """(trees, rows) float32: each tree's leaf value for each row."""
-        x = np.asarray(x, dtype=np.float32)
+        x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] < self.num_features:
             raise ValueError(f"expected (rows, {self.num_features}) features, got {x.shape}")
-        rows = len(x)
-        node = np.broadcast_to(self.offsets[:, None], (len(self.offsets), rows)).copy()
-        row = np.arange(rows)[None, :]
+        rows, columns = x.shape
+        flat = x.ravel()
+        node = np.repeat(self.offsets.astype(np.int32)[:, None], rows, axis=1)
+        row_start = (np.arange(rows, dtype=np.int32) * columns)[None, :]
+        missing = bool(np.isnan(flat).any())  # rare: the default directions only then
         for _ in range(self.depth):
-            value = x[row, self.feature[node]]
-            go_left = np.where(np.isnan(value), self.default_left[node], value < self.threshold[node])
-            node = np.where(go_left, self.left[node], self.right[node])
+            value = flat[row_start + self._feature32[node]]
+            go_left = value < self.threshold[node]
+            if missing:
+                go_left = np.where(np.isnan(value), self.default_left[node], go_left)
+            node = self._children[2 * node + go_left]
         return self.threshold[node]
 
     def predict(self, x: np.ndarray) -> np.ndarray:

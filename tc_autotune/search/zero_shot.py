@@ -295,13 +295,18 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
     if len(starts) == 0:  # a narrow space (3 input channels): nothing valid near the neighbours'
         # bests, none drawn at random; the walk starts from the default config, always valid
         starts = positions_from_indices(space, np.array([space.index(space.default_config())], dtype=np.int64))
-    visited, _ = anneal_walk(space, lambda p: model.score(space, p), starts, rng, ANNEAL_STEPS,
-                             min_scale=1e-3)
+    visited, visited_scores = anneal_walk(space, lambda p: model.score(space, p), starts, rng,
+                                          ANNEAL_STEPS, min_scale=1e-3)
+    # A row's score does not depend on the batch it was scored in: the hood's and the walk's
+    # scores stand, rather than scoring the ~5,000 rows of the pool a second time.
     pool = np.concatenate([hood, visited])
+    pool_scores = np.concatenate([hood_scores, visited_scores])
+    known = _known_kernels(model, space, pool)
+    pool, pool_scores = pool[known], pool_scores[known]
     if len(pool) == 0:
         return Candidates(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool), neighbours)
-    pool = _unique_rows(space, _known_kernels(model, space, pool))
-    idx, scores = indices_from_positions(space, pool), model.score(space, pool)
+    idx, first = np.unique(indices_from_positions(space, pool), return_index=True)
+    scores = pool_scores[first]
     order = np.lexsort((idx, -scores))  # best score first, ties by index: deterministic
     idx, scores = idx[order], scores[order]
     marked = np.isin(idx, indices_from_positions(space, hood[from_neighbours]))
@@ -309,13 +314,14 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
 
 
 def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -> np.ndarray:
-    """``pool`` without warp-specialized configs unless a tuned workload's best config is one:
-    else the trees never saw that kernel win, and only the prior would speak for it."""
+    """Which rows of ``pool`` to keep (bool): warp-specialized configs only where a tuned
+    workload's best config is one; else the trees never saw that kernel win, and only the
+    prior would speak for it."""
     column = list(space.knobs).index("warp_specialized")
     best = np.array([i for indices in model.best.values() for i in indices], dtype=np.int64)
     if len(best) and positions_from_indices(space, best)[:, column].any():
-        return pool
-    return pool[pool[:, column] == space.knobs["warp_specialized"].index(0)]
+        return np.ones(len(pool), dtype=bool)
+    return pool[:, column] == space.knobs["warp_specialized"].index(0)
 
 
 # ---- the API -----------------------------------------------------------------------------------

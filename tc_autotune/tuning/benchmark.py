@@ -29,7 +29,8 @@ from ..backends.cuda.gpu import default_gpu
 from ..api.build import build
 from ..api.kernel import compile_kernel
 from ..measure.measurer import time_kernel
-from ..core.results import TIMER, TOLERANCE, check_then_time
+from ..measure.profiler import kernel_seconds
+from ..core.results import TIMER, TOLERANCE, check_then_time, relative_l2_error
 from ..workloads.conv2d import get
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class BenchRow:
     baseline_err: float | None = None
     baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_name)
     timer: str | None = TIMER  # what timed every figure of the row (results.TIMERS)
+    # the other view, with ``profile``: each side's CUDA kernels per call from the profiler
+    tuned_device_s: float | None = None
+    baseline_device_s: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -115,11 +119,32 @@ def task_arrays(workload, seed: int = 0) -> tuple:
     return (*inputs, task.reference(workload, *inputs))
 
 
+def device_times(kernel, workload, arrays) -> tuple[float | None, float | None]:
+    """(ours, the baseline's) kernel device seconds per call from the profiler, on torch
+    tensors of ``arrays`` (the task's inputs, then the reference): our kernel is checked again
+    on this launch path first (None, None where it is wrong)."""
+    import torch
+
+    *inputs, reference = arrays
+    tensors = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+    out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
+    kernel(*tensors, out)
+    torch.cuda.synchronize()
+    err = relative_l2_error(out.float().cpu().numpy(), reference)
+    if not err < TOLERANCE:
+        log.error("%s: kernel %s is WRONG on torch tensors (relative error %.3g); not profiled",
+                  workload, kernel.config, err)
+        return None, None
+    run, _ = baseline.runner(workload, *inputs)
+    return kernel_seconds(lambda: kernel(*tensors, out)), kernel_seconds(run)
+
+
 def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
-              min_repeat_ms: float = 10) -> list[BenchRow]:
+              min_repeat_ms: float = 10, profile: bool = False) -> list[BenchRow]:
     """Time the default config, the applied config (best record of ``logs`` and the shipped
     logs, else zero-shot, else default) and the task's baseline (cuDNN, cuBLAS) for each
-    workload, on the same inputs."""
+    workload, on the same inputs; with ``profile``, also the applied kernel's and the
+    baseline's kernel device time (``device_times``, needs PyTorch)."""
     gpu = default_gpu()
     rows = []
     for name in names:
@@ -137,10 +162,13 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
             choice = choose_config(wl, gpu, warn=False)
         row.tuned_config, row.tuned_source = choice.config.as_dict(), choice.source
         if choice.config == default_config:
+            tuned = default
             row.tuned_s, row.tuned_err = row.default_s, row.default_err
         else:
             tuned = build(wl, choice.config)
             row.tuned_s, row.tuned_err = checked_kernel_time(tuned, wl, *arrays, **timing)
+        if profile and row.tuned_s is not None:
+            row.tuned_device_s, row.baseline_device_s = device_times(tuned, wl, arrays)
         if baseline.available() and task.baseline is not None:
             row.baseline_s, row.baseline_err = task.baseline(wl, *arrays, **timing)
         log.info("%s: %s", name, row)
@@ -262,6 +290,14 @@ def markdown_table(rows: list[BenchRow]) -> str:
         lines += ["", f"Geomean {base} / ours over {len(timed)} workloads: applied {applied:.3f}, "
                       f"default {default:.3f}. Applied slower than default (>3%): "
                       f"{sum(r.slower_than_default for r in timed)} of {len(timed)}."]
+    profiled = [r for r in rows if r.tuned_device_s and r.baseline_device_s]
+    if profiled:
+        lines += ["", f"Kernel device time per call (profiler, CUPTI): | workload | applied ms | {base} ms "
+                      f"| {base} / applied |", "|---|---|---|---|"]
+        lines += [f"| {r.workload} | {ms_cell(r.tuned_device_s)} | {ms_cell(r.baseline_device_s)} | "
+                  f"{ratio_cell(r.baseline_device_s, r.tuned_device_s)} |" for r in profiled]
+        lines += ["", f"Geomean {base} / applied by kernel device time over {len(profiled)} workloads: "
+                      f"{geomean(r.baseline_device_s / r.tuned_device_s for r in profiled):.3f}."]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -74,7 +74,7 @@ def leave_one_out(workloads=SEED_WORKLOADS, history=None, gpu: GpuInfo | None = 
             return []
         base = gpu_for_arch(hist[0].arch or "sm_90")
         name = min((r.gpu for r in hist if r.gpu), default=base.name)
-        gpu = GpuInfo(name, base.arch, base.sm_count, base.max_threads_per_block, base.max_smem_per_block)
+        gpu = replace(base, name=name)
     out = []
     for name in workloads:
         workload = get_workload(name)

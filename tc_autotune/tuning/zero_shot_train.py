@@ -32,7 +32,7 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -258,8 +258,7 @@ def training_gpus(recs, exclude=()) -> list[GpuInfo]:
     for arch in sorted(names):
         nominal = gpu_for_arch(arch)
         out.append(nominal)
-        out += [GpuInfo(name, arch, nominal.sm_count, nominal.max_threads_per_block, nominal.max_smem_per_block)
-                for name in sorted(names[arch]) if name != nominal.name]
+        out += [replace(nominal, name=name) for name in sorted(names[arch]) if name != nominal.name]
     return out
 
 

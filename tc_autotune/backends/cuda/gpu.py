@@ -1,8 +1,15 @@
 """The GPU a kernel is built for: its compute capability and the limits the space checks.
 
-With a CUDA GPU present the facts come from the device; otherwise from a table
-keyed by architecture (sm_90 by default) so configs can be checked and kernels
-generated on machines without a GPU.
+A GPU's facts come from its driver (``driver``: SM count, opt-in shared memory per block,
+registers, compute capability), never from a table: a local device's through ``libcuda``, an
+RPC server's through the function ``GPU_FACTS`` it registers (``register``).
+
+A machine without a GPU (CI, a build host) still generates and compiles kernels for an arch:
+``gpu_for_arch`` gives a nominal GPU of it (``GpuInfo.nominal``), an assumption said as one:
+the arch's own limits, which every GPU of it has, and the SM count of a reference part (see
+``_NOMINAL``).  No kernel's code or launch depends on the SM count: the persistent kernel reads
+its device's when it launches (``warp_specialized.tvm_module``), so an assumed count costs a
+build-only machine's picks their fit to the GPU, never a kernel its correctness.
 
 "No GPU here" (no NVIDIA driver, no device node, none visible to this process) is a normal
 state: build-only machines and CI have none.  "A GPU is here but fails" (the driver or TVM's
@@ -15,32 +22,52 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+
+from . import driver
 
 log = logging.getLogger(__name__)
+
+GPU_FACTS = "tc_autotune.gpu_facts"  # the global function ``register`` installs (RPC servers)
 
 
 class NoGpuError(RuntimeError):
     """A CUDA GPU is needed (to measure, to run a kernel) and none can be used."""
 
-# Opt-in dynamic shared memory per block and SM counts of common parts, by arch.
-_SMEM_OPTIN = {"sm_70": 96 * 1024, "sm_75": 64 * 1024, "sm_80": 163 * 1024, "sm_86": 99 * 1024,
-               "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": 227 * 1024}
-_SM_COUNT = {"sm_70": 80, "sm_75": 40, "sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_90": 132}
+
+# The nominal GPU of an arch, for machines without one: (opt-in shared memory per block, the
+# SMs assumed).  The shared memory is the arch's own limit (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability"), the same on every GPU of it; the SM count
+# is a reference part's, which only the search reads (the split-K rule, the prior, the
+# features).  An arch not here gets the 48 KB every arch gives a block and 80 SMs.
+_NOMINAL = {
+    "sm_70": (96 * 1024, 80),  # V100
+    "sm_75": (64 * 1024, 40),  # T4
+    "sm_80": (163 * 1024, 108),  # A100
+    "sm_86": (99 * 1024, 84),  # A40
+    "sm_87": (163 * 1024, 80),  # Jetson Orin (16 SMs at most): the default count
+    "sm_89": (99 * 1024, 128),  # RTX 4090
+    "sm_90": (227 * 1024, 132),  # H100 SXM, H200
+}
+_OTHER_ARCH = (48 * 1024, 80)
 
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """What the knob space and the cost model need to know about a GPU."""
+    """What the knob space and the cost model need to know about a GPU.  ``nominal``: the facts
+    are ``gpu_for_arch``'s assumptions, not read from a device."""
 
     name: str
     arch: str  # "sm_90"
     sm_count: int
     max_threads_per_block: int = 1024
-    max_smem_per_block: int = 227 * 1024
+    max_smem_per_block: int = 227 * 1024  # opt-in dynamic shared memory
+    max_registers_per_block: int = 64 * 1024
+    nominal: bool = False
 
     @property
     def compute_capability(self) -> str:
@@ -48,15 +75,11 @@ class GpuInfo:
 
 
 def gpu_for_arch(arch: str = "sm_90") -> GpuInfo:
-    """Nominal limits of an architecture, for use without the device."""
+    """The nominal GPU of an architecture, for use without the device (see ``_NOMINAL``)."""
     if not arch.startswith("sm_") or not arch[3:].isdigit():
         raise ValueError(f"unknown CUDA architecture {arch!r} (expected e.g. sm_90)")
-    return GpuInfo(
-        name=f"generic {arch}",
-        arch=arch,
-        sm_count=_SM_COUNT.get(arch, 80),
-        max_smem_per_block=_SMEM_OPTIN.get(arch, 48 * 1024),
-    )
+    smem, sm_count = _NOMINAL.get(arch, _OTHER_ARCH)
+    return GpuInfo(name=f"generic {arch}", arch=arch, sm_count=sm_count, max_smem_per_block=smem, nominal=True)
 
 
 @dataclass(frozen=True)
@@ -121,18 +144,33 @@ def _last_line(err: Exception) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
+def gpu_from_facts(facts: driver.DeviceFacts) -> GpuInfo:
+    """The ``GpuInfo`` of a device the driver described."""
+    return GpuInfo(name=facts.name, arch=facts.arch, sm_count=facts.sm_count,
+                   max_threads_per_block=facts.max_threads_per_block,
+                   max_smem_per_block=facts.max_smem_per_block_optin,
+                   max_registers_per_block=facts.max_registers_per_block)
+
+
 def gpu_from_device(dev) -> GpuInfo:
-    """The ``GpuInfo`` of a TVM CUDA device, local or remote (an RPC session's ``cuda(0)``):
-    the limits the space checks configs against, read from the device itself."""
-    major, minor = dev.compute_version.split(".")
-    arch = f"sm_{major}{minor}"
-    return GpuInfo(
-        name=dev.device_name,
-        arch=arch,
-        sm_count=dev.multi_processor_count,
-        max_threads_per_block=dev.max_threads_per_block,
-        max_smem_per_block=_SMEM_OPTIN.get(arch, dev.max_shared_memory_per_block),
-    )
+    """The ``GpuInfo`` of a local TVM CUDA device (``tvm.cuda(i)``), read from the driver."""
+    return gpu_from_facts(driver.device_facts(dev.index))
+
+
+def remote_gpu(session, dev) -> GpuInfo:
+    """The ``GpuInfo`` of an RPC session's CUDA device ``dev``, read from the server's driver by
+    its ``GPU_FACTS`` (a server started by ``measure.rpc_server`` has it)."""
+    facts = json.loads(session.get_function(GPU_FACTS)(dev.index))
+    return gpu_from_facts(driver.DeviceFacts(**facts))
+
+
+def register() -> None:
+    """Install ``GPU_FACTS`` in this process's TVM: device index -> the driver's facts of that
+    GPU as JSON (an RPC server's process: ``measure.rpc_server``)."""
+    import tvm_ffi
+
+    tvm_ffi.register_global_func(GPU_FACTS, lambda index: json.dumps(asdict(driver.device_facts(int(index)))),
+                                 override=True)
 
 
 def gpu_log_name(gpu_name: str) -> str:

@@ -5,7 +5,8 @@ Everything that times goes through ``time_launches``: the tuner's runners (``tim
 in the runner process; on an RPC server through the global function ``TIME_FUNCTION``),
 ``Kernel.time`` (``measurer.time_kernel``, the benchmark, nightly's re-times) and the cuDNN and
 cuBLAS baselines through PyTorch (``measure.baseline``).  So both sides of every ratio are
-timed alike, and every figure made today is a ``results.CUDA_TIMER`` figure.
+timed alike, and every figure made today is a ``core.results.CUDA_TIMER`` figure (the
+name lives there, with the other timers' names, so that this backend imports nothing above it).
 
 What it does, given ``launch()`` (one launch of the kernel, or of the baseline's ops):
 
@@ -47,9 +48,8 @@ import functools
 import json
 import math
 
-from ...core.results import CUDA_TIMER
+from . import driver as cuda_driver
 
-TIMER = CUDA_TIMER  # the name records give its figures
 TIME_FUNCTION = "tc_autotune.time_function"  # the global function ``register`` installs
 MAX_NUMBER = 4096  # launches in one graph: capture costs host time per launch (tiny kernels)
 GROWTH = 1.618  # at least this much more launches per capture (TVM's time_evaluator's factor)
@@ -201,14 +201,7 @@ class CudaDriver:
     def _call(self, name: str, *args) -> None:
         code = getattr(self._lib, name)(*args)
         if code != 0:
-            raise TimerError(f"{name} failed: {self._describe(code)}")
-
-    def _describe(self, code: int) -> str:
-        name, text = ctypes.c_char_p(), ctypes.c_char_p()
-        self._lib.cuGetErrorName(code, ctypes.byref(name))
-        self._lib.cuGetErrorString(code, ctypes.byref(text))
-        label = (name.value or b"").decode(errors="replace") or f"CUDA error {code}"
-        return f"{label}: {(text.value or b'').decode(errors='replace')}".rstrip(": ")
+            raise TimerError(f"{name} failed: {cuda_driver.describe(self._lib, code)}")
 
     def _out(self, name: str, *args, kind=ctypes.c_void_p):
         """The value a call writes through its first argument (a handle, unless ``kind``)."""
@@ -307,9 +300,9 @@ class _Graph:
 @functools.cache
 def _cuda_driver() -> CudaDriver:
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError as err:
-        raise TimerError(f"no CUDA driver here (libcuda.so.1: {err})") from None
+        lib = cuda_driver.libcuda()
+    except cuda_driver.NoDriverError as err:
+        raise TimerError(str(err)) from None
     return CudaDriver(lib)
 
 
@@ -344,5 +337,5 @@ def time_remote(function, module, name: str, dev, args, *, warmup: int = 10, num
                                                   *args))]
 
 
-__all__ = ["TIMER", "TIME_FUNCTION", "MAX_NUMBER", "TimerError", "time_launches", "time_function", "tvm_stream",
+__all__ = ["TIME_FUNCTION", "MAX_NUMBER", "TimerError", "time_launches", "time_function", "tvm_stream",
            "CudaDriver", "driver", "register", "time_remote"]

@@ -18,7 +18,8 @@ import numpy as np
 
 from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, ChannelsOuter, a_is_matrix, box_tile, c_rows_aligned,
                    im2col_window)
-from .knobs import KNOBS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, storing_warpgroups
+from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
+                    storing_warpgroups)
 from .rules import Rule, per_block_m, requires_rule
 
 
@@ -100,6 +101,8 @@ _WS_CONSUMERS = 2  # warpgroups (block_col_warps): 128 x (1 + block_col_warps) t
 # fp32 accumulators per consumer thread: its warpgroup's (4 x warp_row_tiles x 16) x
 # (warp_col_tiles x 16) tile over 128 threads, warp_row_tiles x warp_col_tiles x 8
 _WS_ACCUMULATORS = 128
+# setmaxnreg: the producer warpgroup's registers and the two consumer warpgroups' (knobs.WS_*_REGS)
+_SETMAXNREG_REGISTERS = PRODUCER_THREADS * (WS_PRODUCER_REGS + 2 * WS_CONSUMER_REGS)
 
 
 def _ws_rule(name: str, ok, why) -> Rule:
@@ -203,6 +206,11 @@ _WARP_SPECIALIZED_RULES = (
          lambda cfg, v, c: "setmaxnreg=1 needs the warp-specialized kernel with two consumer warpgroups "
                            "(block_col_warps=2 or ping_pong=1), not warp_specialized="
                            f"{cfg.warp_specialized}, block_col_warps={cfg.block_col_warps}, ping_pong={cfg.ping_pong}"),
+    # ... and the registers it moves must fit the GPU's register file of a block (the driver's
+    # figure: 65536 on every Tensor Core GPU so far, which the budget is sized to)
+    Rule("setmaxnreg_registers", lambda v, c: (v["setmaxnreg"] == 0) | (_SETMAXNREG_REGISTERS <= c.gpu.max_registers_per_block),
+         lambda cfg, v, c: f"setmaxnreg=1 gives the block {_SETMAXNREG_REGISTERS} registers, more than the GPU's "
+                           f"{c.gpu.max_registers_per_block} per block"),
 )
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte

@@ -36,7 +36,7 @@ the roles are split and meet only on mbarriers:
   warps have released it (a remote mbarrier arrive);
 - ``tile_scheduler``: which tiles a block computes, in groups of 8 M tiles for L2 reuse; with
   ``warp_specialized=2`` a persistent block per SM walks the tiles, the stage ring running on
-  across them; with ``ping_pong`` (persistent) two consumer warpgroups, each computing whole
+  across them (the SM count is the device's, read by the host code at launch: ``tvm_module``); with ``ping_pong`` (persistent) two consumer warpgroups, each computing whole
   tiles, take the block's tiles in turn: one stores its tile while the other's wgmmas run, and a
   named barrier hands the main loop over, which also keeps each one's mbarrier phases in step.
 
@@ -58,9 +58,9 @@ from .epilogue import fused_pair
 from .kernel import KernelPlan, kernel_module, plan, smem_bytes
 from .layout import ROW_BYTES
 from .pipeline import CHUNK, WAIT_LIMIT_NS
-from .tile_scheduler import PERSISTENT_BLOCKS, RASTER_GROUP
+from .tile_scheduler import RASTER_GROUP
 from ..starting_tilings import STARTING_TILINGS, starting_configs  # the package's names before they moved
 
 __all__ = ["CExpr", "Im2colBox", "TmaBox", "c_store_box", "tma_boxes", "fused_pair", "KernelPlan", "plan", "smem_bytes",
-           "ROW_BYTES", "CHUNK", "WAIT_LIMIT_NS", "PERSISTENT_BLOCKS", "RASTER_GROUP", "STARTING_TILINGS",
+           "ROW_BYTES", "CHUNK", "WAIT_LIMIT_NS", "RASTER_GROUP", "STARTING_TILINGS",
            "starting_configs", "kernel_module"]

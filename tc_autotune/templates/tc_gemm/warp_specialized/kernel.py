@@ -16,7 +16,6 @@ from ..knobs import PRODUCER_THREADS, WS_CONSUMER_REGS, WS_PRODUCER_REGS, TcGemm
 from . import epilogue, mainloop, pipeline, tile_scheduler, tvm_module
 from .boxes import Im2colBox, TmaBox
 from .layout import BlockLayout, block_layout
-from .tile_scheduler import PERSISTENT_BLOCKS
 
 NAME = "tc_ws_gemm"  # the device function
 
@@ -28,13 +27,21 @@ class KernelPlan:
 
     name: str
     source: str
-    grid: tuple[int, int]
+    grid: tuple[int, int]  # persistent: (its tiles, 1), of which it launches ``launch_grid``'s
     threads: int
     smem_bytes: int
     a_box: TmaBox | Im2colBox | None  # the tensor maps' boxes (``tma_boxes``): A's, or None (gathered)
     b_box: TmaBox  # B's (each of a (K, N) B's atoms is such a box)
     cluster: int = 1  # blocks of a cluster along x (split-K)
     c_box: TmaBox | None = None  # tma_store: C's tensor map and box (``c_store_box``)
+    persistent: bool = False  # warp_specialized=2: blocks walk the tiles (blockIdx.x, + gridDim.x, ...)
+
+    def launch_grid(self, sm_count: int) -> tuple[int, int]:
+        """The grid launched on a GPU of ``sm_count`` SMs: a persistent kernel's is a block per SM
+        (fewer where there are fewer tiles), which its host code reads of the device at launch
+        (``tvm_module``); any other's is ``grid``.  The source is the same either way."""
+        gx, gy = self.grid
+        return (min(gx, sm_count), gy) if self.persistent else self.grid
 
 
 def smem_bytes(config: TcGemmConfig) -> int:
@@ -46,23 +53,24 @@ def smem_bytes(config: TcGemmConfig) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def plan(view: GemmView, config: TcGemmConfig, num_sms: int = PERSISTENT_BLOCKS) -> KernelPlan:
-    """The kernel of one GEMM view and warp-specialized config.  ``num_sms``: the GPU's SMs, the
-    most blocks a persistent kernel (``warp_specialized=2``) launches; the source does not depend on it."""
+def plan(view: GemmView, config: TcGemmConfig) -> KernelPlan:
+    """The kernel of one GEMM view and warp-specialized config, for any GPU of its arch: nothing
+    of it depends on the GPU's SM count (a persistent kernel reads it when it launches)."""
     lay = block_layout(view, config)
     source = _head(lay)
     if not lay.persistent:
         source += tile_scheduler.block_tile(lay)
     consumer = _persistent_consumer(lay) if lay.persistent else _consumer(lay)
     source += pipeline.init(lay) + _producer(lay) + _consumer_start(lay) + consumer
-    return KernelPlan(NAME, source, tile_scheduler.grid(lay, num_sms), PRODUCER_THREADS * (1 + lay.warpgroups),
-                      smem_bytes(config), lay.a_box, lay.b_boxes[0], 2 if lay.multicast else lay.split, lay.c_box)
+    return KernelPlan(NAME, source, tile_scheduler.grid(lay), PRODUCER_THREADS * (1 + lay.warpgroups),
+                      smem_bytes(config), lay.a_box, lay.b_boxes[0], 2 if lay.multicast else lay.split, lay.c_box,
+                      lay.persistent)
 
 
-def kernel_module(view: GemmView, config: TcGemmConfig, num_sms: int = PERSISTENT_BLOCKS):
+def kernel_module(view: GemmView, config: TcGemmConfig):
     """The IRModule TVM compiles for one GEMM view and warp-specialized config: ``plan``'s kernel
-    launched by ``tvm_module``'s PrimFunc.  ``num_sms``: the GPU's SMs (``plan``)."""
-    return tvm_module.ir_module(plan(view, config, num_sms), view)
+    launched by ``tvm_module``'s PrimFunc."""
+    return tvm_module.ir_module(plan(view, config), view)
 
 
 def _head(lay: BlockLayout) -> str:

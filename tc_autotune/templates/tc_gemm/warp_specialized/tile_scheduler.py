@@ -11,7 +11,6 @@ import math
 from ..knobs import PRODUCER_THREADS
 from .layout import BlockLayout
 
-PERSISTENT_BLOCKS = 132  # warp_specialized=2's blocks where the GPU's SM count is not given: an H100 SXM's / H200's
 RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's and Triton's swizzle)
 
 
@@ -24,10 +23,11 @@ def grid_tiles(lay: BlockLayout) -> tuple[int, int]:
     return grid_m, math.ceil(lay.view.n / lay.bn)
 
 
-def grid(lay: BlockLayout, num_sms: int) -> tuple[int, int]:
-    """The launch: a block per tile (split-K: per tile and K slice), or persistent, at most one per SM."""
+def grid(lay: BlockLayout) -> tuple[int, int]:
+    """The launch: a block per tile (split-K: per tile and K slice); persistent, the most blocks it
+    takes, one per tile: it launches at most one per SM of the GPU it runs on (``kernel.KernelPlan``)."""
     grid_m, grid_n = grid_tiles(lay)
-    return (min(grid_m * grid_n, num_sms), 1) if lay.persistent else (grid_m * lay.split, grid_n)
+    return (grid_m * grid_n, 1) if lay.persistent else (grid_m * lay.split, grid_n)
 
 
 def k_steps(lay: BlockLayout) -> str:

@@ -1,6 +1,11 @@
 """The TVM side of the kernel: a PrimFunc that launches the generated device function and
 encodes its operands' tensor maps in its host code.  It takes the kernel's plan (``kernel.plan``,
-which ``kernel.kernel_module`` hands it), so it stands beside the emitters, not above them."""
+which ``kernel.kernel_module`` hands it), so it stands beside the emitters, not above them.
+
+A persistent kernel launches a block per SM of the GPU it runs on, and its host code reads that
+count when it launches (``blocks_x``): the built kernel is right for every GPU of its arch,
+wherever it was built, with no SM count in it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,29 @@ from ....backends.cuda import tensormap
 from ....workloads.epilogue import input_specs as epilogue_input_specs
 from ..gemm import GemmView
 from .boxes import Im2colBox
+
+
+# TVM's runtime.GetDeviceAttr(device type, device id, attribute): kDLCUDA, kMultiProcessorCount
+_GET_DEVICE_ATTR, _CUDA, _SM_COUNT = "runtime.GetDeviceAttr", 2, 7
+
+
+def blocks_x(kp):
+    """The launch's blocks along x: ``kp.grid``'s, or for a persistent kernel at most one per SM of
+    the device, read by the host code on every launch (TVM's C++ runtime asks the CUDA runtime for
+    the attribute: no Python between launches, as in a Relax VM's).
+
+    Why device 0, not the arguments' device: the expression must name no variable, or TVM makes
+    it a parameter of the kernel, whose source (and so every record's code hash) would change,
+    and the host code's device variable is made after this PrimFunc, by the lowering.  Device 0
+    is the GPU a process has, or one of its like: each runner process sees only its own GPU
+    (CUDA_VISIBLE_DEVICES), and a process that runs on several of unlike SM counts still gets
+    right results (the blocks walk the tiles by gridDim), only a grid sized for GPU 0."""
+    import tvm
+
+    gx = kp.grid[0]
+    if not kp.persistent:
+        return gx
+    return tvm.tirx.min(gx, tvm.tirx.call_packed(_GET_DEVICE_ATTR, _CUDA, 0, _SM_COUNT))
 
 
 def ir_module(kp, view: GemmView):
@@ -22,7 +50,7 @@ def ir_module(kp, view: GemmView):
 
     if isinstance(kp.a_box, Im2colBox):
         tensormap.register()
-    (gx, gy), threads, smem = kp.grid, kp.threads, kp.smem_bytes
+    (gx, gy), threads, smem = (blocks_x(kp), kp.grid[1]), kp.threads, kp.smem_bytes
     a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
     operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)] + [(view.c, kp.c_box)] * (kp.c_box is not None)
     maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
