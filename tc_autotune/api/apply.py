@@ -135,14 +135,23 @@ def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None,
     return None
 
 
+# Input dtypes whose kernels are one GEMM: fp16 and bf16 operands have the same tiles, instruction
+# shapes and Tensor Core rate, so a config tuned for one is a config of the other (not fp32 input,
+# whose kernels cast first).
+_SAME_GEMM_DTYPES = ("float16", "bfloat16")
+
+
 def same_gemm(a, b) -> bool:
-    """Whether two workloads differ at most in their epilogue, output dtype and (conv2d) weight
-    layout: one GEMM, so a config tuned for either is valid for both where the space says so (a
-    PyTorch layer's OIHW / OHWI weight starts from what was tuned for its HWIO twin)."""
-    if type(a) is not type(b):
-        return False
-    layout = {"weight_layout": b.weight_layout} if isinstance(b, Conv2dWorkload) else {}
-    return dataclasses.replace(a, epilogue=b.epilogue, out_dtype=b.out_dtype, **layout) == b
+    """Whether two workloads differ at most in their epilogue and output dtype, in their input
+    dtype between fp16 and bf16, and (conv2d) in their weight layout: one GEMM, so a config tuned
+    for either is valid for both where the space says so (a PyTorch layer's OIHW / OHWI weight
+    starts from what was tuned for its HWIO twin)."""
+    def shape(w):  # every field but the dtypes, the epilogue and a conv's weight layout
+        return {f.name: getattr(w, f.name) for f in dataclasses.fields(w)
+                if f.name not in ("dtype", "out_dtype", "epilogue", "weight_layout")}
+
+    return (type(a) is type(b) and shape(a) == shape(b)
+            and (a.dtype == b.dtype or {a.dtype, b.dtype} <= set(_SAME_GEMM_DTYPES)))
 
 
 def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:

@@ -24,7 +24,7 @@ import tvm
 import tvm_ffi
 
 from ..backends.cuda import code_hash as code_keys
-from ..backends.cuda import nvcc, tensormap, timer
+from ..backends.cuda import nvcc, tensormap, tensormap_bf16, timer
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, probe_local_gpu
 from ..workloads.conv2d import get
@@ -87,14 +87,14 @@ class Kernel:
     @property
     def code_hash(self) -> str:
         """The key of this kernel's code (``backends.cuda.code_hash``): what its records carry."""
-        return kernel_code_hash(self.config, self.arch, self.cuda_source)
+        return kernel_code_hash(self.workload, self.config, self.arch, self.cuda_source)
 
     def _function(self):
         """The kernel's host function, looked up once (loading compiles: our callback serves
         the cached cubin for this kernel's arch, sm_90a for wgmma)."""
         if self._main is None:
             nvcc.install_compile_callback()
-            tensormap.register()  # what TMA im2col kernels' host code calls (a loaded module too)
+            tensormap_bf16.register()  # what TMA im2col kernels' host code calls (a loaded module too)
             with self.target:
                 self._main = self.module["main"]
         return self._main
@@ -251,7 +251,7 @@ def compile_kernel(workload, config, gpu: GpuInfo,
     target, executable = lower(workload, config, gpu)
     source = executable.mod.imports[0].inspect_source()
     cubin = nvcc.compile_cubin(source, build_arch(workload, config, gpu), nvcc_timeout)
-    code_keys.remember(workload, config, gpu.arch, kernel_code_hash(config, build_arch(workload, config, gpu), source))
+    code_keys.remember(workload, config, gpu.arch, kernel_code_hash(workload, config, build_arch(workload, config, gpu), source))
     return Kernel(workload, config, target, executable, cubin)
 
 
@@ -275,10 +275,15 @@ def lower(workload, config, gpu: GpuInfo):
     return target, executable
 
 
-def kernel_code_hash(config, arch: str, source: str) -> str:
-    """The code hash of a kernel of ``config`` compiled for ``arch`` from ``source``: with the TMA
-    im2col encoder's source where its host code calls it (``tensormap``)."""
-    host = [("backends/cuda/tensormap.py", Path(tensormap.__file__))] if getattr(config, "tma_im2col", 0) else []
+def kernel_code_hash(workload, config, arch: str, source: str) -> str:
+    """The code hash of a kernel of (``workload``, ``config``) compiled for ``arch`` from ``source``:
+    with the TMA im2col encoder's source where its host code calls it (``tensormap``; a bf16
+    workload's also ``tensormap_bf16``)."""
+    host = []
+    if getattr(config, "tma_im2col", 0):
+        host.append(("backends/cuda/tensormap.py", Path(tensormap.__file__)))
+        if workload.dtype == "bfloat16":
+            host.append(("backends/cuda/tensormap_bf16.py", Path(tensormap_bf16.__file__)))
     return code_keys.code_hash(source, arch, host)
 
 
@@ -290,7 +295,7 @@ def code_hash_of(workload, config, gpu: GpuInfo) -> str:
     if found is not None:
         return found
     target, executable = lower(workload, config, gpu)
-    digest = kernel_code_hash(config, arch, executable.mod.imports[0].inspect_source())
+    digest = kernel_code_hash(workload, config, arch, executable.mod.imports[0].inspect_source())
     code_keys.remember(workload, config, gpu.arch, digest)
     _LOWERED[(str(workload), config, arch)] = (target, executable)
     while len(_LOWERED) > _LOWERED_MAX:

@@ -98,6 +98,10 @@ def _main(argv, prog: str) -> int:
         parser.error(f"bad --devices: {err}")
     if args.target and args.target != gpu.arch:
         parser.error(f"bad --target {args.target}: the GPU measured on ({gpu.name}) is {gpu.arch}")
+    old = next((wl for wl in wls if wl.dtype == "bfloat16" and int(gpu.arch[3:]) < 80), None)
+    if old is not None:  # every config of its space is invalid there (rule bf16_arch)
+        parser.error(f"bad --workload {old}: bfloat16 needs sm_80 or newer, the GPU measured on ({gpu.name}) "
+                     f"is {gpu.arch}")
     options = MeasureOptions(build_workers=args.build_workers or 0, run_timeout=args.timeout, devices=devices,
                              rpc_connect_s=args.rpc_connect_timeout)
     logging.getLogger(prog).info("measuring on %d device(s) of %s: %s", len(devices), gpu.name,

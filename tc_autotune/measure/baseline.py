@@ -1,11 +1,12 @@
 """cuDNN (conv2d, channels-last fp16) and cuBLAS (dense, ``torch.matmul``) through PyTorch:
-the figures every tuned kernel is judged by.
+the figures every tuned kernel is judged by.  A bf16 workload's baseline computes in bf16 (its
+output and epilogue too), every other one's in fp16 (``torch_dtype``).
 
 A fused workload's baseline is the conv (matmul) followed by its epilogue as PyTorch ops,
 unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplace=True)``):
 ``mul_`` by scale, ``add_`` bias, ``add_`` the residual, ``relu_`` or ``gelu(approximate=
-"tanh")``, each its own kernel, in fp16 (the conv's output dtype, with fp16 copies of the
-epilogue's inputs, as an fp16 model holds them), timed with the conv as one unit.
+"tanh")``, each its own kernel, in fp16 or bf16 (the conv's output dtype, with copies of the
+epilogue's inputs in it, as such a model holds them), timed with the conv as one unit.
 
 A baseline is timed by the timer our kernels are timed by (``time_torch``).  PyTorch is
 optional: ``available()`` says whether it can run here.
@@ -33,16 +34,30 @@ def available() -> bool:
     return torch.cuda.is_available()
 
 
-def torch_epilogue(workload, arrays, channel_view, tensor_view):
-    """``finish(y)``: the workload's epilogue applied to PyTorch's fp16 output ``y`` (see the
-    module), on fp16 device copies of ``arrays`` (its inputs); ``channel_view`` shapes a
-    per-channel vector and ``tensor_view`` the residual like ``y``."""
+def torch_dtype(workload):
+    """The torch dtype the vendor libraries compute a workload in: bf16 for bf16 operands, else fp16
+    (fp32 input: fp16, as our kernels' copies)."""
     import torch
+
+    return torch.bfloat16 if workload.dtype == "bfloat16" else torch.float16
+
+
+def device_tensor(array, dtype):
+    """A host array (numpy, or ml_dtypes' bf16, which ``torch.from_numpy`` does not take) on the GPU
+    as ``dtype``: through fp32, which holds fp16 and bf16 values exactly."""
+    import torch
+
+    return torch.from_numpy(np.asarray(array, dtype=np.float32)).to(device="cuda", dtype=dtype)
+
+
+def torch_epilogue(workload, arrays, channel_view, tensor_view):
+    """``finish(y)``: the workload's epilogue applied to PyTorch's fp16 (bf16) output ``y`` (see the
+    module), on device copies of ``arrays`` (its inputs) in that dtype; ``channel_view`` shapes a
+    per-channel vector and ``tensor_view`` the residual like ``y``."""
     import torch.nn.functional as F
 
     fused = epilogue.parse(workload.epilogue)
-    held = {name: torch.from_numpy(np.asarray(a)).to(device="cuda", dtype=torch.float16)
-            for name, a in zip(fused.inputs, arrays)}
+    held = {name: device_tensor(a, torch_dtype(workload)) for name, a in zip(fused.inputs, arrays)}
     held = {name: (tensor_view if name == "residual" else channel_view)(t) for name, t in held.items()}
 
     def finish(y):
@@ -63,19 +78,18 @@ def torch_epilogue(workload, arrays, channel_view, tensor_view):
 
 def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
     """(run, output) for the workload on cuDNN: ``run()`` launches the conv once (grouped: with
-    PyTorch's ``groups``), then the epilogue's ops; inputs are fp16 NHWC (the residual NHWC too),
-    the weight in the workload's layout, which cuDNN is given as its channels-last OIHW."""
+    PyTorch's ``groups``), then the epilogue's ops; inputs are fp16 (bf16) NHWC (the residual NHWC
+    too), the weight in the workload's layout, which cuDNN is given as its channels-last OIHW."""
     import torch
     import torch.nn.functional as F
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     wl = workload
-    dev = torch.device("cuda")
-    x = torch.from_numpy(data.astype(np.float16)).to(dev).permute(0, 3, 1, 2)  # NCHW view of NHWC
+    x = device_tensor(data, torch_dtype(wl)).permute(0, 3, 1, 2)  # NCHW view of NHWC
     x = x.contiguous(memory_format=torch.channels_last)
-    hwio = np.ascontiguousarray(np.transpose(weight, TO_HWIO[wl.weight_layout]))
-    w = torch.from_numpy(hwio.astype(np.float16)).to(dev).permute(3, 2, 0, 1)  # OIHW
+    hwio = np.transpose(weight, TO_HWIO[wl.weight_layout])
+    w = device_tensor(hwio, torch_dtype(wl)).permute(3, 2, 0, 1)  # OIHW
     w = w.contiguous(memory_format=torch.channels_last)
     top, left, bottom, right = wl.padding
     if (top, left) != (bottom, right):
@@ -104,15 +118,15 @@ def checked_cudnn_time(workload: Conv2dWorkload, *arrays, number: int = 20, repe
 
 
 def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
-    """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 tensors with fp16
-    output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing), then the
-    epilogue's ops."""
+    """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 (bf16) tensors with
+    fp16 (bf16) output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing),
+    then the epilogue's ops.  Reductions stay fp32, as ours (no reduced-precision split-K sums)."""
     import torch
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    dev = torch.device("cuda")
-    a = torch.from_numpy(data.astype(np.float16)).to(dev)
-    b = torch.from_numpy(weight.astype(np.float16)).to(dev)
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    a = device_tensor(data, torch_dtype(workload))
+    b = device_tensor(weight, torch_dtype(workload))
     if workload.b_layout == "nk":
         b = b.t()  # a transposed view: cuBLAS reads the (N, K) weight as is
 

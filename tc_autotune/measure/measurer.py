@@ -156,8 +156,9 @@ class LocalMeasurer:
         task = tasks.of(self.workload)
         if not os.path.exists(path):  # the task's random inputs and fp32 reference
             inputs = task.inputs(self.workload, seed=0)
+            # with their dtypes' names: npz keeps a bf16 (ml_dtypes) array's bytes but not its dtype
             np.savez(path, **{f"input_{i}": array for i, array in enumerate(inputs)},
-                     reference=task.reference(self.workload, *inputs))
+                     reference=task.reference(self.workload, *inputs), dtypes=[a.dtype.name for a in inputs])
         _, out_shape, out_dtype = task.signature(self.workload)[-1]
         self._out_spec = (out_shape, out_dtype)
         for device_type in {getattr(s.runner, "device_type", None) for s in self._dispatcher.slots} - {None}:

@@ -4,8 +4,9 @@ with ``tvm.exec.rpc_server``'s options (``--tracker HOST:PORT --key KEY --no-for
 It is TVM's server plus the global functions a remote measurement calls: the package's timer
 (``timer.TIME_FUNCTION``: remote kernels are timed as local ones, ``rpc_runner``), the GPU's
 facts from its driver (``gpu.GPU_FACTS``: the limits the tuner's space checks), and TMA
-im2col's tensor-map encoder (``tensormap.ENCODE_IM2COL``: what ``tma_im2col`` kernels' host
-code calls).  A bare ``tvm.exec.rpc_server`` has none of them, and ``RpcRunner`` refuses it.
+im2col's tensor-map encoders (``tensormap.ENCODE_IM2COL``, bf16's ``tensormap_bf16.ENCODE_IM2COL``:
+what ``tma_im2col`` kernels' host code calls).  A bare ``tvm.exec.rpc_server`` has none of
+them, and ``RpcRunner`` refuses it.
 
 Where they are installed (``install``), and why there: TVM's server runs in a worker process
 it starts itself (``server_init_callback`` runs there), and serves each session from a child
@@ -27,7 +28,7 @@ import logging
 import tvm.rpc
 import tvm.rpc.server as tvm_server
 
-from ..backends.cuda import gpu, tensormap, timer
+from ..backends.cuda import gpu, tensormap_bf16, timer
 
 _TVM_SERVE_LOOP = tvm_server._serve_loop  # this process's, before ``install`` replaces it
 
@@ -37,7 +38,7 @@ def install(init: str | None = None) -> None:
     through ``_serve_loop``, in every session process it serves."""
     timer.register()
     gpu.register()
-    tensormap.register()
+    tensormap_bf16.register()  # fp16's encoder and bf16's
     if init:
         module, _, function = init.partition(":")
         getattr(importlib.import_module(module), function)()

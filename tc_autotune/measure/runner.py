@@ -27,12 +27,13 @@ import threading
 import numpy as np
 import tvm
 
-from ..backends.cuda import checker, nvcc, tensormap, timer
+from ..backends.cuda import checker, nvcc, tensormap_bf16, timer
 from .devices import LocalDevice
 from .dispatch import RunnerFault
 from ..backends.cuda.gpu import GpuInfo, gpu_from_device
 from ..core.results import check_error_then_time, relative_error_of_sums
 from .runner_protocol import MeasureOptions, serve
+from ..workloads.reference import host_dtype
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,14 @@ START_TIMEOUT = 120.0  # seconds a runner may take to start (TVM import, CUDA co
 
 
 def load_inputs(inputs_dir: str, key: str):
-    """(numpy inputs, fp32 reference) stored by the measurer under ``key``."""
+    """(numpy inputs, fp32 reference) stored by the measurer under ``key``; bf16 inputs, which npz
+    reads back as raw 2-byte values, as bf16 again (by the dtypes stored beside them)."""
     arrays = np.load(os.path.join(inputs_dir, f"{key}.npz"))
     count = sum(name.startswith("input_") for name in arrays.files)
-    return [arrays[f"input_{i}"] for i in range(count)], arrays["reference"]
+    inputs = [arrays[f"input_{i}"] for i in range(count)]
+    if "dtypes" in arrays.files:
+        inputs = [a.view(host_dtype(str(name))) for a, name in zip(inputs, arrays["dtypes"])]
+    return inputs, arrays["reference"]
 
 
 def checker_path(inputs_dir: str, key: str, device_type: str) -> str:
@@ -79,7 +84,7 @@ class Bench:
         each workspace."""
         (shape, dtype), *workspace_specs = tensors
         if self._out_spec != (tuple(shape), dtype):
-            self._poison = tvm.runtime.tensor(np.full(shape, np.nan, dtype), device=self.dev)
+            self._poison = tvm.runtime.tensor(np.full(shape, np.nan, host_dtype(dtype)), device=self.dev)
             self._out = tvm.runtime.empty(shape, dtype, device=self.dev)
             self._out_spec = (tuple(shape), dtype)
         self._poison.copyto(self._out)
@@ -127,7 +132,7 @@ def _runner_main(conn, inputs_dir: str, options: MeasureOptions):
     """The GPU runner process: set up CUDA, then ``serve`` check-and-time requests on GPU 0 (the
     one ``CUDA_VISIBLE_DEVICES`` left it)."""
     nvcc.install_compile_callback()
-    tensormap.register()  # the host code of tma_im2col kernels calls it
+    tensormap_bf16.register()  # the host code of tma_im2col kernels calls it (fp16's and bf16's)
     dev = tvm.cuda(0)
     benches = {}
 

@@ -8,7 +8,7 @@ chain; an op joins it when it is the only user of the chain's last value and is:
     linear  ->                  [add of a tensor of the output's shape] -> [ReLU | tanh-GELU]
 
 (the order of ``epilogue.py``: scale, bias, residual, activation).  A layer the kernels cannot
-take (a depthwise or non-zero-padded conv, a dtype other than fp16, a batch norm in training
+take (a depthwise or non-zero-padded conv, a dtype other than fp16 or bf16, a batch norm in training
 mode) is a ``Layer`` with ``why_not`` set: it stays PyTorch's.  A grouped conv is one kernel
 (an implicit GEMM per group); its weight is read in place where no batch norm is folded into it
 (``weight_layout``).  Exact GELU is not the kernels'
@@ -30,7 +30,7 @@ from ..workloads.conv2d import Conv2dWorkload
 
 _ADDS = (operator.add, operator.iadd, torch.add)
 _RELUS = (F.relu, torch.relu, torch.relu_)
-DTYPES = (torch.float16,)  # what the kernels take today
+DTYPES = (torch.float16, torch.bfloat16)  # what the kernels take today (bf16: sm_80+)
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _residual(node: fx.Node, value: fx.Node) -> fx.Node | None:
 
 def _why_not(module, bn=None) -> str | None:
     if module.weight.dtype not in DTYPES:
-        return f"its parameters are {str(module.weight.dtype).removeprefix('torch.')} (the kernels take float16)"
+        return f"its parameters are {str(module.weight.dtype).removeprefix('torch.')} (the kernels take float16 or bfloat16)"
     if isinstance(module, nn.Conv2d):
         if module.groups > 1 and module.groups == module.in_channels:
             return DEPTHWISE

@@ -11,6 +11,8 @@ captures their launches in its CUDA graphs.  Their layouts are the kernels' own:
 
 ``scale``/``bias`` are fp32 per output channel; ``activation`` is "none", "relu" or "gelu" (the
 tanh approximation); the epilogue is ``act(acc * scale + bias + residual)`` (``epilogue.py``).
+Operands are fp16 or bf16 (fp32 too: cast to fp16 copies); ``conv2d_nhwc`` and ``dense_nk`` write
+fp16, or bf16 for bf16 operands, unless told another ``out_dtype`` (bf16 operands: fp32 or bf16).
 A conv's weight is read in place in the layout it comes in: HWIO [R, S, C/G, K], or OIHW
 [K, C/G, R, S] (``weight_layout="OIHW"``: an ``nn.Conv2d``'s weight), which in channels_last
 memory is read as OHWI through its permuted view (the same memory).  A depthwise conv
@@ -105,6 +107,12 @@ def _hashable(value):
     return value if value.__class__ is int else tuple(value)
 
 
+def _default_out_dtype(operand) -> torch.dtype:
+    """The output dtype when none is given: bf16 for bf16 operands (they write fp32 or bf16), else
+    fp16."""
+    return torch.bfloat16 if operand.dtype == torch.bfloat16 else torch.float16
+
+
 def _name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -128,13 +136,15 @@ def in_place_weight(weight, weight_layout: str):
 
 
 def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, padding=0, dilation=1,
-                activation=None, out_dtype=torch.float16, out=None, fallback=True, static_key=None, groups=1,
+                activation=None, out_dtype=None, out=None, fallback=True, static_key=None, groups=1,
                 weight_layout="HWIO"):
     """The conv2d kernel of these tensors (see the module), launched on torch's current stream:
     eager through the cached launch, under ``torch.compile`` as ``tc_autotune::conv2d``.  With
     ``fallback``, a call no kernel can serve runs PyTorch's ops (counted); without, it raises
-    the ValueError that says why.  ``static_key``: ``conv2d_key`` of the other arguments."""
+    the ValueError that says why.  ``static_key``: ``conv2d_key`` of the other arguments.
+    ``out_dtype`` None: fp16, bf16 for bf16 operands."""
     activation = activation or "none"
+    out_dtype = out_dtype or _default_out_dtype(data)
     if _is_compiling():
         return torch.ops.tc_autotune.conv2d(data, weight, scale, bias, residual, _pair(stride),
                                             _quad(padding), _pair(dilation), activation, _dtype(out_dtype),
@@ -177,11 +187,12 @@ def _given(*tensors) -> list:
     return [t for t in tensors if t is not None]
 
 
-def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, out_dtype=torch.float16,
+def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, out_dtype=None,
              out=None, fallback=True):
     """``act(a @ weight.T * scale + bias + residual)`` for an (N, K) weight (nn.Linear's) and an
     ``a`` of any leading dims (folded into M): as ``conv2d_nhwc``."""
     activation = activation or "none"
+    out_dtype = out_dtype or _default_out_dtype(a)
     if _is_compiling():
         return torch.ops.tc_autotune.dense(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
     key = ("dense", a.shape, a.dtype, a.device, weight.shape, activation, _dtype(out_dtype), scale is None,

@@ -21,7 +21,7 @@ import tvm
 
 from ..api import apply, build_cache
 from ..api.kernel import build_arch
-from ..backends.cuda import nvcc, tensormap
+from ..backends.cuda import nvcc, tensormap_bf16
 from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
 from ..core import tasks
 from ..templates.tc_gemm.views import view_of
@@ -121,7 +121,7 @@ def prepare_process() -> None:
     callback (cached cubins; the kernels are nvcc's, as the tuner measured them) and the host
     function that encodes TMA im2col tensor maps."""
     nvcc.install_compile_callback()
-    tensormap.register()
+    tensormap_bf16.register()  # fp16's encoder and bf16's
 
 
 def compile_cuda(source: str, arch: str) -> bytes:

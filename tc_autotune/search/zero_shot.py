@@ -84,8 +84,14 @@ def _shape_vector(workload: Conv2dWorkload) -> np.ndarray:
         math.log2(m), math.log2(n), math.log2(k), math.log2(workload.batch),
         math.log2(workload.in_channels), math.log2(workload.out_channels),
         math.log2(workload.kernel_h * workload.kernel_w), math.log2(workload.stride[0] * workload.stride[1]),
-        float(workload.out_dtype == "float16"), math.log2(workload.groups),
+        float(workload.out_dtype in _TWO_BYTE_OUTPUTS), math.log2(workload.groups),
     ])
+
+
+# The output dtypes of 2-byte elements: a bf16 output is stored as an fp16 one is (the model's
+# features do not see the dtype, and bf16 operands run at fp16's rate), so bf16 workloads find
+# fp16 ones as their neighbours and fp16 rows stay what the stored model was trained on.
+_TWO_BYTE_OUTPUTS = ("float16", "bfloat16")
 
 
 # The GEMM shape (a group's) decides tiling and waves; batch, channels, kernel area and stride
@@ -96,8 +102,8 @@ _SHAPE_WEIGHTS = np.array([1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 0.5])
 
 def workload_distance(a: Conv2dWorkload, b: Conv2dWorkload) -> float:
     """How far apart two workloads are for config transfer: weighted Euclidean distance of
-    log2 M, N, K, batch, in/out channels, kernel area, stride area, fp16 output (0/1) and
-    log2 groups."""
+    log2 M, N, K, batch, in/out channels, kernel area, stride area, a 2-byte (fp16, bf16) output
+    (0/1) and log2 groups."""
     d = _shape_vector(a) - _shape_vector(b)
     return float(np.sqrt(np.sum(_SHAPE_WEIGHTS * d * d)))
 

@@ -32,6 +32,7 @@ from ..measure.measurer import time_kernel
 from ..measure.profiler import kernel_seconds
 from ..core.results import TIMER, TOLERANCE, check_then_time, relative_l2_error
 from ..workloads.conv2d import get
+from ..workloads.reference import host_dtype
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int
     our launches timed as the baseline's')."""
     *inputs, reference = arrays
     dev = tvm.cuda(0)
-    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=dev)
+    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, host_dtype(workload.out_dtype)), device=dev)
     args = [*(tvm.runtime.tensor(a, device=dev) for a in inputs), out]
     times, err = check_then_time(
         lambda: kernel(*args), out.numpy, reference,

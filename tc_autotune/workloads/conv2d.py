@@ -22,8 +22,8 @@ from .epilogue import is_name as is_epilogue
 from .epilogue import spec_item as epilogue_item
 from .dense import DenseWorkload
 
-INPUT_DTYPES = ("float16", "float32")
-OUTPUT_DTYPES = ("float32", "float16")
+INPUT_DTYPES = ("float16", "float32", "bfloat16")
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 
 # spec key -> (field, arity of the tuple it expands to, 0 for a scalar)
 _SPEC_KEYS = {
@@ -66,8 +66,8 @@ def _expand(value, arity: int, name: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Conv2dWorkload:
-    """One conv2d: NHWC data, HWIO (OIHW, OHWI) weights, fp16 Tensor Core math with fp32 accumulation;
-    grouped with ``groups`` > 1 (one implicit GEMM per group, ``conv_weights``)."""
+    """One conv2d: NHWC data, HWIO (OIHW, OHWI) weights, fp16 (or bf16) Tensor Core math with fp32
+    accumulation; grouped with ``groups`` > 1 (one implicit GEMM per group, ``conv_weights``)."""
 
     batch: int
     in_height: int
@@ -115,6 +115,7 @@ class Conv2dWorkload:
             raise ValueError(
                 f"unknown out_dtype {self.out_dtype!r}: expected one of {', '.join(OUTPUT_DTYPES)}"
             )
+        dense_workloads.check_dtypes(self.dtype, self.out_dtype)
         top, left, bottom, right = self.padding
         eff_h = (self.kernel_h - 1) * self.dilation[0] + 1
         eff_w = (self.kernel_w - 1) * self.dilation[1] + 1

@@ -21,8 +21,8 @@ from .epilogue import canonical as canonical_epilogue
 from .epilogue import spec_item as epilogue_item
 
 PREFIX = "dense:"
-INPUT_DTYPES = ("float16",)
-OUTPUT_DTYPES = ("float32", "float16")
+INPUT_DTYPES = ("float16", "bfloat16")
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 B_LAYOUTS = ("kn", "nk")
 
 # spec key -> field
@@ -37,6 +37,17 @@ _INT_KEYS = ("batch", "m", "n", "k")
 MAX_ELEMENTS = 2**31 - 1
 
 
+def check_dtypes(dtype: str, out_dtype: str) -> None:
+    """ValueError for an output dtype the operands' dtype does not write: bf16 operands write fp32 or
+    bf16 (an fp16 output could not hold bf16's range: values past 65504 would become inf), and only
+    they write bf16 (fp16 and fp32 inputs have fp16 Tensor Core operands: their outputs are fp16's).
+    Conv2d workloads are checked with it too."""
+    if out_dtype == "bfloat16" and dtype != "bfloat16":
+        raise ValueError(f"out_dtype=bfloat16 needs dtype=bfloat16, not {dtype}")
+    if dtype == "bfloat16" and out_dtype == "float16":
+        raise ValueError("dtype=bfloat16 writes out_dtype float32 or bfloat16, not float16")
+
+
 def check_elements(tensors: dict) -> None:
     """ValueError for the first of ``tensors`` (name -> shape) with more than MAX_ELEMENTS."""
     for name, shape in tensors.items():
@@ -48,7 +59,7 @@ def check_elements(tensors: dict) -> None:
 
 @dataclass(frozen=True)
 class DenseWorkload:
-    """One dense layer: fp16 A and B, fp32 accumulation, fp32 or fp16 output."""
+    """One dense layer: fp16 (or bf16) A and B, fp32 accumulation, fp32 or fp16 (bf16) output."""
 
     m: int
     n: int
@@ -68,6 +79,7 @@ class DenseWorkload:
         for name, known in (("b_layout", B_LAYOUTS), ("dtype", INPUT_DTYPES), ("out_dtype", OUTPUT_DTYPES)):
             if getattr(self, name) not in known:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}: expected one of {', '.join(known)}")
+        check_dtypes(self.dtype, self.out_dtype)
         check_elements({"A": self.a_shape, "B": self.b_shape, "C": self.out_shape})
 
     # ---- shapes -------------------------------------------------------------

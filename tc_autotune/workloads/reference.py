@@ -1,10 +1,14 @@
 """fp32 references on the host (conv2d, dense), to check every kernel that is built or timed.
 
 A task's inputs are its operands, then its fused epilogue's inputs (``epilogue.input_specs``);
-the reference applies that epilogue to the fp32 result (``epilogue.reference``)."""
+the reference applies that epilogue to the fp32 result (``epilogue.reference``).  numpy has no
+bfloat16: a bf16 workload's arrays are ``ml_dtypes.bfloat16`` ones (TVM's own dependency, which
+TVM and PyTorch take as bf16), and importing it here also lets numpy read the name "bfloat16"
+(``astype("bfloat16")``, as the epilogue's residual of a bf16 output is drawn)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from . import epilogue
@@ -13,24 +17,38 @@ from .dense import DenseWorkload
 from .conv2d import Conv2dWorkload
 
 
+def host_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a workload's dtype name (bfloat16: ml_dtypes')."""
+    return np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+
+
+def as_operand(array: np.ndarray, workload) -> np.ndarray:
+    """An input in fp32, rounded as the kernel's Tensor Core operands hold it: to bf16 for a bf16
+    workload, else to fp16 (fp32 input is cast to fp16 copies first).  Exact for arrays already of
+    that dtype."""
+    rounding = ml_dtypes.bfloat16 if workload.dtype == "bfloat16" else np.float16
+    return np.asarray(array).astype(rounding).astype(np.float32)
+
+
 def random_inputs(workload: Conv2dWorkload, seed: int = 0) -> tuple[np.ndarray, ...]:
     """Random data and weights (never zeros), scaled so outputs stay O(1) in fp16, then the
     epilogue's inputs."""
     rng = np.random.default_rng(seed)
     fan_in = workload.kernel_h * workload.kernel_w * workload.in_channels // workload.groups
-    data = rng.uniform(-1.0, 1.0, workload.data_shape).astype(workload.dtype)
-    weight = (rng.uniform(-1.0, 1.0, workload.weight_shape) / np.sqrt(fan_in)).astype(workload.dtype)
+    dtype = host_dtype(workload.dtype)
+    data = rng.uniform(-1.0, 1.0, workload.data_shape).astype(dtype)
+    weight = (rng.uniform(-1.0, 1.0, workload.weight_shape) / np.sqrt(fan_in)).astype(dtype)
     return data, weight, *epilogue.random_inputs(workload, rng)  # drawn last: operands as if plain
 
 
 def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
                      *epilogue_inputs: np.ndarray) -> np.ndarray:
-    """NHWC x HWIO -> NHWC in float32 (inputs rounded to fp16 first, as the kernel does),
-    through the workload's epilogue; the weight in the workload's layout, each group's output
-    channels from its input channels."""
+    """NHWC x HWIO -> NHWC in float32 (inputs rounded to fp16 or bf16 first, as the kernel does:
+    ``as_operand``), through the workload's epilogue; the weight in the workload's layout, each
+    group's output channels from its input channels."""
     wl = workload
-    x = data.astype(np.float16).astype(np.float32)
-    w = np.transpose(weight, TO_HWIO[wl.weight_layout]).astype(np.float16).astype(np.float32)
+    x = as_operand(data, wl)
+    w = as_operand(np.transpose(weight, TO_HWIO[wl.weight_layout]), wl)
     g, cg, kg = wl.groups, wl.in_channels // wl.groups, wl.out_channels // wl.groups
     top, left, bottom, right = wl.padding
     x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
@@ -53,15 +71,16 @@ def dense_inputs(workload: DenseWorkload, seed: int = 0) -> tuple[np.ndarray, ..
     """Random A and weight (never zeros), scaled so outputs stay O(1) in fp16, then the
     epilogue's inputs."""
     rng = np.random.default_rng(seed)
-    data = rng.uniform(-1.0, 1.0, workload.a_shape).astype(workload.dtype)
-    weight = (rng.uniform(-1.0, 1.0, workload.b_shape) / np.sqrt(workload.k)).astype(workload.dtype)
+    dtype = host_dtype(workload.dtype)
+    data = rng.uniform(-1.0, 1.0, workload.a_shape).astype(dtype)
+    weight = (rng.uniform(-1.0, 1.0, workload.b_shape) / np.sqrt(workload.k)).astype(dtype)
     return data, weight, *epilogue.random_inputs(workload, rng)  # drawn last: operands as if plain
 
 
 def dense_reference(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray,
                     *epilogue_inputs: np.ndarray) -> np.ndarray:
-    """A @ B (B = weight, or its transpose for ``b=nk``) in float32, inputs rounded to fp16,
-    through the workload's epilogue."""
-    a = data.astype(np.float16).astype(np.float32)
-    b = weight.astype(np.float16).astype(np.float32)
+    """A @ B (B = weight, or its transpose for ``b=nk``) in float32, inputs rounded to fp16 or bf16
+    (``as_operand``), through the workload's epilogue."""
+    a = as_operand(data, workload)
+    b = as_operand(weight, workload)
     return epilogue.reference(workload, a @ (b if workload.b_layout == "kn" else b.T), *epilogue_inputs)

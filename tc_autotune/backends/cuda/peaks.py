@@ -57,7 +57,7 @@ def peak_of(gpu: str | None, arch: str | None) -> Peak:
     return _BY_ARCH.get(arch or "", GENERIC)
 
 
-_BYTES = {"float16": 2, "float32": 4}
+_BYTES = {"float16": 2, "float32": 4, "bfloat16": 2}
 _MAX_TAPS = 64
 
 

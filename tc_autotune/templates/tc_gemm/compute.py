@@ -65,15 +65,16 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     if (a_op.layout, c_op.layout) != (ROW_MAJOR, ROW_MAJOR):
         raise ValueError("the template reads A and writes C row-major (contiguous along K and N)")
 
-    a_in = te.placeholder(a_op.shape, view.dtype, name=_input_name(a_op.tensor, view.dtype))
-    b_in = te.placeholder(b_op.shape, view.dtype, name=_input_name(b_op.tensor, view.dtype))
-    if view.dtype == "float16":
+    operand_dtype = view.operand_dtype  # fp16, or bf16
+    a_in = te.placeholder(a_op.shape, view.dtype, name=_input_name(a_op.tensor, view))
+    b_in = te.placeholder(b_op.shape, view.dtype, name=_input_name(b_op.tensor, view))
+    if view.dtype == operand_dtype:
         a_tensor, b_tensor, copies = a_in, b_in, []
     else:
         # fp16 copies (workspaces) written by the cast kernel, named as the fp16 workload's
         # inputs: the GEMM kernel reading them is the fp16 kernel, names included.
         a_tensor, b_tensor = copies = [_fp16_copy(a_in, a_op.tensor), _fp16_copy(b_in, b_op.tensor)]
-    zero = tvm.tirx.const(0, "float16")
+    zero = tvm.tirx.const(0, operand_dtype)
     epilogue_in, finish = _epilogue(view)
     inputs = [a_in, b_in, *epilogue_in]
 
@@ -91,7 +92,7 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
             else:
                 index, inside = held.map.element(row, col)
             inside = tvm.tirx.all(row < rows, col < cols, *inside)
-            return tvm.tirx.if_then_else(inside, tensor[index].astype("float16"), zero)
+            return tvm.tirx.if_then_else(inside, tensor[index].astype(operand_dtype), zero)
 
         return element
 
@@ -214,5 +215,7 @@ def _fp16_copy(tensor: te.Tensor, name: str) -> te.Tensor:
     return te.compute(tensor.shape, lambda *i: tensor(*i).astype("float16"), name=name)
 
 
-def _input_name(name: str, dtype: str) -> str:
-    return name if dtype == "float16" else f"{name}_{dtype.replace('float', 'fp')}"
+def _input_name(name: str, view: GemmView) -> str:
+    """An input's name: the tensor's where the GEMM reads it as it is (fp16, bf16), else the
+    tensor's with its dtype (data_fp32: its fp16 copy has the tensor's name)."""
+    return name if view.dtype == view.operand_dtype else f"{name}_{view.dtype.replace('float', 'fp')}"

@@ -174,6 +174,13 @@ class GemmView:
         return self.m, self.n, self.k
 
     @property
+    def operand_dtype(self) -> str:
+        """What the Tensor Cores multiply: bfloat16 for bf16 inputs, else float16 (fp32 inputs
+        through their fp16 copies).  Both are 2 bytes, so tiles, swizzles and shared memory are
+        alike; only the instructions' and the shared tiles' types differ."""
+        return "bfloat16" if self.dtype == "bfloat16" else "float16"
+
+    @property
     def inputs(self) -> tuple[Operand, Operand]:
         return self.a, self.b
 
@@ -310,7 +317,7 @@ class Im2colWindow:
     offset_step: tuple[int, int]  # (w, h): one filter tap further along: the dilation
 
 
-OUT_BYTES = {"float32": 4, "float16": 2}  # an output element's bytes, by the output dtypes
+OUT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # an output element's bytes, by the output dtypes
 
 
 def c_rows_aligned(view: GemmView) -> bool:

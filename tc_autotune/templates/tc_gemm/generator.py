@@ -1,6 +1,7 @@
 """Probe configs: a few (workload, config) pairs per Tensor Core path that tests compile with nvcc,
 read the generated code of, and run on the GPU (``tests/test_dense.py``, ``test_codegen.py``,
-``test_gpu_dense.py``, ``test_gpu_wgmma_in_flight.py``, ``test_tma_probe.py``).
+``test_gpu_dense.py``, ``test_gpu_wgmma_in_flight.py``, ``test_tma_probe.py``, ``test_bf16.py``,
+``test_gpu_bf16.py``).
 
 They once fingerprinted the generator for a hand-bumped template version; records are keyed by
 hashes of the code and of the template's sources now (``database.record``), so only the sets
@@ -50,6 +51,32 @@ DENSE_IN_FLIGHT_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=256,n=256,k=512,b=nk,out_dtype=float16", dict(_IN_FLIGHT, warp_col_tiles=4, stages=2)),
     ("dense:m=64,n=1024,k=4096,b=nk", dict(_IN_FLIGHT, warp_row_tiles=1, warp_col_tiles=8, block_col_warps=1,
                                            split_k=4, stages=3)),
+)
+
+# bf16 operands (dtype=bfloat16) on every path, fp32 and bf16 output, fused epilogues: WMMA at its
+# three shapes and mma.sync (sm_80+), wgmma with groups waited for and in flight, and the
+# warp-specialized kernel with A by TMA boxes, gathered, by TMA im2col and C by TMA stores (sm_90a).
+_WS = dict(_IN_FLIGHT, block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, offset_c=0,
+           vec_c=1, stages=4, warp_specialized=1)
+BF16_PROBES: tuple[tuple[str, dict], ...] = (
+    ("n=2,h=14,c=64,k=128,r=3,pad=1,dtype=bfloat16", dict(stages=2)),
+    ("dense:m=200,n=136,k=264,b=nk,dtype=bfloat16,out_dtype=bfloat16,epilogue=bias_gelu",
+     dict(wmma="m8n32k16", block_row_warps=1, stages=2)),
+    ("n=3,h=17,w=15,c=24,k=40,r=3,pad=1x2x0x1,dtype=bfloat16,out_dtype=bfloat16,epilogue=scale_bias_residual_relu",
+     dict(wmma="m32n8k16", warp_row_tiles=1, warp_col_tiles=4)),
+    ("n=2,h=14,c=64,k=128,r=3,pad=1,dtype=bfloat16,out_dtype=bfloat16",
+     dict(_SWIZZLED, intrinsic="mma", stages=3, frag_buffers=2)),
+    ("dense:batch=2,m=100,n=136,k=264,b=nk,dtype=bfloat16", dict(_SWIZZLED, intrinsic="mma", split_k=2, stages=2)),
+    ("n=4,h=14,c=128,k=128,r=3,pad=1,dtype=bfloat16,out_dtype=bfloat16,epilogue=bias_relu",
+     dict(_WGMMA, warp_col_tiles=4, stages=2)),
+    ("dense:m=256,n=256,k=512,b=nk,dtype=bfloat16", dict(_IN_FLIGHT, warp_col_tiles=4, stages=3)),
+    ("n=4,h=14,c=128,k=256,r=3,pad=1,dtype=bfloat16", _WS),
+    ("dense:m=130,n=192,k=520,b=nk,dtype=bfloat16,out_dtype=bfloat16,epilogue=bias_residual_gelu",
+     dict(_WS, warp_col_tiles=4, consumers_along_m=1, tma_store=1)),
+    ("n=2,h=9,w=11,c=16,k=128,r=3,pad=2,dilation=2,dtype=bfloat16,out_dtype=bfloat16,epilogue=bias_residual_relu",
+     dict(_WS, warp_col_tiles=4, stages=3)),
+    ("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1,dtype=bfloat16,out_dtype=bfloat16",
+     dict(_WS, block_col_warps=1, warp_specialized=2, tma_im2col=1)),
 )
 
 

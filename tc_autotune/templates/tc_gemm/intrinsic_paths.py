@@ -146,7 +146,8 @@ _WARP_SPECIALIZED_RULES = (
     _ws_rule("c_tile", lambda v, c: (v["vec_c"] == 1) & (v["offset_c"] == 0),
              lambda cfg, v, c: f"needs vec_c=1 and offset_c=0, not {cfg.vec_c} and {cfg.offset_c}: its "
                                "consumers store C from their registers, so no other value makes another kernel"),
-    _ws_rule("dtype", lambda v, c: c.view.dtype == "float16",
+    # (fp32 input only: fp16 and bf16 inputs are what the Tensor Cores read.)
+    _ws_rule("dtype", lambda v, c: c.view.dtype == c.view.operand_dtype,
              lambda cfg, v, c: f"needs float16 input, not {c.view.dtype}: the producer copies the input "
                                "tensors straight into the stages, with no fp16 copies"),
     _ws_rule("consumers", lambda v, c: v["block_col_warps"] <= _WS_CONSUMERS,

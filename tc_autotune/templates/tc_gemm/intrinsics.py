@@ -1,7 +1,8 @@
 """Tensor Core intrinsics for the template: the registry of the intrinsics it defines, and WMMA of
 every fragment shape (``mma_sync``: ldmatrix + mma.sync; ``wgmma_intrinsic``: Hopper's warpgroup MMA).
 Each comes for a B tile stored [k][n] in shared memory (row-major, N contiguous) and one stored
-[n][k] (column-major, K contiguous: an nn.Linear weight's layout, copied with vector loads along K).
+[n][k] (column-major, K contiguous: an nn.Linear weight's layout, copied with vector loads along K),
+and for fp16 or bf16 operands (``dtype``; sm_80+ for bf16), always accumulating in fp32.
 
 TVM 0.27 registers only 16x16x16 WMMA intrinsics, and importing the module that
 does so parses ~100 TVMScript functions (~25 s).  These modules define the five
@@ -39,16 +40,22 @@ def _fragment_index(buf, stride, rows, cols):
     return buf.elem_offset // stride // rows * (stride // cols) + buf.elem_offset % stride // cols
 
 
+def dtype_tag(dtype: str) -> str:
+    """What an intrinsic's registered name adds for its operands' dtype: nothing for fp16 (the
+    names from before bf16), "_bf16" for bf16."""
+    return {"float16": "", "bfloat16": "_bf16"}[dtype]
+
+
 def _load(rows: int, cols: int, mnk: tuple[int, int, int], scope_in: str, scope_frag: str,
-          layout: str = ROW_MAJOR):
+          layout: str = ROW_MAJOR, dtype: str = "float16"):
     """A (rows x cols) tile of shared memory into a fragment; ``layout`` says which of the
     fragment's axes the tile's rows are (col_major B: a [n][k] tile)."""
     m, n, k = mnk
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, c: T.handle) -> None:
-        src = T.match_buffer(a, (rows, cols), "float16", align=64, offset_factor=cols, scope=scope_in)
-        dst = T.match_buffer(c, (rows, cols), "float16", align=64, offset_factor=cols, scope=scope_frag)
+        src = T.match_buffer(a, (rows, cols), dtype, align=64, offset_factor=cols, scope=scope_in)
+        dst = T.match_buffer(c, (rows, cols), dtype, align=64, offset_factor=cols, scope=scope_frag)
         with T.sblock("root"):
             T.reads(src[0:rows, 0:cols])
             T.writes(dst[0:rows, 0:cols])
@@ -63,16 +70,16 @@ def _load(rows: int, cols: int, mnk: tuple[int, int, int], scope_in: str, scope_
         s0 = T.int32()
         d1 = T.int32()
         d0 = T.int32()
-        src = T.match_buffer(a, (rows, cols), "float16", align=64, offset_factor=cols,
+        src = T.match_buffer(a, (rows, cols), dtype, align=64, offset_factor=cols,
                              scope=scope_in, strides=[s1, s0])
-        dst = T.match_buffer(c, (rows, cols), "float16", align=64, offset_factor=cols,
+        dst = T.match_buffer(c, (rows, cols), dtype, align=64, offset_factor=cols,
                              scope=scope_frag, strides=[d1, d0])
         with T.sblock("root"):
             T.reads(src[0:rows, 0:cols])
             T.writes(dst[0:rows, 0:cols])
             T.evaluate(T.tvm_load_matrix_sync(
                 dst.data, m, n, k, _fragment_index(dst, d1, rows, cols),
-                src.access_ptr("r", ptr_type="float16"), s1, layout, dtype="void"))
+                src.access_ptr("r", ptr_type=dtype), s1, layout, dtype="void"))
 
     return desc, impl
 
@@ -141,16 +148,17 @@ def _store(mnk, scope_out: str):
     return desc, impl
 
 
-def _mma(mnk, b_layout: str = ROW_MAJOR):
-    """C += A B on fragments; B's fragment is (k, n), or (n, k) for a col_major B."""
+def _mma(mnk, b_layout: str = ROW_MAJOR, dtype: str = "float16"):
+    """C += A B on fragments (fp16 or bf16, fp32 C); B's fragment is (k, n), or (n, k) for a
+    col_major B."""
     m, n, k = mnk
     b_shape = (n, k) if b_layout == COL_MAJOR else (k, n)
     b_index = (lambda kk, j: (j, kk)) if b_layout == COL_MAJOR else (lambda kk, j: (kk, j))
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (m, k), "float16", align=64, offset_factor=k, scope="wmma.matrix_a")
-        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=b_shape[1], scope="wmma.matrix_b")
+        A = T.match_buffer(a, (m, k), dtype, align=64, offset_factor=k, scope="wmma.matrix_a")
+        B = T.match_buffer(b, b_shape, dtype, align=64, offset_factor=b_shape[1], scope="wmma.matrix_b")
         C = T.match_buffer(c, (m, n), "float32", align=64, offset_factor=n, scope="wmma.accumulator")
         with T.sblock("root"):
             T.reads(C[0:m, 0:n], A[0:m, 0:k], B[0:b_shape[0], 0:b_shape[1]])
@@ -169,9 +177,9 @@ def _mma(mnk, b_layout: str = ROW_MAJOR):
         b0 = T.int32()
         c1 = T.int32()
         c0 = T.int32()
-        A = T.match_buffer(a, (m, k), "float16", align=64, offset_factor=k,
+        A = T.match_buffer(a, (m, k), dtype, align=64, offset_factor=k,
                            scope="wmma.matrix_a", strides=[a1, a0])
-        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=b_shape[1],
+        B = T.match_buffer(b, b_shape, dtype, align=64, offset_factor=b_shape[1],
                            scope="wmma.matrix_b", strides=[b1, b0])
         C = T.match_buffer(c, (m, n), "float32", align=64, offset_factor=n,
                            scope="wmma.accumulator", strides=[c1, c0])
@@ -210,16 +218,18 @@ def _register(tag: str, make: dict) -> IntrinsicNames:
 
 
 def wmma_intrinsics(mnk: tuple[int, int, int], smem_scope: str = "shared.dyn",
-                    b_layout: str = ROW_MAJOR) -> IntrinsicNames:
+                    b_layout: str = ROW_MAJOR, dtype: str = "float16") -> IntrinsicNames:
     """Register (once per process) and name the intrinsics of one WMMA shape, B's tile
-    stored [k][n] (row_major) or [n][k] (col_major, loaded as a col_major matrix_b)."""
+    stored [k][n] (row_major) or [n][k] (col_major, loaded as a col_major matrix_b), of
+    ``dtype`` operands (float16, bfloat16)."""
     m, n, k = mnk
     b_tile = (n, k) if b_layout == COL_MAJOR else (k, n)
-    return _register(f"wmma_{m}x{n}x{k}_{smem_scope.replace('.', '_')}{b_tag(b_layout)}", {
+    tag = f"wmma_{m}x{n}x{k}_{smem_scope.replace('.', '_')}{b_tag(b_layout)}{dtype_tag(dtype)}"
+    return _register(tag, {
         "fill": lambda: _fill(mnk),
-        "load_a": lambda: _load(m, k, mnk, smem_scope, "wmma.matrix_a"),
-        "load_b": lambda: _load(*b_tile, mnk, smem_scope, "wmma.matrix_b", b_layout),
-        "mma": lambda: _mma(mnk, b_layout),
+        "load_a": lambda: _load(m, k, mnk, smem_scope, "wmma.matrix_a", dtype=dtype),
+        "load_b": lambda: _load(*b_tile, mnk, smem_scope, "wmma.matrix_b", b_layout, dtype),
+        "mma": lambda: _mma(mnk, b_layout, dtype),
         "store": lambda: _store(mnk, smem_scope),
     })
 

@@ -1,14 +1,14 @@
 """ldmatrix + mma.sync intrinsics (the ``mma`` intrinsic path, sm_80+) at 16x16x16: a warp's
 16x16 operand and accumulator tiles as 32 lanes x 8 values, loaded from (XOR-swizzled) shared
 memory with ldmatrix.x4 and multiplied with two m16n8k16 mma.sync; registered like WMMA's
-(``intrinsics``)."""
+(``intrinsics``), for fp16 or bf16 operands (both 16-bit: the same ldmatrix, the same layouts)."""
 
 from __future__ import annotations
 
 from tvm.script import tirx as T
 
 from .operand_layout import COL_MAJOR, ROW_MAJOR, b_tag
-from .intrinsics import MMA_TILE, IntrinsicNames, _register
+from .intrinsics import MMA_TILE, IntrinsicNames, _register, dtype_tag
 
 # A 16x16 fp16 operand tile or fp32 accumulator tile lives in a warp as 32 lanes x 8 values;
 # element (i, j) sits at lane 4*(i%8) + (j%8)//2, slot 4*(j//8) + 2*(i//8) + j%2 (the
@@ -22,8 +22,12 @@ def mma_fragment_layout(i, j):
     return 4 * (i % 8) + (j % 8) // 2, 4 * (j // 8) + 2 * (i // 8) + j % 2
 
 
-def _ldmatrix(transpose: bool, smem_scope: str, b_layout: str = ROW_MAJOR):
-    """A 16x16 fp16 tile in shared memory into the warp's fragment layout (ldmatrix.x4).
+# mma.sync's name of an operand dtype
+_PTX_TYPES = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def _ldmatrix(transpose: bool, smem_scope: str, b_layout: str = ROW_MAJOR, dtype: str = "float16"):
+    """A 16x16 fp16 (bf16) tile in shared memory into the warp's fragment layout (ldmatrix.x4).
     Lane t gives the address of row t % 16, column block t // 16; B stored [k][n] is loaded
     with .trans so both operands end up in the same layout.  B stored [n][k] (col_major)
     is loaded without .trans, its 8x8 blocks in the order (n, k) = (0, 0), (0, 8), (8, 0),
@@ -38,9 +42,9 @@ def _ldmatrix(transpose: bool, smem_scope: str, b_layout: str = ROW_MAJOR):
 
     @T.prim_func(s_tir=True)
     def desc(w: T.handle, s: T.handle) -> None:
-        smem = T.match_buffer(s, (MMA_TILE, MMA_TILE), "float16", align=64, offset_factor=MMA_TILE,
+        smem = T.match_buffer(s, (MMA_TILE, MMA_TILE), dtype, align=64, offset_factor=MMA_TILE,
                               scope=smem_scope)
-        frag = T.match_buffer(w, (_WARP, _SLOTS), "float16", align=64, offset_factor=MMA_TILE,
+        frag = T.match_buffer(w, (_WARP, _SLOTS), dtype, align=64, offset_factor=MMA_TILE,
                               scope="warp")
         with T.sblock("root"):
             T.reads(smem[0:MMA_TILE, 0:MMA_TILE])
@@ -57,9 +61,9 @@ def _ldmatrix(transpose: bool, smem_scope: str, b_layout: str = ROW_MAJOR):
     def impl(w: T.handle, s: T.handle) -> None:
         s0 = T.int32()
         s1 = T.int32()
-        smem = T.match_buffer(s, (MMA_TILE, MMA_TILE), "float16", align=64, offset_factor=MMA_TILE,
+        smem = T.match_buffer(s, (MMA_TILE, MMA_TILE), dtype, align=64, offset_factor=MMA_TILE,
                               scope=smem_scope, strides=[s0, s1])
-        frag = T.match_buffer(w, (_WARP, _SLOTS), "float16", align=64, offset_factor=MMA_TILE,
+        frag = T.match_buffer(w, (_WARP, _SLOTS), dtype, align=64, offset_factor=MMA_TILE,
                               scope="warp")
         with T.sblock("root"):
             T.reads(smem[0:MMA_TILE, 0:MMA_TILE])
@@ -67,18 +71,19 @@ def _ldmatrix(transpose: bool, smem_scope: str, b_layout: str = ROW_MAJOR):
             for tx in T.thread_binding(0, _WARP, "threadIdx.x"):
                 T.evaluate(T.ptx_legacy.ldmatrix(
                     transpose, 4, ".b16", frag.data, frag.elem_offset + _SLOTS * tx,
-                    smem.access_ptr("r"), address(tx, s0), dtype="float16"))
+                    smem.access_ptr("r"), address(tx, s0), dtype=dtype))
 
     return desc, impl
 
 
-def _mma_sync():
+def _mma_sync(dtype: str = "float16"):
     """C[16x16] += A[16x16] @ B[16x16] as two m16n8k16 mma.sync (left and right 8 columns)."""
+    ptx_type = _PTX_TYPES[dtype]
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (_WARP, _SLOTS), "float16", align=64, offset_factor=MMA_TILE, scope="warp")
-        B = T.match_buffer(b, (_WARP, _SLOTS), "float16", align=64, offset_factor=MMA_TILE, scope="warp")
+        A = T.match_buffer(a, (_WARP, _SLOTS), dtype, align=64, offset_factor=MMA_TILE, scope="warp")
+        B = T.match_buffer(b, (_WARP, _SLOTS), dtype, align=64, offset_factor=MMA_TILE, scope="warp")
         C = T.match_buffer(c, (_WARP, _SLOTS), "float32", align=64, offset_factor=MMA_TILE, scope="warp")
         with T.sblock("root"):
             T.reads(C[0:_WARP, 0:_SLOTS], A[0:_WARP, 0:_SLOTS], B[0:_WARP, 0:_SLOTS])
@@ -95,8 +100,8 @@ def _mma_sync():
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (_WARP, _SLOTS), "float16", align=64, offset_factor=MMA_TILE, scope="warp")
-        B = T.match_buffer(b, (_WARP, _SLOTS), "float16", align=64, offset_factor=MMA_TILE, scope="warp")
+        A = T.match_buffer(a, (_WARP, _SLOTS), dtype, align=64, offset_factor=MMA_TILE, scope="warp")
+        B = T.match_buffer(b, (_WARP, _SLOTS), dtype, align=64, offset_factor=MMA_TILE, scope="warp")
         C = T.match_buffer(c, (_WARP, _SLOTS), "float32", align=64, offset_factor=MMA_TILE, scope="warp")
         with T.sblock("root"):
             T.reads(C[0:_WARP, 0:_SLOTS], A[0:_WARP, 0:_SLOTS], B[0:_WARP, 0:_SLOTS])
@@ -104,7 +109,7 @@ def _mma_sync():
             for tx in T.thread_binding(0, _WARP, "threadIdx.x"):
                 for half in T.unroll(2):
                     T.evaluate(T.ptx_legacy.mma(
-                        "m16n8k16", "row", "col", "fp16", "fp16", "fp32",
+                        "m16n8k16", "row", "col", ptx_type, ptx_type, "fp32",
                         A.data, A.elem_offset + tx * _SLOTS,
                         B.data, B.elem_offset + tx * _SLOTS + half * (_SLOTS // 2),
                         C.data, C.elem_offset + tx * _SLOTS + half * (_SLOTS // 2),
@@ -183,13 +188,14 @@ def _mma_store(smem_scope: str):
     return desc, impl
 
 
-def mma_intrinsics(smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR) -> IntrinsicNames:
+def mma_intrinsics(smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR,
+                   dtype: str = "float16") -> IntrinsicNames:
     """Register (once per process) and name the ldmatrix + mma.sync intrinsics (16x16x16),
-    B's tile stored [k][n] (row_major) or [n][k] (col_major)."""
-    return _register(f"mma_16x16x16_{smem_scope.replace('.', '_')}{b_tag(b_layout)}", {
+    B's tile stored [k][n] (row_major) or [n][k] (col_major), of ``dtype`` operands."""
+    return _register(f"mma_16x16x16_{smem_scope.replace('.', '_')}{b_tag(b_layout)}{dtype_tag(dtype)}", {
         "fill": _mma_fill,
-        "load_a": lambda: _ldmatrix(False, smem_scope),
-        "load_b": lambda: _ldmatrix(b_layout == ROW_MAJOR, smem_scope, b_layout),
-        "mma": _mma_sync,
+        "load_a": lambda: _ldmatrix(False, smem_scope, dtype=dtype),
+        "load_b": lambda: _ldmatrix(b_layout == ROW_MAJOR, smem_scope, b_layout, dtype),
+        "mma": lambda: _mma_sync(dtype),
         "store": lambda: _mma_store(smem_scope),
     })

@@ -1,6 +1,7 @@
 """Each intrinsic path's schedule of the GEMM block (``intrinsic_paths.schedules`` registers them):
 WMMA fragments on padded tiles, ldmatrix + mma.sync on XOR-swizzled tiles, and wgmma on
-128-byte-swizzled tiles, with its groups kept in flight across k-steps (``wgmma_in_flight``)."""
+128-byte-swizzled tiles, with its groups kept in flight across k-steps (``wgmma_in_flight``).
+Each takes the operands' dtype (``dtype``: float16, bfloat16), which picks its intrinsics."""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ from .wgmma_source import WGMMA_ATOM, WGMMA_K
 
 
 @schedules("wmma")
-def _schedule_wmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
+def _schedule_wmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str,
+                   dtype: str = "float16"):
     """WMMA fragments on padded shared tiles (a col_major B: [n][k] rows, padded along K,
     loaded as col_major matrix_b fragments); returns the (ko, ki) loops."""
     wm, wn, wk = config.wmma_mnk
-    names = wmma_intrinsics(config.wmma_mnk, SMEM, b_layout)
+    names = wmma_intrinsics(config.wmma_mnk, SMEM, b_layout, dtype)
     by, tz, ko, ki, i_w = tile_block(sch, loops, config, config.wmma_mnk)
     scopes = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
     c_frag, a_shared, b_shared, a_frag, b_frag = stage_operands(
@@ -72,12 +74,13 @@ def _fragment_layout_map(ndim: int, transposed: bool = False):
 
 
 @schedules("mma")
-def _schedule_mma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
+def _schedule_mma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str,
+                  dtype: str = "float16"):
     """ldmatrix + mma.sync on XOR-swizzled shared tiles (TVM's permuted layout: 16-byte
     chunk c of row r is stored at chunk c ^ (r % 8), so the cp.async writes of whole rows
     and the ldmatrix reads of 8 rows both hit 8 distinct bank groups; a col_major B's rows
     are along K); returns (ko, ki)."""
-    names = mma_intrinsics(SMEM, b_layout)
+    names = mma_intrinsics(SMEM, b_layout, dtype)
     # The 16x16x16 MMA is the innermost block; the tile loops above it are scheduled.
     i, j, kk = loops
     i, i_mma = sch.split(i, [None, MMA_TILE])
@@ -113,7 +116,8 @@ def _schedule_mma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None
 
 
 @schedules("wgmma")
-def _schedule_wgmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str):
+def _schedule_wgmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None, b_layout: str,
+                    dtype: str = "float16"):
     """wgmma on 128-byte-swizzled shared tiles (see ``wgmma_source``).  The four warps along M
     (threadIdx.y) are a warpgroup and each warpgroup (threadIdx.z) owns warp_col_tiles * 16
     columns.  A warp keeps its rows contiguous (its accumulators and the epilogue are the
@@ -150,7 +154,7 @@ def _schedule_wgmma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | No
     fill_o, fill_i = sch.split(fill_cols, [None, MMA_TILE])
     sch.reorder(fill_o, fill_rows, fill_i)
     sch.tensorize(fill_rows, names.fill)
-    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM, b_layout, in_flight=bool(config.wgmma_in_flight)))
+    sch.tensorize(i_w, wgmma_intrinsic(n_wg, SMEM, b_layout, in_flight=bool(config.wgmma_in_flight), dtype=dtype))
     align_c_tile(sch, store_name, config)
     if config.wgmma_in_flight:
         _copies_for_groups_in_flight(sch, ko, (a_shared, b_shared))

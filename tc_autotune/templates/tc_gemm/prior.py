@@ -23,8 +23,9 @@ _IN_FLIGHT_WEIGHT = {2: 0.85}
 # TMA boxes (dense, 1x1 convs, spatial tiles) 1.05-1.2x; A gathered with cp.async 0.9-0.97x.
 _WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
 # tma_store=1 by output dtype: C through shared memory and TMA stores, on the H100 1.02-1.09x with
-# fp32 output, 1.24-1.37x with fp16 (from registers an fp16 pair is a 4-byte store: TMA gains more)
-_TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3}
+# fp32 output, 1.24-1.37x with fp16 (from registers an fp16 pair is a 4-byte store: TMA gains more);
+# bf16 output taken as fp16's (its pairs are 4-byte stores too; not measured apart)
+_TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3, "bfloat16": 1.3}
 
 
 def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:

@@ -166,6 +166,10 @@ HEAD = (
     _tile_rule("m", "bm", "m", "M"),
     _tile_rule("n", "bn", "n", "N"),
     _tile_rule("k", "bk", "k", "reduction K"),
+    # bf16 Tensor Core instructions (WMMA's __nv_bfloat16 fragments, mma.sync's .bf16) came with
+    # sm_80: every config of a bf16 GEMM breaks this rule on older GPUs.
+    Rule("bf16_arch", lambda v, c: (c.view.operand_dtype != "bfloat16") | (c.sm >= 80),
+         lambda cfg, v, c: f"bfloat16 operands need sm_80 or newer (bf16 Tensor Cores), not {c.gpu.arch}"),
     Rule("cp_async", lambda v, c: (v["stages"] == 1) | (c.sm >= 80),
          lambda cfg, v, c: f"stages={cfg.stages} needs cp.async (sm_80 or newer), not {c.gpu.arch}"),
     Rule("stages", lambda v, c: v["stages"] <= v["gk"],

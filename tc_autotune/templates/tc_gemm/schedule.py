@@ -74,7 +74,8 @@ def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
         sch.bind(z, "blockIdx.z")
     path = intrinsic_path(config.intrinsic)
     inline_out = view.c.tensor if config.split_k == 1 else None
-    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=inline_out, b_layout=view.b.layout)
+    ko, ki = path.schedule(sch, gemm, (i, j, kk), config, inline_out=inline_out, b_layout=view.b.layout,
+                           dtype=view.operand_dtype)
 
     if config.frag_buffers > 1:
         # ki's body is [A fragments, B fragments, MMAs]: load slice ki + 1 during MMAs of ki.
@@ -91,7 +92,7 @@ def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
         sch.annotate(ko, "software_pipeline_stage", stage)
         sch.annotate(ko, "software_pipeline_order", order)
         sch.annotate(ko, "software_pipeline_async_stages", [0])
-    if view.dtype != "float16":
+    if view.dtype != view.operand_dtype:
         _schedule_input_cast(sch, view)
     if config.wgmma_in_flight:
         return drain_after(sch, ko, config)

@@ -9,12 +9,13 @@ from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
 from .operand_layout import COL_MAJOR, ROW_MAJOR, b_tag
-from .intrinsics import _PREFIX, _REGISTERING, MMA_TILE, _fragment_index
+from .intrinsics import _PREFIX, _REGISTERING, MMA_TILE, _fragment_index, dtype_tag
 from .wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M, wgmma_drain_source, wgmma_name, wgmma_source
 
 
-def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR, in_flight: bool = False):
-    """C[16 x n] (this warp's rows of a warpgroup slab) += A[16 x 64] @ B[64 x n]."""
+def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR, in_flight: bool = False,
+           dtype: str = "float16"):
+    """C[16 x n] (this warp's rows of a warpgroup slab) += A[16 x 64] @ B[64 x n] (fp16 or bf16)."""
     from tvm.backend.cuda.op import cuda_func_call
 
     atoms = n // WGMMA_ATOM
@@ -27,8 +28,8 @@ def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR, in_flight: bool =
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (MMA_TILE, WGMMA_K), "float16", align=64, offset_factor=1, scope=smem_scope)
-        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=1, scope=smem_scope)
+        A = T.match_buffer(a, (MMA_TILE, WGMMA_K), dtype, align=64, offset_factor=1, scope=smem_scope)
+        B = T.match_buffer(b, b_shape, dtype, align=64, offset_factor=1, scope=smem_scope)
         C = T.match_buffer(c, (MMA_TILE, n), "float32", align=64, offset_factor=MMA_TILE,
                            scope="wmma.accumulator")
         with T.sblock("root"):
@@ -49,9 +50,9 @@ def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR, in_flight: bool =
         b0 = T.int32()
         c1 = T.int32()
         c0 = T.int32()
-        A = T.match_buffer(a, (MMA_TILE, WGMMA_K), "float16", align=64, offset_factor=1, scope=smem_scope,
+        A = T.match_buffer(a, (MMA_TILE, WGMMA_K), dtype, align=64, offset_factor=1, scope=smem_scope,
                            strides=[a1, a0])
-        B = T.match_buffer(b, b_shape, "float16", align=64, offset_factor=1,
+        B = T.match_buffer(b, b_shape, dtype, align=64, offset_factor=1,
                            scope=smem_scope, strides=[b2, b1, b0][-len(b_shape):])
         C = T.match_buffer(c, (MMA_TILE, n), "float32", align=64, offset_factor=MMA_TILE,
                            scope="wmma.accumulator", strides=[c1, c0])
@@ -61,26 +62,27 @@ def _wgmma(n: int, smem_scope: str, b_layout: str = ROW_MAJOR, in_flight: bool =
             # The instruction reads the warpgroup's 64 rows: from this warp's 16 rows back to
             # the first of its slab (the template stores the four warps' rows as one slab).
             T.evaluate(cuda_func_call(
-                wgmma_name(n, b_layout, in_flight), C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
+                wgmma_name(n, b_layout, in_flight, dtype), C.data, _fragment_index(C, c1, MMA_TILE, MMA_TILE),
                 A.access_ptr("r", offset=-(A.elem_offset // (MMA_TILE * a1) % (WGMMA_M // MMA_TILE))
                              * MMA_TILE * a1),
-                B.access_ptr("r"), atom_bytes(b2), source_code=wgmma_source(n, b_layout, in_flight)))
+                B.access_ptr("r"), atom_bytes(b2), source_code=wgmma_source(n, b_layout, in_flight, dtype)))
 
     return desc, impl
 
 
 def wgmma_intrinsic(n: int, smem_scope: str = "shared.dyn", b_layout: str = ROW_MAJOR,
-                    in_flight: bool = False) -> str:
+                    in_flight: bool = False, dtype: str = "float16") -> str:
     """Register (once per process) and name the wgmma intrinsic for warpgroup tiles n wide,
     B's tile in 64-column atoms (row_major) or [n][k] rows (col_major); ``in_flight``: its
-    group still runs when the call returns (``wgmma_drain`` waits for the last one)."""
-    name = f"{_PREFIX}_wgmma_m64n{n}k64_{smem_scope.replace('.', '_')}{b_tag(b_layout)}"
+    group still runs when the call returns (``wgmma_drain`` waits for the last one); ``dtype``:
+    the operands' (float16, bfloat16)."""
+    name = f"{_PREFIX}_wgmma_m64n{n}k64_{smem_scope.replace('.', '_')}{b_tag(b_layout)}{dtype_tag(dtype)}"
     name += "_in_flight" if in_flight else ""
     with _REGISTERING:
         try:
             TensorIntrin.get(name)
         except Exception:  # not registered yet in this process
-            TensorIntrin.register(name, *_wgmma(n, smem_scope, b_layout, in_flight))
+            TensorIntrin.register(name, *_wgmma(n, smem_scope, b_layout, in_flight, dtype))
     return name
 
 

@@ -15,6 +15,9 @@ or, stored [n][k] (col_major), K-major rows (n, 64 k) like A's: wgmma's native B
 With groups in flight (``in_flight``), a call waits only for the previous call's group; the
 accumulators stay "+f" operands of every asm that touches them while a group runs (ptxas
 would serialize the wgmmas if any other instruction did), up to ``wgmma_drain``.
+bf16 operands (``dtype``) take the same layouts and descriptors (16-bit elements either way):
+only the instruction's type (.bf16) and the function's name (``_bf16``) differ; wgmma accumulates
+bf16 in fp32 only, as the template always does.
 """
 
 from __future__ import annotations
@@ -27,14 +30,20 @@ WGMMA_ATOM = 64  # columns of one B atom
 ACC_FRAGMENT = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>"
 
 
-def wgmma_name(n: int, b_layout: str, in_flight: bool = False) -> str:
-    return f"tc_wgmma_m64n{n}k64{b_tag(b_layout)}{'_in_flight' if in_flight else ''}"
+# an operand dtype -> (wgmma's type of the operands, what the device function's name adds): fp16's
+# names are those from before bf16
+_TYPES = {"float16": ("f16", ""), "bfloat16": ("bf16", "_bf16")}
 
 
-def wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False) -> str:
+def wgmma_name(n: int, b_layout: str, in_flight: bool = False, dtype: str = "float16") -> str:
+    return f"tc_wgmma_m64n{n}k64{b_tag(b_layout)}{_TYPES[dtype][1]}{'_in_flight' if in_flight else ''}"
+
+
+def wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False, dtype: str = "float16") -> str:
     """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them
     (``in_flight``: for the previous call's only, so this call's group runs on).
     A col_major B is K-major like A (same descriptor, same k-steps, not transposed)."""
+    ab = _TYPES[dtype][0]
     regs = ",".join(f"%{i}" for i in range(n // 2))
     outs = ", ".join(f'"+f"(c[first + {i // 8}].x[{i % 8}])' for i in range(n // 2))
     da, db = n // 2, n // 2 + 1
@@ -46,7 +55,7 @@ def wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False) -> 
             "((unsigned long long)((b_atom_bytes & 0x3FFFF) >> 4) << 16)", 128, 1,
             "B: the atom stride; unused for A", "+32 B along the A rows, +16 rows (2048 B) of B")
     return f"""
-__device__ __forceinline__ void {wgmma_name(n, b_layout, in_flight)}({ACC_FRAGMENT}* c, int first, const void* a,
+__device__ __forceinline__ void {wgmma_name(n, b_layout, in_flight, dtype)}({ACC_FRAGMENT}* c, int first, const void* a,
                                                     const void* b, unsigned b_atom_bytes) {{
   // c[first], c[first + 1], ...: this warp's 16 x {n} accumulators, 16 columns per fragment.
   // Descriptors: start address, leading byte offset ({lbo_note}),
@@ -58,7 +67,7 @@ __device__ __forceinline__ void {wgmma_name(n, b_layout, in_flight)}({ACC_FRAGME
   asm volatile("fence.proxy.async.shared::cta;\\nwgmma.fence.sync.aligned;\\n" ::: "memory");
 #pragma unroll
   for (int k = 0; k < 4; ++k) {{  // k16 steps: {steps}
-    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, {trans_b};\\n"
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, {trans_b};\\n"
                  : {outs} : "l"(a0 + 2 * k), "l"(b0 + {b_step} * k));
   }}
   asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned {int(in_flight)};\\n" ::: "memory");

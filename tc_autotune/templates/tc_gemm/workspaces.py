@@ -30,6 +30,6 @@ def workspaces(workload, config: TcGemmConfig) -> list[tuple[tuple[int, ...], st
     split = workspace_shape(view, config)
     if split is not None:
         out.append((split, "float32"))
-    if view.dtype != "float16":
-        out += [(operand.shape, "float16") for operand in view.inputs]
+    if view.dtype != view.operand_dtype:  # fp32 input
+        out += [(operand.shape, view.operand_dtype) for operand in view.inputs]
     return out

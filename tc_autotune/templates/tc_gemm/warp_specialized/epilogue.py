@@ -17,6 +17,11 @@ from ..knobs import (PRODUCER_THREADS, WS_ROW_BYTES, WS_STAGING_BUFFERS, WS_STAG
                      WS_STAGING_ROWS)
 from .layout import BlockLayout, fixed_cuda
 
+# Two adjacent residual elements at ``at`` as a float2, by C's element type (the residual's).
+_RESIDUAL_PAIR = {"float": "__ldg(reinterpret_cast<const float2*>({at}))",
+                  "half": "__half22float2(*reinterpret_cast<const __half2*>({at}))",
+                  "__nv_bfloat16": "__bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>({at}))"}
+
 
 def helpers(lay: BlockLayout) -> str:
     """The TMA store's device function, with ``tma_store``."""
@@ -40,7 +45,8 @@ def fused_pair(fused: Epilogue, n_cols: int, out_t: str, indent: str) -> str:
     """C statements that take the fp32 pair v0, v1 (C's row m, columns n and n + 1) through the
     fused epilogue (``Epilogue.apply``'s order: scale, bias, residual, activation), before the
     output cast; empty without one.  With an even N the pair's inputs are read as pairs (8-byte
-    channel loads, a float2 / half2 residual); with an odd N one by one, column n + 1 only inside C."""
+    channel loads, a float2 / half2 / bfloat162 residual); with an odd N one by one, column n + 1 only
+    inside C."""
     if not fused:
         return ""
     lines = []
@@ -53,8 +59,7 @@ def fused_pair(fused: Epilogue, n_cols: int, out_t: str, indent: str) -> str:
             lines += [f"v0 {op} __ldg({name} + n);", f"if (n + 1 < {n_cols}) v1 {op} __ldg({name} + n + 1);"]
     at = f"residual + (long long)m * {n_cols} + n"
     if fused.residual and paired:
-        pair = (f"__ldg(reinterpret_cast<const float2*>({at}))" if out_t == "float"
-                else f"__half22float2(*reinterpret_cast<const __half2*>({at}))")
+        pair = _RESIDUAL_PAIR[out_t].format(at=at)
         lines += [f"const float2 residual_mn = {pair};", "v0 += residual_mn.x; v1 += residual_mn.y;"]
     elif fused.residual:
         lines += [f"v0 += (float)({at})[0];", f"if (n + 1 < {n_cols}) v1 += (float)({at})[1];"]

@@ -16,11 +16,14 @@ from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
 from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
 
-ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 row: the swizzle span
+ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 (bf16) row: the swizzle span
 ATOM_BYTES = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
 # C's element type, the type of two adjacent elements (a store), and the pair made of v0, v1
 C_TYPES = {"float32": ("float", "float2", "make_float2(v0, v1)"),
-           "float16": ("half", "__half2", "__floats2half2_rn(v0, v1)")}
+           "float16": ("half", "__half2", "__floats2half2_rn(v0, v1)"),
+           "bfloat16": ("__nv_bfloat16", "__nv_bfloat162", "__floats2bfloat162_rn(v0, v1)")}
+# A's and B's element type, by the GEMM's operand dtype (``GemmView.operand_dtype``)
+IN_TYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
 
 
 @functools.cache
@@ -110,6 +113,14 @@ class BlockLayout:
         return isinstance(self.tile, RowTile)
 
     @property
+    def in_t(self) -> str:
+        return IN_TYPES[self.view.operand_dtype]
+
+    @property
+    def bf16(self) -> bool:
+        return self.view.operand_dtype == "bfloat16"
+
+    @property
     def out_t(self) -> str:
         return C_TYPES[self.view.out_dtype][0]
 
@@ -139,7 +150,7 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     slabs = config.warp_row_tiles // consumers if along_m else config.warp_row_tiles
     n_wg = config.block_n if along_m or ping_pong else config.warp_col_tiles * 16
     if (config.block_m != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > WS_MAX_WGMMA_N
-            or view.dtype != "float16" or (along_m and slabs * consumers != config.warp_row_tiles)
+            or view.dtype != view.operand_dtype or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
             or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))

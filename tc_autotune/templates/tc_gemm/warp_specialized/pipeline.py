@@ -18,7 +18,7 @@ from ..knobs import PRODUCER_THREADS
 from .boxes import Im2colBox, TmaBox, _element
 from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout, fixed_cuda
 
-CHUNK = 8  # fp16 elements per 16-byte cp.async
+CHUNK = 8  # fp16 (bf16) elements per 16-byte cp.async
 # An mbarrier wait that never completes traps instead of hanging (mbar_wait in pipeline.cuh, which
 # writes it as its literal).
 WAIT_LIMIT_NS = 2_000_000_000
@@ -26,8 +26,9 @@ WAIT_LIMIT_NS = 2_000_000_000
 
 def helpers(lay: BlockLayout) -> str:
     """The device functions the ring's code calls: mbarriers, TMA loads and cp.async; the cluster's
-    barrier and shared memory (split-K, multicast); multicast loads; im2col loads."""
-    files = ["pipeline.cuh"] + ["cluster.cuh"] * (lay.split > 1 or lay.multicast)
+    barrier and shared memory (split-K, multicast); multicast loads; im2col loads; a gathered bf16 A's
+    cp.async."""
+    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["cluster.cuh"] * (lay.split > 1 or lay.multicast)
     files += ["multicast.cuh"] * lay.multicast + ["im2col.cuh"] * lay.im2col
     return "".join("\n" + fixed_cuda(name) for name in files)
 

@@ -9,7 +9,7 @@ wherever it was built, with no SM count in it.
 
 from __future__ import annotations
 
-from ....backends.cuda import tensormap
+from ....backends.cuda import tensormap, tensormap_bf16
 from ....workloads.epilogue import input_specs as epilogue_input_specs
 from ..gemm import GemmView
 from .boxes import Im2colBox
@@ -48,15 +48,19 @@ def ir_module(kp, view: GemmView):
     from tvm.backend.cuda.op import cuda_func_call
     from tvm.script import tirx as T
 
+    bf16 = view.operand_dtype == "bfloat16"
+    # A's im2col map: its elements' type is the encoder's (fp16's, or bf16's: ``tensormap_bf16``)
+    encode_im2col = tensormap_bf16.ENCODE_IM2COL if bf16 else tensormap.ENCODE_IM2COL
     if isinstance(kp.a_box, Im2colBox):
-        tensormap.register()
+        tensormap_bf16.register()
     (gx, gy), threads, smem = (blocks_x(kp), kp.grid[1]), kp.threads, kp.smem_bytes
     a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
     operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)] + [(view.c, kp.c_box)] * (kp.c_box is not None)
     maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
             for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
-    map_dtypes = ["float16", "float16", out_dtype]  # what the maps' elements are
+    in_dtype = view.operand_dtype  # fp16 or bf16: the producer copies the tensors as they are
+    map_dtypes = [in_dtype, in_dtype, out_dtype]  # what the maps' elements are
     # The epilogue's inputs (up to 3): the function takes 3 slots, the unused ones are dropped below.
     extra = [(shape, dtype) for _, shape, dtype in epilogue_input_specs(view.epilogue, view.n, c_shape, out_dtype)]
     used = len(extra)
@@ -65,8 +69,8 @@ def ir_module(kp, view: GemmView):
     @T.prim_func(check_well_formed=False)  # the maps are bound below, in the host part
     def main(a: T.handle, b: T.handle, e0: T.handle, e1: T.handle, e2: T.handle, c: T.handle):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        A = T.match_buffer(a, a_shape, "float16", align=64)
-        B = T.match_buffer(b, b_shape, "float16", align=64)
+        A = T.match_buffer(a, a_shape, in_dtype, align=64)
+        B = T.match_buffer(b, b_shape, in_dtype, align=64)
         E0 = T.match_buffer(e0, extra[0][0], extra[0][1], align=8)  # 8: the pairs' loads
         E1 = T.match_buffer(e1, extra[1][0], extra[1][1], align=8)
         E2 = T.match_buffer(e2, extra[2][0], extra[2][1], align=8)
@@ -88,11 +92,14 @@ def ir_module(kp, view: GemmView):
             continue
         host.append(tvm.tirx.Bind(tmap, T.tvm_stack_alloca("tensormap", 1)))
         if isinstance(box, Im2colBox):  # TVM's host encodes tiled maps only: ours, through the driver
-            encode = T.call_packed(tensormap.ENCODE_IM2COL, tmap, param.data, *box.encode_args())
+            encode = T.call_packed(encode_im2col, tmap, param.data, *box.encode_args())
         else:
+            # bf16's CUtensorMapDataType is named, not left to TVM's runtime to derive (fp16's host
+            # code is what it was)
+            forced = {"force_cu_dtype": tensormap_bf16.BFLOAT16} if dtype == "bfloat16" else {}
             encode = tvm.tirx.tensormap_encode_tiled(  # innermost dim first
                 tmap, param.data, *box.dims, *box.strides, *box.box, *box.element_strides,
-                descriptor_dtype=dtype, rank=len(box.box), swizzle=3)  # CU_TENSOR_MAP_SWIZZLE_128B
+                descriptor_dtype=dtype, rank=len(box.box), swizzle=3, **forced)  # CU_TENSOR_MAP_SWIZZLE_128B
         host.append(tvm.tirx.Evaluate(encode))
     if host:
         main = main.with_body(tvm.tirx.SeqStmt([*host, main.body]))
