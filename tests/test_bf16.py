@@ -279,8 +279,8 @@ def test_bf16_layers_fuse_and_the_ops_write_bf16_by_default():
     model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU()).eval().bfloat16()
     x = torch.randn(2, 8, 6, 6).bfloat16().to(memory_format=torch.channels_last)
     found = tc.extract_workloads(model, (x,))
-    assert [str(w) for w in found] == [str(workloads.get(
-        "n=2,h=6,c=8,k=16,r=3,pad=1,dtype=bfloat16,out_dtype=bfloat16,epilogue=bias_relu"))]
+    assert [str(w) for w in found] == [str(workloads.get(  # no batch norm: the conv's own OIHW weight, in place
+        "n=2,h=6,c=8,k=16,r=3,pad=1,dtype=bfloat16,out_dtype=bfloat16,weight_layout=OIHW,epilogue=bias_relu"))]
     with warnings.catch_warnings():  # on the CPU the ops run PyTorch's (counted fallbacks)
         warnings.simplefilter("ignore", ops.FallbackWarning)
         y = ops.dense_nk(torch.randn(3, 16).bfloat16(), torch.randn(8, 16).bfloat16())

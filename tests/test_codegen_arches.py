@@ -18,6 +18,7 @@ from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.backends.cuda.nvcc import find_nvcc
 from tc_autotune.core import tasks
 from tc_autotune.templates.tc_gemm.knobs import KNOBS
+from tc_autotune.templates.tc_gemm.validity import INTRINSIC_REQUIRES
 from tc_autotune.templates.registry import ConfigSpace
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
@@ -26,7 +27,12 @@ pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 WORKLOAD_CLASSES = {
     "conv2d-fp16": "n=2,h=14,w=14,c=64,k=128,r=3,s=3,pad=1",
     "dense-fp16": "dense:m=256,n=512,k=256,b=nk",
+    "conv2d-grouped": "n=2,h=14,w=14,c=64,k=128,r=3,s=3,pad=1,groups=2",
+    "conv2d-ohwi": "n=2,h=14,w=14,c=64,k=128,r=3,s=3,pad=1,weight_layout=OHWI",  # nn.Conv2d channels_last
 }
+# Classes the warp-specialized kernel does not take (one GEMM only): on Hopper, a seeded config of
+# each of these paths instead of the starting tilings.
+NOT_WARP_SPECIALIZED = {"conv2d-grouped": ("wgmma", "mma")}
 # arch -> (how many starting tilings after the default, the paths of an arch that has none)
 ARCHES = {
     "sm_80": (0, ("mma", "wmma")),  # Ampere: ldmatrix + mma.sync, WMMA; cp.async pipelines
@@ -42,10 +48,15 @@ def configs(spec: str, arch: str) -> list:
     workload, gpu = workloads.get(spec), gpu_for_arch(arch)
     space = tasks.of(workload).space(workload, gpu)
     starting, paths = ARCHES[arch]
+    name = next(name for name, class_spec in WORKLOAD_CLASSES.items() if class_spec == spec)
+    if starting and name in NOT_WARP_SPECIALIZED:
+        starting, paths = 0, NOT_WARP_SPECIALIZED[name]
     out = [("default", space.default_config())]
     out += [(f"starting{i}", config) for i, config in enumerate(space.template.starting_configs(space)[:starting])]
     for path in paths:
-        pinned = ConfigSpace(workload, gpu, {**KNOBS, "intrinsic": (path,)})
+        # wgmma's valid configs are a sliver of a draw: the knob values it requires are pinned too
+        required = {knob: (value,) for knob, value in INTRINSIC_REQUIRES[path].items()} if path == "wgmma" else {}
+        pinned = ConfigSpace(workload, gpu, {**KNOBS, "intrinsic": (path,), **required})
         out += [(path, config) for config in pinned.sample(1, seed=0)]
     assert len(out) == 1 + starting + len(paths), f"{spec} on {arch}: too few valid configs"
     return out
@@ -75,7 +86,10 @@ def _cubin_sms(cubin: bytes) -> set[int]:
 def test_hopper_covers_the_persistent_kernel_and_ampere_both_paths():
     """The configs above reach what each arch adds: the persistent warp-specialized kernel on
     sm_90, mma.sync and WMMA on sm_80."""
-    for spec in WORKLOAD_CLASSES.values():
+    for name, spec in WORKLOAD_CLASSES.items():
         hopper = [config for _, config in configs(spec, "sm_90")]
+        if name in NOT_WARP_SPECIALIZED:
+            assert {config.intrinsic for config in hopper} >= set(NOT_WARP_SPECIALIZED[name]), spec
+            continue
         assert any(config.warp_specialized == 2 for config in hopper), spec
         assert {config.intrinsic for _, config in configs(spec, "sm_80")} >= {"mma", "wmma"}, spec

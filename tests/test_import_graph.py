@@ -25,7 +25,8 @@ LAZY = {
     "tomli": "the tomllib fallback on 3.10",
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
-LIGHT = ("workloads.conv2d", "workloads.dense", "workloads.epilogue", "backends.cuda.gpu", "backends.cuda.driver",
+LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workloads.epilogue", "backends.cuda.gpu",
+         "backends.cuda.driver",
          "templates.tc_gemm.gemm", "database.journal", "core.results", "templates.tc_gemm.knobs",
          "templates.tc_gemm.rules", "templates.tc_gemm.intrinsic_paths", "templates.tc_gemm.prior",
          "core.config_space", "search.cost_model", "search.tuner", "database.records", "cli.common",
@@ -250,14 +251,16 @@ def test_the_import_graph_is_a_dag_from_workloads_and_gpu_up():
     for node in sorted(edges):
         visit(node, [])
     faces = {PACKAGE, f"{PACKAGE}.workloads"}  # package faces: their imports are their own modules
-    for bottom in ("workloads.epilogue", "backends.cuda.driver"):
+    for bottom in ("workloads.epilogue", "workloads.conv_weights", "backends.cuda.driver"):
         assert edges[f"{PACKAGE}.{bottom}"] <= faces, edges[f"{PACKAGE}.{bottom}"]
     # the GPU's facts are the driver's
     assert edges[f"{PACKAGE}.backends.cuda.gpu"] <= faces | {f"{PACKAGE}.backends.cuda.driver"}
-    # workloads name their fused epilogue; the conv2d module resolves dense specs and presets too
-    dense, conv2d, epilogue = (f"{PACKAGE}.workloads.{m}" for m in ("dense", "conv2d", "epilogue"))
+    # workloads name their fused epilogue; the conv2d module resolves dense specs and presets too,
+    # and a conv's weight layouts and groups are its own module's
+    dense, conv2d, epilogue, weights = (f"{PACKAGE}.workloads.{m}" for m in ("dense", "conv2d", "epilogue",
+                                                                            "conv_weights"))
     assert edges[dense] <= faces | {epilogue}
-    assert edges[conv2d] <= faces | {dense, epilogue}
+    assert edges[conv2d] <= faces | {dense, epilogue, weights}
     assert not any(name in targets for targets in edges.values() for name in edges if name.startswith("scripts."))
     # only the scripts import the commands
     assert not [(name, target) for name, targets in edges.items() if not name.startswith("scripts.")

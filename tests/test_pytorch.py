@@ -111,7 +111,7 @@ def test_extraction_lists_each_layer_with_the_epilogue_it_fuses(tmp_path):
     conv = "n=4,h=32,w=32,dtype=float16,out_dtype=float16,"
     assert [str(w) for w in found] == [
         str(workloads.get(spec)) for spec in (
-            conv + "c=3,k=32,r=3,pad=1,epilogue=bias_relu",  # own bias, F.relu
+            conv + "c=3,k=32,r=3,pad=1,weight_layout=OHWI,epilogue=bias_relu",  # own bias, F.relu; its weight in place
             conv + "c=32,k=16,r=1,epilogue=bias_relu",  # batch norm folded, ReLU module
             conv + "c=16,k=16,r=3,pad=1,epilogue=bias_relu",
             conv + "c=16,k=64,r=1,epilogue=bias_residual_relu",  # the block's add and ReLU
@@ -148,14 +148,15 @@ def test_what_the_kernels_cannot_take_stays_pytorchs():
     class Odd(nn.Module):
         def __init__(self):
             super().__init__()
-            self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2).half()
+            self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8).half()  # no Tensor Core GEMM
+            self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=2).half()  # one kernel, a GEMM per group
             self.fp32 = nn.Linear(8, 8)
             self.exact = nn.Linear(8, 8).half()
             self.gelu = nn.GELU()  # exact GELU: not the kernels' tanh approximation
             self.shared = nn.Conv2d(8, 8, 1).half()
 
         def forward(self, x):
-            y = self.grouped(x)
+            y = self.grouped(self.depthwise(x))
             s = self.shared(y)
             y = torch.relu(s) + s  # s has two users: nothing fuses into its conv
             z = self.gelu(self.exact(y.mean((2, 3))))
@@ -165,8 +166,10 @@ def test_what_the_kernels_cannot_take_stays_pytorchs():
     x = torch.randn(2, 8, 6, 6).half()
     fast = tc.optimize(model, (x,), build=False)
     report = fast.tc_autotune_report
-    assert set(report.left) == {"grouped", "fp32"}
-    assert "groups=2" in report.left["grouped"] and "float32" in report.left["fp32"]
+    assert set(report.left) == {"depthwise", "fp32"}
+    assert "a depthwise conv" in report.left["depthwise"] and "float32" in report.left["fp32"]
+    assert isinstance(fast.grouped, FusedConv2d) and fast.grouped.groups == 2
+    assert fast.grouped.weight.data_ptr() == model.grouped.weight.data_ptr()  # its OIHW weight, in place
     assert isinstance(fast.exact, FusedLinear) and fast.exact.activation == "none"
     assert isinstance(fast.shared, FusedConv2d) and fast.shared.activation == "none" and not fast.shared.residual
     with warnings.catch_warnings():
@@ -236,6 +239,64 @@ def test_a_launch_refuses_what_it_cannot_read_in_place():
         with pytest.raises(ValueError, match=message):
             launch(*args)
     assert len(calls) == 2
+
+
+# ---- grouped convs and conv weights in place (issue #32) ---------------------------------------------
+def test_a_convs_own_weight_is_held_in_place_and_a_folded_one_is_hwio():
+    """Without a batch norm a fused conv holds the nn.Conv2d's weight itself: OIHW where it is
+    contiguous, its OHWI view where channels_last (the same memory); a folded batch norm makes
+    a new HWIO tensor; a weight neither way is copied to HWIO, counted and said once."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 32, 3, padding=1, groups=4).half().eval()
+    fused = FusedConv2d.of(conv)
+    assert (fused.weight_layout, fused.groups) == ("OIHW", 4) and fused.weight.data_ptr() == conv.weight.data_ptr()
+    last = nn.Conv2d(16, 32, 3, padding=1).half().to(memory_format=torch.channels_last)
+    fused = FusedConv2d.of(last)
+    assert fused.weight_layout == "OHWI" and fused.weight.data_ptr() == last.weight.data_ptr()
+    assert fused.weight.shape == (32, 3, 3, 16) and fused.weight.is_contiguous()
+    assert "groups" not in repr(fused) and "weight=OHWI" in repr(fused)
+    assert FusedConv2d.of(conv, nn.BatchNorm2d(32).half().eval()).weight_layout == "HWIO"
+    odd = nn.Conv2d(16, 32, 3, padding=1).half()
+    odd.weight = nn.Parameter(odd.weight.detach().permute(0, 1, 3, 2).contiguous().permute(0, 1, 3, 2))
+    reset_fallbacks()
+    with pytest.warns(ops.FallbackWarning, match="copies the weight: a conv weight neither contiguous"):
+        held = FusedConv2d.of(odd)
+    assert held.weight_layout == "HWIO" and held.weight.shape == (3, 3, 16, 32)
+    assert sum(fallbacks().values()) == 1
+
+
+@pytest.mark.parametrize("layout,channels_last", [("HWIO", False), ("OIHW", False), ("OIHW", True)])
+def test_a_grouped_conv_in_any_layout_is_the_ops_math(layout, channels_last):
+    """The op's math (here PyTorch's, on the CPU) with a grouped weight in each layout, and a
+    channels_last OIHW weight taken as its OHWI view; the fake agrees on the shape."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(2)
+    conv = nn.Conv2d(12, 8, 3, stride=2, padding=1, groups=4, bias=False).half()
+    x = torch.randn(2, 12, 9, 7).half()
+    ref = conv.float()(x.float())
+    weight = conv.weight.detach().half()
+    if layout == "HWIO":
+        weight = weight.permute(2, 3, 1, 0).contiguous()
+    elif channels_last:
+        weight = weight.contiguous(memory_format=torch.channels_last)
+    args = (x.permute(0, 2, 3, 1).contiguous(), weight, None, None, None, [2, 2], [1, 1, 1, 1], [1, 1], "none",
+            torch.float32, 4, layout)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.FallbackWarning)
+        out = torch.ops.tc_autotune.conv2d(*args)
+        torch.library.opcheck(torch.ops.tc_autotune.conv2d.default, args)
+    assert rel_err(out.permute(0, 3, 1, 2), ref) < 1e-3
+    with FakeTensorMode():
+        fake = torch.ops.tc_autotune.conv2d(*(torch.empty_strided(a.shape, a.stride(), dtype=a.dtype)
+                                              if isinstance(a, torch.Tensor) else a for a in args))
+    assert fake.shape == out.shape == (2, 5, 4, 8)
+
+
+def test_a_depthwise_conv_is_one_reason_whatever_its_shape():
+    with pytest.raises(ValueError, match="a depthwise conv .* is no Tensor Core GEMM") as err:
+        ops._conv_workload(torch.empty(1, 8, 8, 32), torch.empty(3, 3, 1, 32), 1, 1, 1, "float16", "none", 32, "HWIO")
+    assert "32" not in str(err.value)  # no shape: said once for every depthwise layer
 
 
 # ---- the disk build cache ----------------------------------------------------------------------

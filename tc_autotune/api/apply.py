@@ -34,6 +34,7 @@ from ..database.logs import load, stat_log_files
 from ..database.record import Record
 from ..database.selection import Verify, load_best
 from ..workloads.dense import DenseWorkload
+from ..workloads.conv_weights import canonical_layout, filter_of
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload
 from ..search import zero_shot
@@ -141,12 +142,13 @@ _SAME_GEMM_DTYPES = ("float16", "bfloat16")
 
 
 def same_gemm(a, b) -> bool:
-    """Whether two workloads differ at most in their epilogue and output dtype, and in their input
-    dtype between fp16 and bf16: one GEMM, so a config tuned for either is valid for both where
-    the space says so."""
-    def shape(w):  # every field but the dtypes and the epilogue
+    """Whether two workloads differ at most in their epilogue and output dtype, in their input
+    dtype between fp16 and bf16, and (conv2d) in their weight layout: one GEMM, so a config tuned
+    for either is valid for both where the space says so (a PyTorch layer's OIHW / OHWI weight
+    starts from what was tuned for its HWIO twin)."""
+    def shape(w):  # every field but the dtypes, the epilogue and a conv's weight layout
         return {f.name: getattr(w, f.name) for f in dataclasses.fields(w)
-                if f.name not in ("dtype", "out_dtype", "epilogue")}
+                if f.name not in ("dtype", "out_dtype", "epilogue", "weight_layout")}
 
     return (type(a) is type(b) and shape(a) == shape(b)
             and (a.dtype == b.dtype or {a.dtype, b.dtype} <= set(_SAME_GEMM_DTYPES)))
@@ -154,8 +156,8 @@ def same_gemm(a, b) -> bool:
 
 def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
     """(config, seconds, workload) of the fastest current record of the same GEMM with another
-    epilogue or output dtype (``same_gemm``) that is valid for ``workload``, first log set first:
-    a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
+    epilogue, output dtype or weight layout (``same_gemm``) that is valid for ``workload``, first
+    log set first: a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
     space = tasks.of(workload).space(workload, gpu)
     for path, _ in active_logs() if logs is None else logs:
         found = [r for index in _indexes(path) for (w, arch), recs in index.items()
@@ -233,16 +235,22 @@ def _operands_dtype(data, weight) -> str:
 
 
 def workload_of(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32",
-                epilogue=NO_EPILOGUE) -> Conv2dWorkload:
-    """The workload of NHWC ``data`` and HWIO ``weight`` (numpy, TVM or torch tensors)."""
+                epilogue=NO_EPILOGUE, groups=1, weight_layout="HWIO") -> Conv2dWorkload:
+    """The workload of NHWC ``data`` and a ``weight`` of ``weight_layout`` (HWIO [R, S, C/G, K],
+    OIHW [K, C/G, R, S] or OHWI [K, R, S, C/G]; numpy, TVM or torch tensors)."""
+    layout = canonical_layout(weight_layout)
     if len(data.shape) != 4 or len(weight.shape) != 4:
-        raise ValueError(f"expected 4-D NHWC data and HWIO weight, got {list(data.shape)} and {list(weight.shape)}")
+        raise ValueError(f"expected 4-D NHWC data and {layout} weight, got {list(data.shape)} and "
+                         f"{list(weight.shape)}")
     n, h, w, c = (int(x) for x in data.shape)
-    r, s, c_w, k = (int(x) for x in weight.shape)
-    if c_w != c:
-        raise ValueError(f"weight has {c_w} input channels, data has {c}")
+    r, s, c_w, k = filter_of(layout, weight.shape)
+    if c_w * groups != c:
+        grouped = f" per group, {c_w * groups} in {groups} groups" if groups != 1 else ""
+        raise ValueError(f"weight has {c_w} input channels{grouped}, data has {c}"
+                         + (f" (an {layout} weight {list(weight.shape)})" if layout != "HWIO" else ""))
     return Conv2dWorkload(n, h, w, c, k, r, s, stride=stride, padding=padding, dilation=dilation,
-                          dtype=_operands_dtype(data, weight), out_dtype=out_dtype, epilogue=epilogue)
+                          dtype=_operands_dtype(data, weight), out_dtype=out_dtype, epilogue=epilogue,
+                          groups=groups, weight_layout=layout)
 
 
 def dense_workload_of(a, weight, weight_layout="nk", out_dtype="float32", epilogue=NO_EPILOGUE) -> DenseWorkload:

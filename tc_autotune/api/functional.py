@@ -23,18 +23,20 @@ def _cached_kernel(workload, logs: tuple[tuple[str, bool], ...]):
 
 
 def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *,
-           scale=None, bias=None, residual=None, activation=None, out=None):
+           scale=None, bias=None, residual=None, activation=None, out=None, groups=1, weight_layout="HWIO"):
     """NHWC conv2d on Tensor Cores with the fused epilogue that the given ``scale``, ``bias``,
     ``residual`` and ``activation`` ("relu", "gelu") spell: the workload comes from the arrays,
-    the kernel from the best record (built once per workload and log set).  Returns ``out``
-    (written in place) or a new torch tensor for torch inputs, else a TVM tensor."""
+    the kernel from the best record (built once per workload and log set).  ``weight`` is HWIO
+    [R, S, C/G, K], or OIHW [K, C/G, R, S] / OHWI [K, R, S, C/G] as ``weight_layout`` says, read
+    in place; ``groups``: a grouped conv.  Returns ``out`` (written in place) or a new torch
+    tensor for torch inputs, else a TVM tensor."""
     if _on_torch_gpu(data):  # the cached launch: no spec parsed, no workload made per call
         from ..pytorch import ops
 
         return ops.conv2d_nhwc(data, weight, scale, bias, residual, stride, padding, dilation, activation,
-                               out_dtype, out=out, fallback=False)
+                               out_dtype, out=out, fallback=False, groups=groups, weight_layout=weight_layout)
     fused = epilogue_of(scale, bias, residual, activation)
-    workload = workload_of(data, weight, stride, padding, dilation, out_dtype, str(fused))
+    workload = workload_of(data, weight, stride, padding, dilation, out_dtype, str(fused), groups, weight_layout)
     return _run(workload, out, data, weight, scale, bias, residual)
 
 

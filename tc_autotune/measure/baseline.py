@@ -20,6 +20,7 @@ import numpy as np
 
 from ..backends.cuda import timer
 from ..workloads import epilogue
+from ..workloads.conv_weights import TO_HWIO
 from ..core.results import TOLERANCE, check_then_time
 from ..workloads.dense import DenseWorkload
 from ..workloads.conv2d import Conv2dWorkload
@@ -76,8 +77,9 @@ def torch_epilogue(workload, arrays, channel_view, tensor_view):
 
 
 def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
-    """(run, output) for the workload on cuDNN: ``run()`` launches the conv once, then the
-    epilogue's ops; inputs are fp16 (bf16) NHWC (the residual NHWC too)."""
+    """(run, output) for the workload on cuDNN: ``run()`` launches the conv once (grouped: with
+    PyTorch's ``groups``), then the epilogue's ops; inputs are fp16 (bf16) NHWC (the residual NHWC
+    too), the weight in the workload's layout, which cuDNN is given as its channels-last OIHW."""
     import torch
     import torch.nn.functional as F
 
@@ -86,7 +88,8 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
     wl = workload
     x = device_tensor(data, torch_dtype(wl)).permute(0, 3, 1, 2)  # NCHW view of NHWC
     x = x.contiguous(memory_format=torch.channels_last)
-    w = device_tensor(weight, torch_dtype(wl)).permute(3, 2, 0, 1)  # OIHW
+    hwio = np.transpose(weight, TO_HWIO[wl.weight_layout])
+    w = device_tensor(hwio, torch_dtype(wl)).permute(3, 2, 0, 1)  # OIHW
     w = w.contiguous(memory_format=torch.channels_last)
     top, left, bottom, right = wl.padding
     if (top, left) != (bottom, right):
@@ -99,7 +102,7 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
                             lambda t: t.permute(0, 3, 1, 2))  # NCHW views, as the conv's output
 
     def run():
-        return finish(F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation))
+        return finish(F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation, groups=wl.groups))
 
     out = run()
     torch.cuda.synchronize()

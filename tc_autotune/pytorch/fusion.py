@@ -8,8 +8,10 @@ chain; an op joins it when it is the only user of the chain's last value and is:
     linear  ->                  [add of a tensor of the output's shape] -> [ReLU | tanh-GELU]
 
 (the order of ``epilogue.py``: scale, bias, residual, activation).  A layer the kernels cannot
-take (a grouped or non-zero-padded conv, a dtype other than fp16 or bf16, a batch norm in training
-mode) is a ``Layer`` with ``why_not`` set: it stays PyTorch's.  Exact GELU is not the kernels'
+take (a depthwise or non-zero-padded conv, a dtype other than fp16 or bf16, a batch norm in training
+mode) is a ``Layer`` with ``why_not`` set: it stays PyTorch's.  A grouped conv is one kernel
+(an implicit GEMM per group); its weight is read in place where no batch norm is folded into it
+(``weight_layout``).  Exact GELU is not the kernels'
 tanh approximation: it stays unfused after the layer.
 """
 
@@ -22,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from ..workloads.conv_weights import DEPTHWISE
 from ..workloads.dense import DenseWorkload
 from ..workloads.conv2d import Conv2dWorkload
 
@@ -96,8 +99,8 @@ def _why_not(module, bn=None) -> str | None:
     if module.weight.dtype not in DTYPES:
         return f"its parameters are {str(module.weight.dtype).removeprefix('torch.')} (the kernels take float16 or bfloat16)"
     if isinstance(module, nn.Conv2d):
-        if module.groups != 1:
-            return f"a grouped conv (groups={module.groups})"
+        if module.groups > 1 and module.groups == module.in_channels:
+            return DEPTHWISE
         if module.padding_mode != "zeros":
             return f"padding_mode={module.padding_mode!r}"
     if bn is not None and (bn.training or not bn.track_running_stats):
@@ -157,12 +160,26 @@ def workload(layer: Layer, gm: fx.GraphModule):
         padding = module.padding if not isinstance(module.padding, str) else same_padding(module)
         return Conv2dWorkload(n, h, w, c, module.out_channels, *module.kernel_size, stride=tuple(module.stride),
                               padding=tuple(padding), dilation=tuple(module.dilation), dtype=dtype,
-                              out_dtype=dtype, epilogue=layer.epilogue)
+                              out_dtype=dtype, epilogue=layer.epilogue, groups=module.groups,
+                              weight_layout=weight_layout(module, layer.bn))
     m = 1
     for size in shape[:-1]:
         m *= size
     return DenseWorkload(m=m, n=module.out_features, k=module.in_features, b_layout="nk", dtype=dtype,
                          out_dtype=dtype, epilogue=layer.epilogue)
+
+
+def weight_layout(conv: nn.Conv2d, bn: nn.BatchNorm2d | None) -> str:
+    """The layout a fused conv's kernel reads its weight in: with a batch norm folded in, a new
+    HWIO tensor (the layout the shipped records were tuned with); else the conv's own weight in
+    place, OIHW where contiguous, OHWI where channels_last (a channels_last model's), and HWIO
+    (a copy, counted) where it is neither."""
+    weight = conv.weight
+    if bn is not None:
+        return "HWIO"
+    if weight.is_contiguous():
+        return "OIHW"
+    return "OHWI" if weight.is_contiguous(memory_format=torch.channels_last) else "HWIO"
 
 
 def same_padding(conv: nn.Conv2d) -> tuple[int, int, int, int]:

@@ -3,7 +3,8 @@
 ``resnet50()`` is torchvision's ResNet-50 v1.5 (the stride on each bottleneck's 3x3, the
 projection shortcut a 1x1 conv + batch norm, ``ReLU(inplace=True)`` shared within a block,
 ``out += identity``): the same modules, names and forward, so ``optimize`` sees what it sees in
-torchvision's.  ``MLPBlock`` is a transformer's feed-forward block (Linear, tanh-GELU, Linear).
+torchvision's; ``resnext50_32x4d()`` is torchvision's ResNeXt-50 32x4d, the same network with
+each bottleneck's 3x3 conv grouped (32 groups of 4-32 channels) and wider.  ``MLPBlock`` is a transformer's feed-forward block (Linear, tanh-GELU, Linear).
 Weights are random (the batch norms' running statistics too, so folding them is exercised).
 """
 
@@ -16,13 +17,15 @@ from torch import nn
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None,
+                 groups: int = 1, base_width: int = 64):
         super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, planes * self.expansion, 1, bias=False)
+        width = planes * base_width // 64 * groups  # torchvision's: ResNeXt's grouped 3x3 is wider
+        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(planes * self.expansion)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
@@ -39,9 +42,9 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers=(3, 4, 6, 3), num_classes: int = 1000):
+    def __init__(self, layers=(3, 4, 6, 3), num_classes: int = 1000, groups: int = 1, width_per_group: int = 64):
         super().__init__()
-        self.inplanes = 64
+        self.inplanes, self.groups, self.base_width = 64, groups, width_per_group
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
@@ -58,9 +61,10 @@ class ResNet(nn.Module):
         if stride != 1 or self.inplanes != planes * Bottleneck.expansion:
             downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * Bottleneck.expansion, 1, stride=stride,
                                                  bias=False), nn.BatchNorm2d(planes * Bottleneck.expansion))
-        layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+        shape = {"groups": self.groups, "base_width": self.base_width}
+        layers = [Bottleneck(self.inplanes, planes, stride, downsample, **shape)]
         self.inplanes = planes * Bottleneck.expansion
-        layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+        layers += [Bottleneck(self.inplanes, planes, **shape) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x):
@@ -73,6 +77,14 @@ def resnet50(num_classes: int = 1000, seed: int = 0) -> ResNet:
     """ResNet-50 v1.5 with random weights and batch norm statistics (eval mode, fp32, CPU)."""
     torch.manual_seed(seed)
     model = ResNet(num_classes=num_classes)
+    randomize_batch_norms(model)
+    return model.eval()
+
+
+def resnext50_32x4d(num_classes: int = 1000, seed: int = 0) -> ResNet:
+    """ResNeXt-50 32x4d (torchvision's) with random weights and batch norm statistics."""
+    torch.manual_seed(seed)
+    model = ResNet(num_classes=num_classes, groups=32, width_per_group=4)
     randomize_batch_norms(model)
     return model.eval()
 

@@ -4,8 +4,8 @@ Both are ``torch.library`` custom ops with fake implementations, so ``torch.comp
 them without graph breaks (Inductor calls them as extern kernels) and ``mode="reduce-overhead"``
 captures their launches in its CUDA graphs.  Their layouts are the kernels' own:
 
-    conv2d(data NHWC, weight HWIO, scale?, bias?, residual? NHWC, stride[2], padding[4],
-           dilation[2], activation, out_dtype) -> NHWC
+    conv2d(data NHWC, weight, scale?, bias?, residual? NHWC, stride[2], padding[4],
+           dilation[2], activation, out_dtype, groups=1, weight_layout="HWIO") -> NHWC
     dense(a (..., K), weight (N, K), scale?, bias?, residual? (..., N), activation, out_dtype)
         -> (..., N)
 
@@ -13,6 +13,10 @@ captures their launches in its CUDA graphs.  Their layouts are the kernels' own:
 tanh approximation); the epilogue is ``act(acc * scale + bias + residual)`` (``epilogue.py``).
 Operands are fp16 or bf16 (fp32 too: cast to fp16 copies); ``conv2d_nhwc`` and ``dense_nk`` write
 fp16, or bf16 for bf16 operands, unless told another ``out_dtype`` (bf16 operands: fp32 or bf16).
+A conv's weight is read in place in the layout it comes in: HWIO [R, S, C/G, K], or OIHW
+[K, C/G, R, S] (``weight_layout="OIHW"``: an ``nn.Conv2d``'s weight), which in channels_last
+memory is read as OHWI through its permuted view (the same memory).  A depthwise conv
+(``groups`` = C) is no Tensor Core case: PyTorch's conv runs it, counted as a fallback.
 
 Eager code does not go through the dispatcher: ``conv2d_nhwc`` / ``dense_nk`` find the kernel's
 ``TorchLaunch`` in a dict by a cheap key (shapes, dtypes, device, epilogue, the active logs) and
@@ -38,6 +42,7 @@ import torch.nn.functional as F
 from ..api import build_cache
 from ..workloads import epilogue
 from ..api.apply import dense_workload_of, user_logs, workload_of
+from ..workloads.conv_weights import DEPTHWISE, TO_HWIO
 from .launch import TorchLaunch
 
 log = logging.getLogger(__name__)
@@ -61,12 +66,18 @@ def reset_fallbacks() -> None:
     _FALLBACKS.clear()
 
 
-def _fall_back(op: str, reason: str) -> None:
+def _fall_back(op: str, reason: str, what: str = "runs PyTorch's ops instead") -> None:
+    """Count a call that ``what`` (default: ran PyTorch's ops) because of ``reason``; said once."""
     _FALLBACKS[(op, reason)] += 1
     if _FALLBACKS[(op, reason)] == 1:
-        log.warning("tc_autotune::%s runs PyTorch's ops instead: %s", op, reason)
-        warnings.warn(f"tc_autotune::{op} runs PyTorch's ops instead: {reason} (counted in "
+        log.warning("tc_autotune::%s %s: %s", op, what, reason)
+        warnings.warn(f"tc_autotune::{op} {what}: {reason} (counted in "
                       "tc_autotune.pytorch.fallbacks(); said once)", FallbackWarning, stacklevel=3)
+
+
+def copied_weight(reason: str) -> None:
+    """Count a conv weight that no kernel path reads in place, so a layer holds a copy."""
+    _fall_back("conv2d", reason, "copies the weight")
 
 
 # ---- the eager launch path ---------------------------------------------------------------------
@@ -106,16 +117,27 @@ def _name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def conv2d_key(stride, padding, dilation, activation, out_dtype) -> tuple:
+def conv2d_key(stride, padding, dilation, activation, out_dtype, groups=1, weight_layout="HWIO") -> tuple:
     """The part of a conv call's cache key that a layer fixes (``FusedConv2d`` makes it once),
     normalised to the form the op's calls under torch.compile spell it, so that a layer's
     eager calls and its op's calls share one bound kernel."""
     return (tuple(_pair(stride)), tuple(_quad(padding)), tuple(_pair(dilation)), activation or "none",
-            _dtype(out_dtype))
+            _dtype(out_dtype), int(groups), weight_layout)
+
+
+def in_place_weight(weight, weight_layout: str):
+    """(tensor, layout) a kernel reads ``weight`` as, without a copy: an OIHW-shaped weight in
+    channels_last memory (``nn.Conv2d.weight`` of a channels_last model) is its OHWI view; any
+    other as it is (a non-contiguous one is then refused by the launch, naming it)."""
+    if weight_layout == "OIHW" and not weight.is_contiguous() and weight.is_contiguous(
+            memory_format=torch.channels_last):
+        return weight.permute(0, 2, 3, 1), "OHWI"
+    return weight, weight_layout
 
 
 def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, padding=0, dilation=1,
-                activation=None, out_dtype=None, out=None, fallback=True, static_key=None):
+                activation=None, out_dtype=None, out=None, fallback=True, static_key=None, groups=1,
+                weight_layout="HWIO"):
     """The conv2d kernel of these tensors (see the module), launched on torch's current stream:
     eager through the cached launch, under ``torch.compile`` as ``tc_autotune::conv2d``.  With
     ``fallback``, a call no kernel can serve runs PyTorch's ops (counted); without, it raises
@@ -125,18 +147,21 @@ def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, pa
     out_dtype = out_dtype or _default_out_dtype(data)
     if _is_compiling():
         return torch.ops.tc_autotune.conv2d(data, weight, scale, bias, residual, _pair(stride),
-                                            _quad(padding), _pair(dilation), activation, _dtype(out_dtype))
+                                            _quad(padding), _pair(dilation), activation, _dtype(out_dtype),
+                                            groups, weight_layout)
+    weight, layout = in_place_weight(weight, weight_layout)
     # The arguments as given make the key (normalising them costs more than the rest of the
     # call): two spellings of one conv are two keys bound to the same cached kernel.
-    key = (static_key or (_hashable(stride), _hashable(padding), _hashable(dilation), activation, out_dtype),
-           data.shape, data.dtype, data.device, weight.shape, scale is None, bias is None, residual is None,
+    key = (static_key or (_hashable(stride), _hashable(padding), _hashable(dilation), activation, out_dtype,
+                          groups, weight_layout),
+           data.shape, data.dtype, data.device, weight.shape, layout, scale is None, bias is None, residual is None,
            user_logs())
     launch = _LAUNCHES.get(key)
     if launch is None:
-        launch = _bind(key, lambda: workload_of(
+        launch = _bind(key, lambda: _conv_workload(
             data, weight, stride, padding, dilation, _name(out_dtype),
-            str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation))),
-            data.device)
+            str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation)),
+            groups, layout), data.device)
     try:
         if launch.__class__ is not TorchLaunch:
             raise launch
@@ -146,8 +171,16 @@ def conv2d_nhwc(data, weight, scale=None, bias=None, residual=None, stride=1, pa
             raise
         _fall_back("conv2d", str(err))
     result = conv2d_reference(data, weight, scale, bias, residual, _pair(stride), _quad(padding), _pair(dilation),
-                              activation, _dtype(out_dtype))
+                              activation, _dtype(out_dtype), groups, layout)
     return result if out is None else out.copy_(result)
+
+
+def _conv_workload(data, weight, stride, padding, dilation, out_dtype, fused, groups, layout):
+    """``workload_of`` a conv call; a depthwise one's ValueError says why in words without its
+    shape, so that it is reported once, whatever the layers."""
+    if groups > 1 and groups == data.shape[-1]:
+        raise ValueError(DEPTHWISE)
+    return workload_of(data, weight, stride, padding, dilation, out_dtype, fused, groups, layout)
 
 
 def _given(*tensors) -> list:
@@ -224,18 +257,19 @@ def _compute_dtype(tensor) -> torch.dtype:
     return torch.float32 if tensor.device.type == "cpu" else tensor.dtype  # CPUs lack fast fp16 convs
 
 
-def conv2d_reference(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
+def conv2d_reference(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype,
+                     groups=1, weight_layout="HWIO"):
     """The op's math with PyTorch's ops: NHWC in and out (channels last, so no copy either way
-    on the GPU), the epilogue in fp32 as the kernels do it."""
+    on the GPU), the weight as OIHW from its layout, the epilogue in fp32 as the kernels do it."""
     compute = _compute_dtype(data)
     x = data.permute(0, 3, 1, 2).to(compute)
-    w = weight.permute(3, 2, 0, 1).to(compute)
+    w = weight.permute(*(TO_HWIO[weight_layout][axis] for axis in (3, 2, 0, 1))).to(compute)
     top, left, bottom, right = padding
     if (top, left) != (bottom, right):
         x, pad = F.pad(x, (left, right, top, bottom)), (0, 0)
     else:
         pad = (top, left)
-    acc = F.conv2d(x, w, None, stride, pad, dilation).float()
+    acc = F.conv2d(x, w, None, stride, pad, dilation, groups).float()
     res = None if residual is None else residual.permute(0, 3, 1, 2)
     out = _epilogue(acc, 1, scale, bias, res, activation).to(out_dtype)
     return out.permute(0, 2, 3, 1).contiguous()
@@ -255,16 +289,18 @@ def dense_reference(a, weight, scale, bias, residual, activation, out_dtype):
 # autograd kernel that refuses to run where a gradient is wanted (the kernels have no backward).
 _LIB = torch.library.Library("tc_autotune", "DEF")
 _LIB.define("conv2d(Tensor data, Tensor weight, Tensor? scale, Tensor? bias, Tensor? residual, int[] stride, "
-            "int[] padding, int[] dilation, str activation, ScalarType out_dtype) -> Tensor")
+            "int[] padding, int[] dilation, str activation, ScalarType out_dtype, int groups=1, "
+            "str weight_layout=\"HWIO\") -> Tensor")
 _LIB.define("dense(Tensor a, Tensor weight, Tensor? scale, Tensor? bias, Tensor? residual, str activation, "
             "ScalarType out_dtype) -> Tensor")
 
 
-def _conv2d_impl(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
+def _conv2d_impl(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype, groups=1,
+                 weight_layout="HWIO"):
     """NHWC conv2d with a fused epilogue on a tuned Tensor Core kernel (see the module)."""
     _check_activation(activation)
     return _uncompiled(conv2d_nhwc)(data, weight, scale, bias, residual, stride, padding, dilation, activation,
-                                    out_dtype)
+                                    out_dtype, groups=groups, weight_layout=weight_layout)
 
 
 def _dense_impl(a, weight, scale, bias, residual, activation, out_dtype):
@@ -273,10 +309,11 @@ def _dense_impl(a, weight, scale, bias, residual, activation, out_dtype):
     return _uncompiled(dense_nk)(a, weight, scale, bias, residual, activation, out_dtype)
 
 
-def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype):
+def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype, groups=1,
+                 weight_layout="HWIO"):
     _check_activation(activation)
     n, h, w, _ = data.shape
-    r, s, _, k = weight.shape
+    r, s, _, k = (weight.shape[axis] for axis in TO_HWIO[weight_layout])
     top, left, bottom, right = padding
     oh = (h + top + bottom - dilation[0] * (r - 1) - 1) // stride[0] + 1
     ow = (w + left + right - dilation[1] * (s - 1) - 1) // stride[1] + 1

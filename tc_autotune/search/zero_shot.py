@@ -84,7 +84,7 @@ def _shape_vector(workload: Conv2dWorkload) -> np.ndarray:
         math.log2(m), math.log2(n), math.log2(k), math.log2(workload.batch),
         math.log2(workload.in_channels), math.log2(workload.out_channels),
         math.log2(workload.kernel_h * workload.kernel_w), math.log2(workload.stride[0] * workload.stride[1]),
-        float(workload.out_dtype in _TWO_BYTE_OUTPUTS),
+        float(workload.out_dtype in _TWO_BYTE_OUTPUTS), math.log2(workload.groups),
     ])
 
 
@@ -94,15 +94,16 @@ def _shape_vector(workload: Conv2dWorkload) -> np.ndarray:
 _TWO_BYTE_OUTPUTS = ("float16", "bfloat16")
 
 
-# The GEMM shape decides tiling and waves; batch, channels, kernel area and stride how the
-# im2col is laid out (and the vector widths); the output dtype the epilogue.
-_SHAPE_WEIGHTS = np.array([1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25])
+# The GEMM shape (a group's) decides tiling and waves; batch, channels, kernel area and stride
+# how the im2col is laid out (and the vector widths); the output dtype the epilogue; the groups
+# how many GEMMs share the grid (last: ungrouped workloads' distances are what they were).
+_SHAPE_WEIGHTS = np.array([1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 0.5])
 
 
 def workload_distance(a: Conv2dWorkload, b: Conv2dWorkload) -> float:
     """How far apart two workloads are for config transfer: weighted Euclidean distance of
-    log2 M, N, K, batch, in/out channels, kernel area, stride area, and a 2-byte (fp16, bf16) output
-    (0/1)."""
+    log2 M, N, K, batch, in/out channels, kernel area, stride area, a 2-byte (fp16, bf16) output
+    (0/1) and log2 groups."""
     d = _shape_vector(a) - _shape_vector(b)
     return float(np.sqrt(np.sum(_SHAPE_WEIGHTS * d * d)))
 

@@ -1,7 +1,8 @@
 """Conv2d workloads: the shape a kernel is tuned for, spec strings and named presets.
 
 A workload is plain data (a frozen dataclass) so it can key caches, logs and
-records.  Data is NHWC, weights are HWIO.  ``str(workload)`` is a canonical spec
+records.  Data is NHWC, weights are HWIO unless ``weight_layout`` says otherwise, and a grouped
+conv has ``groups`` (both in ``conv_weights``).  ``str(workload)`` is a canonical spec
 string that ``Conv2dWorkload.parse`` reads back to an equal workload.  A fused epilogue
 (``epilogue.py``: bias, folded batch norm, residual add, relu/gelu) is part of the
 workload; a plain one's spec does not mention it, so its string is what it always was.
@@ -13,6 +14,7 @@ import re
 from dataclasses import dataclass
 from dataclasses import replace as _replace
 
+from . import conv_weights
 from . import dense as dense_workloads
 from .epilogue import NONE as NO_EPILOGUE
 from .epilogue import canonical as canonical_epilogue
@@ -38,8 +40,10 @@ _SPEC_KEYS = {
     "dtype": ("dtype", 0),
     "out_dtype": ("out_dtype", 0),
     "epilogue": ("epilogue", 0),
+    "groups": ("groups", 0),
+    "weight_layout": ("weight_layout", 0),
 }
-_TEXT_KEYS = ("dtype", "out_dtype", "epilogue")
+_TEXT_KEYS = ("dtype", "out_dtype", "epilogue", "weight_layout")
 _REQUIRED_KEYS = ("n", "h", "c", "k", "r")
 
 
@@ -62,7 +66,8 @@ def _expand(value, arity: int, name: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Conv2dWorkload:
-    """One conv2d: NHWC data, HWIO weights, fp16 (or bf16) Tensor Core math with fp32 accumulation."""
+    """One conv2d: NHWC data, HWIO (OIHW, OHWI) weights, fp16 (or bf16) Tensor Core math with fp32
+    accumulation; grouped with ``groups`` > 1 (one implicit GEMM per group, ``conv_weights``)."""
 
     batch: int
     in_height: int
@@ -77,9 +82,12 @@ class Conv2dWorkload:
     dtype: str = "float16"
     out_dtype: str = "float32"
     epilogue: str = NO_EPILOGUE  # fused epilogue name (``epilogue.py``), canonical
+    groups: int = 1  # C and K channels in this many groups, each its own GEMM (``conv_weights``)
+    weight_layout: str = conv_weights.DEFAULT_LAYOUT  # the weight tensor's dims: HWIO, OIHW or OHWI
 
     def __post_init__(self):
         object.__setattr__(self, "epilogue", canonical_epilogue(self.epilogue))
+        object.__setattr__(self, "weight_layout", conv_weights.canonical_layout(self.weight_layout))
         object.__setattr__(self, "stride", _expand(self.stride, 2, "stride"))
         object.__setattr__(self, "padding", _expand(self.padding, 4, "padding"))
         object.__setattr__(self, "dilation", _expand(self.dilation, 2, "dilation"))
@@ -95,6 +103,7 @@ class Conv2dWorkload:
         for name, value in sizes.items():
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        conv_weights.check_groups(self.groups, self.in_channels, self.out_channels)
         for name in ("stride", "dilation"):
             if min(getattr(self, name)) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
@@ -137,7 +146,9 @@ class Conv2dWorkload:
 
     @property
     def weight_shape(self) -> tuple[int, int, int, int]:
-        return (self.kernel_h, self.kernel_w, self.in_channels, self.out_channels)
+        """HWIO [R, S, C/G, K], or the same dims in ``weight_layout``'s order."""
+        return conv_weights.weight_shape(self.weight_layout, self.kernel_h, self.kernel_w,
+                                         self.in_channels // self.groups, self.out_channels)
 
     @property
     def out_shape(self) -> tuple[int, int, int, int]:
@@ -145,14 +156,16 @@ class Conv2dWorkload:
 
     @property
     def gemm_shape(self) -> tuple[int, int, int]:
-        """(M, N, K) of the implicit GEMM: output pixels x output channels x reduction."""
+        """(M, N, K) of the implicit GEMM (of each group's: ``groups`` of them): output pixels x
+        output channels x reduction."""
         m = self.batch * self.out_height * self.out_width
-        return m, self.out_channels, self.kernel_h * self.kernel_w * self.in_channels
+        g = self.groups
+        return m, self.out_channels // g, self.kernel_h * self.kernel_w * self.in_channels // g
 
     @property
     def flops(self) -> int:
         m, n, k = self.gemm_shape
-        return 2 * m * n * k
+        return 2 * m * n * k * self.groups
 
     # ---- spec strings ---------------------------------------------------
     def __str__(self) -> str:
@@ -164,7 +177,7 @@ class Conv2dWorkload:
             f"k={self.out_channels},r={self.kernel_h},s={self.kernel_w},"
             f"stride={compact(self.stride)},pad={compact(self.padding)},"
             f"dilation={compact(self.dilation)},dtype={self.dtype},out_dtype={self.out_dtype}"
-            + epilogue_item(self.epilogue)
+            + conv_weights.spec_items(self.groups, self.weight_layout) + epilogue_item(self.epilogue)
         )
 
     @classmethod
@@ -202,6 +215,8 @@ class Conv2dWorkload:
             dtype=fields.get("dtype", "float16"),
             out_dtype=fields.get("out_dtype", "float32"),
             epilogue=fields.get("epilogue", NO_EPILOGUE),
+            groups=fields.get("groups", 1),
+            weight_layout=fields.get("weight_layout", conv_weights.DEFAULT_LAYOUT),
         )
 
     def replace(self, **changes) -> "Conv2dWorkload":

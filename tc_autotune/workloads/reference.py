@@ -12,6 +12,7 @@ import ml_dtypes
 import numpy as np
 
 from . import epilogue
+from .conv_weights import TO_HWIO
 from .dense import DenseWorkload
 from .conv2d import Conv2dWorkload
 
@@ -33,7 +34,7 @@ def random_inputs(workload: Conv2dWorkload, seed: int = 0) -> tuple[np.ndarray, 
     """Random data and weights (never zeros), scaled so outputs stay O(1) in fp16, then the
     epilogue's inputs."""
     rng = np.random.default_rng(seed)
-    fan_in = workload.kernel_h * workload.kernel_w * workload.in_channels
+    fan_in = workload.kernel_h * workload.kernel_w * workload.in_channels // workload.groups
     dtype = host_dtype(workload.dtype)
     data = rng.uniform(-1.0, 1.0, workload.data_shape).astype(dtype)
     weight = (rng.uniform(-1.0, 1.0, workload.weight_shape) / np.sqrt(fan_in)).astype(dtype)
@@ -43,10 +44,12 @@ def random_inputs(workload: Conv2dWorkload, seed: int = 0) -> tuple[np.ndarray, 
 def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
                      *epilogue_inputs: np.ndarray) -> np.ndarray:
     """NHWC x HWIO -> NHWC in float32 (inputs rounded to fp16 or bf16 first, as the kernel does:
-    ``as_operand``), through the workload's epilogue."""
+    ``as_operand``), through the workload's epilogue; the weight in the workload's layout, each
+    group's output channels from its input channels."""
     wl = workload
     x = as_operand(data, wl)
-    w = as_operand(weight, wl)
+    w = as_operand(np.transpose(weight, TO_HWIO[wl.weight_layout]), wl)
+    g, cg, kg = wl.groups, wl.in_channels // wl.groups, wl.out_channels // wl.groups
     top, left, bottom, right = wl.padding
     x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
     (sh, sw), (dh, dw) = wl.stride, wl.dilation
@@ -55,7 +58,12 @@ def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndar
     for r in range(wl.kernel_h):
         for s in range(wl.kernel_w):
             patch = x[:, r * dh: r * dh + (oh - 1) * sh + 1: sh, s * dw: s * dw + (ow - 1) * sw + 1: sw, :]
-            out += (patch.reshape(-1, wl.in_channels) @ w[r, s]).reshape(out.shape)
+            if g == 1:
+                out += (patch.reshape(-1, wl.in_channels) @ w[r, s]).reshape(out.shape)
+                continue
+            rows = patch.reshape(-1, g, cg)  # [pixel, group, channel] @ the group's [channel, out]
+            taps = w[r, s].reshape(cg, g, kg).transpose(1, 0, 2)
+            out += np.einsum("pgc,gck->pgk", rows, taps).reshape(out.shape)
     return epilogue.reference(wl, out, *epilogue_inputs)
 
 

@@ -10,6 +10,14 @@ materialised).  A column-major B (an nn.Linear (N, K) weight) is defined as its 
 (``view.epilogue``: scale, bias, residual, activation) from the fp32 accumulator, so the
 schedule inlines it into the store from the staging tile (with split-K, into the kernel that
 sums the slices).
+
+A grouped view (``view.groups`` = G GEMMs of one shape) is split-K's structure without the sum:
+A and B hold the G GEMMs' operands one after another along K (group g's at g*Kp .., each padded
+to Kp), and C[z] is GEMM z's, computed by the blocks of blockIdx.z = z; with split-K too,
+z = g * split_k + slice.  Without split-K its output is computed as (group, row, col) and laid
+out as the task's tensor by ``gemm_schedule``: a tile's padded columns then fall outside the
+output (the store from the C tile is bounded by the output block's domain), where as the
+tensor's channels they would be the next group's.
 """
 
 from __future__ import annotations
@@ -28,6 +36,19 @@ from .views import conv2d_view
 from ...workloads.conv2d import Conv2dWorkload
 
 
+def gemm_schedule(view: GemmView, config: TcGemmConfig):
+    """A TensorIR schedule of ``gemm_compute``'s PrimFunc, whose arguments are the task's tensors:
+    a grouped view's (group, row, col) output is laid out as the task's tensor (C's map inverted)."""
+    inputs, out, extra = gemm_compute(view, config)
+    sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
+    c_op = view.c
+    if tuple(out.shape) != tuple(c_op.shape):
+        index = [tvm.tirx.Var(f"i{d}", "int32") for d in range(len(c_op.shape))]
+        to_matrix = tvm.tirx.IndexMap(index, list(c_op.map.matrix_index(*index)), None)
+        sch.transform_layout(sch.get_sblock(c_op.tensor), ("write", 0), to_matrix.inverse(list(c_op.shape)))
+    return sch
+
+
 def conv2d_compute(workload: Conv2dWorkload, config: TcGemmConfig):
     """``gemm_compute`` of a conv2d workload's view."""
     return gemm_compute(conv2d_view(workload), config)
@@ -39,6 +60,7 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     m, n, k = view.shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
     kp = _round_up(k, config.block_k * config.split_k)
+    groups = view.groups
     a_op, b_op, c_op = view.a, view.b, view.c
     if (a_op.layout, c_op.layout) != (ROW_MAJOR, ROW_MAJOR):
         raise ValueError("the template reads A and writes C row-major (contiguous along K and N)")
@@ -56,26 +78,36 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     epilogue_in, finish = _epilogue(view)
     inputs = [a_in, b_in, *epilogue_in]
 
-    def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int):
+    def operand(tensor: te.Tensor, held: Operand, rows: int, cols: int, k_axis: int):
         """Matrix element [row, col] of an input: its tensor's element through the index
-        map, 0 outside the matrix or where the map says it is outside the tensor."""
+        map, 0 outside the matrix or where the map says it is outside the tensor.  Grouped:
+        index ``k_axis`` (A's col, B's row) runs over the groups' K, Kp each."""
 
         def element(row, col):
-            index, inside = held.map.element(row, col)
+            if groups > 1:
+                at = [row, col]
+                group, at[k_axis] = at[k_axis] // kp, at[k_axis] % kp
+                row, col = at
+                index, inside = held.map.element(row, col, group)
+            else:
+                index, inside = held.map.element(row, col)
             inside = tvm.tirx.all(row < rows, col < cols, *inside)
             return tvm.tirx.if_then_else(inside, tensor[index].astype(operand_dtype), zero)
 
         return element
 
-    a = te.compute((mp, kp), operand(a_tensor, a_op, m, k), name="A")
-    b_element = operand(b_tensor, b_op, k, n)
+    kg = groups * kp  # A's columns and B's rows: every group's K
+    a = te.compute((mp, kg), operand(a_tensor, a_op, m, k, 1), name="A")
+    b_element = operand(b_tensor, b_op, k, n, 0)
     if b_op.layout == COL_MAJOR:  # B's tile [n][k], contiguous along K as its tensor
-        b = te.compute((np_, kp), lambda col, row: b_element(row, col), name="B")
+        b = te.compute((np_, kg), lambda col, row: b_element(row, col), name="B")
         b_at = lambda row, col: b[col, row]  # noqa: E731
     else:
-        b = te.compute((kp, np_), b_element, name="B")
+        b = te.compute((kg, np_), b_element, name="B")
         b_at = lambda row, col: b[row, col]  # noqa: E731
     axes = list(c_op.axes) or None  # the output's iter var names
+    if groups > 1:
+        return _grouped_gemm(view, config, (a, b_at, kp), inputs, finish, copies, axes)
     if config.split_k == 1:
         red = te.reduce_axis((0, kp), name="rk")
         gemm = te.compute(
@@ -114,6 +146,41 @@ def gemm_compute(view: GemmView, config: TcGemmConfig):
     return inputs, out, [gemm] + copies
 
 
+def _grouped_gemm(view: GemmView, config: TcGemmConfig, operands, inputs, finish, copies, axes):
+    """``gemm_compute``'s GEMMs of a grouped view: C[z] of GEMM z = g * split_k + slice reads
+    group g's part of A and B (its K from g * kp).  Without split-K the output is (group, row,
+    col) (see the module); with it the sum kernel reads each output element's (group, row, col)
+    from C's map, as ungrouped slices are summed."""
+    a, b_at, kp = operands
+    c_op, split, bk = view.c, config.split_k, config.block_k
+    mp, np_ = _round_up(view.m, config.block_m), _round_up(view.n, config.block_n)
+    red = te.reduce_axis((0, kp // split), name="rk")
+
+    def k_of(z, r):  # split-K's k-step interleave (see gemm_compute) within the group's K
+        return z // split * kp + (r // bk * split + z % split) * bk + r % bk
+
+    gemm = te.compute(
+        (view.groups * split, mp, np_),
+        lambda z, i, j: te.sum(a[i, k_of(z, red)].astype("float32") * b_at(k_of(z, red), j).astype("float32"),
+                               axis=red),
+        name="C",
+    )
+    if split == 1:  # (group, row, col): ``gemm_schedule`` lays it out as the task's tensor
+        out = te.compute((view.groups, view.m, view.n),
+                         lambda g, i, j: finish(gemm[g, i, j], c_op.map.element(i, j, g)[0]),
+                         name=c_op.tensor, varargs_names=["g", "row", "col"])
+        return inputs, out, copies
+    zk = te.reduce_axis((0, split), name="zk")
+
+    def summed(*idx):
+        g, row, col = c_op.map.matrix_index(*idx)
+        return te.sum(gemm[g * split + zk, row, col], axis=zk)
+
+    total = te.compute(c_op.shape, summed, name="total", varargs_names=axes)
+    out = te.compute(c_op.shape, lambda *idx: finish(total[idx], idx), name=c_op.tensor)
+    return inputs, out, [gemm] + copies
+
+
 def _let(value, body):
     """``body(value)`` with ``value`` bound once: its loads are not repeated per use."""
     var = tvm.tirx.Var("v", "float32")
@@ -130,11 +197,12 @@ def _epilogue(view: GemmView):
     tensor index ``idx`` from its fp32 accumulator: the epilogue, then the output cast.  The
     output block computes it, so it is inlined into the store from the staging tile."""
     c_op, epilogue = view.c, view.epilogue
-    specs = epilogue_input_specs(epilogue, view.n, c_op.shape, view.out_dtype)
+    specs = epilogue_input_specs(epilogue, view.n * view.groups, c_op.shape, view.out_dtype)
     tensors = {name: te.placeholder(shape, dtype, name=name) for name, shape, dtype in specs}
 
     def finish(acc, idx):
-        column = c_op.map.matrix_index(*idx)[1]  # the output channel / feature
+        # the output channel / feature (a grouped C's matrix column is within its group)
+        column = idx[-1] if view.groups > 1 else c_op.map.matrix_index(*idx)[1]
         values = {name: tensors[name][column] for name in epilogue.channel_inputs}
         if epilogue.residual:
             values["residual"] = tensors["residual"][idx].astype("float32")

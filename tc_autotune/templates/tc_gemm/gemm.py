@@ -14,6 +14,13 @@ matrix (both ``RowMajor``).  Dense (``dense_view``) has ``RowMajor`` maps of its
 and ``Transposed`` for an (N, K) weight: a ``COL_MAJOR`` B (contiguous along K), which the
 template keeps K-contiguous in shared memory and feeds to the Tensor Cores as such.
 
+A grouped conv (``GemmView.groups`` > 1) is that many GEMMs of one shape (M, N and K are each
+group's): the A and B maps take the group as a third argument, ``element(row, col, group)``,
+and C's ``matrix_index`` gives (group, row, col).  A conv's weight may be HWIO (``RowMajor``),
+OHWI (``Transposed``: nn.Conv2d's weight in channels_last memory, each output channel's
+R*S*C/G filter contiguous) or OIHW (``ChannelsOuter``, nn.Conv2d's as PyTorch holds it:
+contiguous along neither matrix axis where R*S > 1).
+
 Index maps are frozen dataclasses (they key caches with the view) whose methods are plain
 arithmetic (``+ - * // %`` and comparisons), so the same map runs on ints, on numpy arrays
 (the tests check a view against the host reference) and on TVM expressions (the template
@@ -29,37 +36,67 @@ from ...workloads.epilogue import Epilogue
 from .operand_layout import ROW_MAJOR
 
 
+def _grouped(col, group, group_cols: int):
+    """Column ``col`` of group ``group``'s matrix as the tensor's (groups side by side)."""
+    return col if group is None else group * group_cols + col
+
+
 @dataclass(frozen=True)
 class RowMajor:
     """A tensor seen as a row-major matrix: its dims before the last are flattened into rows
-    and the last is the column."""
+    and the last is the column.  ``group_cols`` (a grouped conv's HWIO weight and NHWC
+    output): the columns are groups of that many, each group's matrix its own."""
 
     shape: tuple[int, ...]  # the tensor's
+    group_cols: int = 0
 
-    def element(self, row, col):
+    def element(self, row, col, group=None):
         """(tensor index, in-bounds conditions) of matrix element [row, col] (row < rows):
         element [0, ..., 0, row, col] has the address of the unflattened one, and the index
         needs no div/mod (which the simplifier cannot fold out of the unflattened form)."""
-        return (0,) * (len(self.shape) - 2) + (row, col), ()
+        return (0,) * (len(self.shape) - 2) + (row, _grouped(col, group, self.group_cols)), ()
 
     def matrix_index(self, *index):
-        """(row, col) of the tensor element at ``index``."""
+        """(row, col) of the tensor element at ``index``; (group, row, col) with groups."""
         row = index[0]
         for i, extent in zip(index[1:-1], self.shape[1:-1]):
             row = row * extent + i
+        if self.group_cols:
+            return index[-1] // self.group_cols, row, index[-1] % self.group_cols
         return row, index[-1]
 
 
 @dataclass(frozen=True)
 class Transposed:
-    """A 2-D tensor of shape (cols, rows) seen as its transpose (an nn.Linear (N, K) weight
-    as the K x N matrix B): contiguous along the matrix's rows (a ``COL_MAJOR`` operand)."""
+    """A tensor whose first dim is the matrix's columns and whose other dims, flattened, are
+    its rows, seen as that matrix: an nn.Linear (N, K) weight as the K x N matrix B, or a conv's
+    OHWI weight [K, R, S, C/G] as the (R*S*C/G) x K one (``group_cols``: K/G columns a group).
+    Contiguous along the matrix's rows (a ``COL_MAJOR`` operand)."""
 
-    shape: tuple[int, int]  # the tensor's
+    shape: tuple[int, ...]  # the tensor's
+    group_cols: int = 0
 
-    def element(self, row, col):
-        """(tensor index, in-bounds conditions) of matrix element [row, col]."""
-        return (col, row), ()
+    def element(self, row, col, group=None):
+        """(tensor index, in-bounds conditions) of matrix element [row, col]: [col, 0, .., row]
+        has the address of the unflattened index (as ``RowMajor``'s)."""
+        return (_grouped(col, group, self.group_cols),) + (0,) * (len(self.shape) - 2) + (row,), ()
+
+
+@dataclass(frozen=True)
+class ChannelsOuter:
+    """A conv's OIHW weight [K, C/G, R, S] (nn.Conv2d's, contiguous) as the (R*S*C/G) x K matrix
+    B: row (tap, channel) as the im2col A orders them, so a row's next element is R*S elements
+    further and a column's C/G*R*S further; a ``COL_MAJOR`` operand (copied along K) whose
+    contiguous runs are single elements."""
+
+    shape: tuple[int, int, int, int]  # the tensor's
+    group_cols: int = 0
+
+    def element(self, row, col, group=None):
+        """(tensor index, in-bounds conditions) of B[row, col]: [n, channel, 0, tap] has the
+        address of [n, channel, tap // S, tap % S]."""
+        channels = self.shape[1]
+        return (_grouped(col, group, self.group_cols), row % channels, 0, row // channels), ()
 
 
 @dataclass(frozen=True)
@@ -78,9 +115,10 @@ class Im2col:
     dilation: tuple[int, int]
     pad: tuple[int, int]  # top, left
 
-    def element(self, row, col):
+    def element(self, row, col, group=None):
         """(tensor index, in-bounds conditions) of A[row, col]: data[img, h, w, ci], inside
-        the input where all conditions hold."""
+        the input where all conditions hold.  ``channels``: a group's, which ``group``
+        (a grouped conv's) offsets."""
         oh, ow = self.out_height, self.out_width
         (sh, sw), (dh, dw) = self.stride, self.dilation
         pad_top, pad_left = self.pad
@@ -90,7 +128,7 @@ class Im2col:
         rs, ci = col // c, col % c
         h = y * sh + (rs // s) * dh - pad_top
         w = x * sw + (rs % s) * dw - pad_left
-        return (img, h, w, ci), (h >= 0, h < self.in_height, w >= 0, w < self.in_width)
+        return (img, h, w, _grouped(ci, group, c)), (h >= 0, h < self.in_height, w >= 0, w < self.in_width)
 
 
 @dataclass(frozen=True)
@@ -108,7 +146,7 @@ class Operand:
 
     tensor: str  # the kernel argument's name
     shape: tuple[int, ...]
-    map: RowMajor | Im2col | Transposed
+    map: RowMajor | Im2col | Transposed | ChannelsOuter
     run: int
     run_name: str
     axes: tuple[str, ...] = ()  # names of the tensor's dims in the TE compute (i0, i1, ... if empty)
@@ -128,9 +166,11 @@ class GemmView:
     b: Operand  # K x N
     c: Operand  # M x N, the output
     epilogue: Epilogue = Epilogue()  # applied to C on its way to the output (none: a cast only)
+    groups: int = 1  # GEMMs of this shape side by side (a grouped conv's), the maps take the group
 
     @property
     def shape(self) -> tuple[int, int, int]:
+        """M, N, K of one GEMM (of each group's)."""
         return self.m, self.n, self.k
 
     @property
@@ -146,7 +186,7 @@ class GemmView:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k
+        return 2 * self.m * self.n * self.k * self.groups
 
 
 # ---- A tiles as TMA boxes (the warp-specialized kernel, and the prior's view of it) -------------
@@ -187,7 +227,8 @@ def spatial_tile(view: GemmView, block_m: int) -> SpatialTile | None:
     """The spatial tiling of a stride-1 conv2d whose k-steps stay within one filter tap
     (64 | channels), if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
     a = view.a.map
-    if not isinstance(a, Im2col) or a.stride != (1, 1) or a.channels % TMA_BOX_K or a.out_width > block_m:
+    if (not isinstance(a, Im2col) or a.stride != (1, 1) or a.channels % TMA_BOX_K or a.out_width > block_m
+            or view.groups > 1):
         return None
     oh, ow = a.out_height, a.out_width
     batch = view.m // (oh * ow)
@@ -237,7 +278,8 @@ def row_tile(view: GemmView, block_m: int) -> RowTile | None:
     whose strides TMA can traverse and whose output rows are at least MIN_ROW_BOX_PIXELS
     wide, if whole output rows fill at least MIN_SPATIAL_USE of ``block_m``."""
     a = view.a.map
-    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or not MIN_ROW_BOX_PIXELS <= a.out_width <= block_m:
+    if (not isinstance(a, Im2col) or a.channels % TMA_BOX_K or not MIN_ROW_BOX_PIXELS <= a.out_width <= block_m
+            or view.groups > 1):
         return None
     if max(a.stride) > MAX_TMA_STRIDE or a.out_width * a.stride[1] > MAX_TMA_BOX:
         return None
@@ -287,7 +329,7 @@ def im2col_window(view: GemmView) -> Im2colWindow | None:
     """The im2col window of a conv whose k-steps stay within one filter tap (64 | channels) and
     whose A is not a matrix (that one is a plain box), if TMA's limits take it; else None."""
     a = view.a.map
-    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or a_is_matrix(view):
+    if not isinstance(a, Im2col) or a.channels % TMA_BOX_K or a_is_matrix(view) or view.groups > 1:
         return None
     (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad
     kernel_h = view.k // (a.channels * a.kernel_w)
@@ -301,8 +343,11 @@ def im2col_window(view: GemmView) -> Im2colWindow | None:
 
 
 def a_is_matrix(view: GemmView) -> bool:
-    """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d."""
+    """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d (not a
+    grouped one: each group's A is a slice of the data's channels)."""
     a = view.a.map
+    if view.groups > 1:
+        return False
     return isinstance(a, RowMajor) or (
         isinstance(a, Im2col) and a.channels == view.k and a.stride == (1, 1) and a.pad == (0, 0)
         and (a.out_height, a.out_width) == (a.in_height, a.in_width))

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gemm import MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, a_is_matrix, box_tile, c_rows_aligned, im2col_window
+from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, ChannelsOuter, a_is_matrix, box_tile, c_rows_aligned,
+                   im2col_window)
 from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
                     storing_warpgroups)
 from .rules import Rule, per_block_m, requires_rule
@@ -121,6 +122,15 @@ def _block_rows_consecutive(view, block_m: np.ndarray, tma_im2col: np.ndarray) -
 
 
 _WARP_SPECIALIZED_RULES = (
+    # Its tile scheduler, TMA boxes and stores know one GEMM; a grouped conv's group widths are
+    # also below TMA's 64-channel A box in the layers that have groups (ResNeXt: 4-32 channels).
+    _ws_rule("groups", lambda v, c: c.view.groups == 1,
+             lambda cfg, v, c: f"takes one GEMM, not the {c.view.groups} of a grouped conv: "
+                               "the wmma, mma and wgmma kernels without warp specialization take it"),
+    # B is TMA-loaded along N (row-major) or K (column-major): an OIHW 3x3 weight is neither.
+    _ws_rule("weight", lambda v, c: not isinstance(c.view.b.map, ChannelsOuter),
+             lambda cfg, v, c: "loads B with TMA boxes, which an OIHW weight of an R x S > 1 conv cannot give "
+                               "(its channels are R x S elements apart): pass it channels_last (OHWI) or HWIO"),
     _ws_rule("split_k", lambda v, c: (v["split_k"] == 1) | ((v["warp_specialized"] == 1) & (v["split_k"] <= WS_MAX_CLUSTER)),
              lambda cfg, v, c: f"takes split_k <= {WS_MAX_CLUSTER} (a cluster of blocks, one per K slice), and only "
                                f"unpersistent (warp_specialized=1), not split_k={cfg.split_k}"),

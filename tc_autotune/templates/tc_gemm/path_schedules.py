@@ -97,7 +97,8 @@ def _schedule_mma(sch, gemm, loops, config: TcGemmConfig, inline_out: str | None
     load_a, load_b = (fragment_tiles(sch, frag, MMA_TILE, MMA_TILE) for frag in (a_frag, b_frag))
     sch.transform_layout(a_frag, ("write", 0), _fragment_layout_map(2))
     sch.transform_layout(b_frag, ("write", 0), _fragment_layout_map(2, transposed=b_layout == COL_MAJOR))
-    sch.transform_layout(c_frag, ("read", 0), _fragment_layout_map(3 if config.split_k > 1 else 2))
+    # C is (z, M, N) with split-K's slices or a grouped view's GEMMs
+    sch.transform_layout(c_frag, ("read", 0), _fragment_layout_map(len(sch.get(c_frag).reads[0].region)))
     store = fragment_tiles(sch, c_frag, MMA_TILE, MMA_TILE)
     frag_names = [sch.get(b).name_hint for b in (a_frag, b_frag)]
     store_name = sch.get(c_frag).name_hint
@@ -199,7 +200,7 @@ def drain_after(sch, ko, config: TcGemmConfig) -> tvm.IRModule:
     row = (bound["blockIdx.x"] * config.block_row_warps + bound["threadIdx.y"]) * rows
     col = (bound["blockIdx.y"] * config.block_col_warps + bound["threadIdx.z"]) * cols
     tile = (slice(row, row + rows), slice(col, col + cols))
-    if config.split_k > 1:
+    if len(accumulators.shape) == 3:  # C[z]: split-K's slice or a grouped view's GEMM
         tile = (slice(bound["blockIdx.z"], bound["blockIdx.z"] + 1), *tile)
     region = accumulators[tile]
     call = wgmma_drain(accumulators.data, config.warp_row_tiles * config.warp_col_tiles)

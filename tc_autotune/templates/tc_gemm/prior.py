@@ -64,7 +64,7 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     bm, bn, bk, split, gm, gn, gk = (v[x].astype(np.float64)
                                      for x in ("bm", "bn", "bk", "split_k", "gm", "gn", "gk"))
     padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)
-    waves = gm * gn * split / space.gpu.sm_count
+    waves = gm * gn * split * space.view.groups / space.gpu.sm_count  # every group's GEMM
     wave_use = waves / np.ceil(waves)
     intensity = bm * bn / (bm + bn)
     reuse = np.minimum(1.0, intensity / 48.0) * np.where(bm * bn > 256 * 128, 0.6, 1.0)

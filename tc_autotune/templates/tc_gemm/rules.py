@@ -91,10 +91,11 @@ def derive(v: dict, ctx: Context) -> dict:
     staging = v["tma_store"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])  # tma_store's buffers
     v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["stages"], v["bm"], v["bn"], staging),
                          np.maximum(v["stages"] * (a + b), c))
-    # The grid: blocks along M and N, k-steps per K slice, and every block of every slice.
+    # The grid: blocks along M and N, k-steps per K slice, and every block of every slice (of
+    # every group's GEMM: M, N and K are a group's).
     v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])
     v["gk"] = -(-ctx.k // (v["bk"] * v["split_k"]))
-    v["blocks"] = v["gm"] * v["gn"] * v["split_k"]
+    v["blocks"] = v["gm"] * v["gn"] * v["split_k"] * ctx.view.groups
     return v
 
 
@@ -175,8 +176,9 @@ HEAD = (
          lambda cfg, v, c: f"stages={cfg.stages} exceed the {v['gk']} k-steps of block_k={v['bk']}"),
     Rule("split_k_slices", lambda v, c: (v["split_k"] == 1) | ((v["split_k"] - 1) * v["gk"] * v["bk"] < c.k),
          lambda cfg, v, c: f"split_k={cfg.split_k} leaves a K slice empty (K={c.k}, block_k={v['bk']})"),
-    Rule("split_k_grid", lambda v, c: (v["split_k"] == 1) | (v["gm"] * v["gn"] < 2 * c.gpu.sm_count),
-         lambda cfg, v, c: f"split_k={cfg.split_k}: {v['gm'] * v['gn']} blocks already fill the GPU twice over"),
+    Rule("split_k_grid", lambda v, c: (v["split_k"] == 1) | (v["gm"] * v["gn"] * c.view.groups < 2 * c.gpu.sm_count),
+         lambda cfg, v, c: f"split_k={cfg.split_k}: {v['gm'] * v['gn'] * c.view.groups} blocks already fill the GPU "
+                           "twice over"),
 )
 
 

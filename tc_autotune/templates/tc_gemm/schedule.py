@@ -16,11 +16,10 @@ from __future__ import annotations
 import math
 
 import tvm
-from tvm import te
 
 from ...core import tasks
 from ...workloads.dense import DenseWorkload
-from .compute import gemm_compute
+from .compute import gemm_compute, gemm_schedule  # noqa: F401 (gemm_compute: the CPU twins' compute)
 from .gemm import GemmView
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import TcGemmConfig
@@ -55,11 +54,14 @@ def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
     A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``)."""
     if config.warp_specialized:
         return kernel_module(view, config)
-    inputs, out, extra = gemm_compute(view, config)
-    sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
+    sch = gemm_schedule(view, config)
     gemm = sch.get_sblock("C")
     out_block = sch.get_sblock(view.c.tensor)
-    if config.split_k == 1:
+    if config.split_k == 1 and view.groups > 1:
+        # The output block iterates (group, row, col) already; a group's GEMM per blockIdx.z.
+        z, i, j, kk = sch.get_loops(gemm)
+        sch.bind(z, "blockIdx.z")
+    elif config.split_k == 1:
         # The output block's iterators become the GEMM's (m, n), so it inlines into the C tile.
         c_op = view.c
         axes = c_op.axes or tuple(f"i{d}" for d in range(len(c_op.shape)))

@@ -8,7 +8,7 @@ import functools
 
 from ...workloads.dense import DenseWorkload
 from ...workloads.epilogue import parse as parse_epilogue
-from .gemm import GemmView, Im2col, Operand, RowMajor, Transposed
+from .gemm import ChannelsOuter, GemmView, Im2col, Operand, RowMajor, Transposed
 from .operand_layout import COL_MAJOR
 from ...workloads.conv2d import Conv2dWorkload
 
@@ -29,18 +29,40 @@ def view_of(workload) -> GemmView:
 def conv2d_view(wl: Conv2dWorkload) -> GemmView:
     """NHWC conv2d as an implicit GEMM: M = N*OH*OW output pixels, N = K output channels,
     K = R*S*C.  The im2col A is contiguous along K in runs of C (one filter tap's
-    channels); B (HWIO) and C (NHWC) are row-major with K output channels a row."""
+    channels); B (HWIO) and C (NHWC) are row-major with K output channels a row.  A grouped
+    conv is ``groups`` GEMMs of N = K/G and K = R*S*C/G, whose runs are a group's channels;
+    an OHWI or OIHW weight is a column-major B (``_weight``)."""
     m, n, k = wl.gemm_shape
-    a = Im2col(wl.in_height, wl.in_width, wl.in_channels, wl.out_height, wl.out_width, wl.kernel_w,
+    g = wl.groups
+    a = Im2col(wl.in_height, wl.in_width, wl.in_channels // g, wl.out_height, wl.out_width, wl.kernel_w,
                wl.stride, wl.dilation, wl.padding[:2])
+    per_group = " per group" if g > 1 else ""
     return GemmView(
         m, n, k, wl.dtype, wl.out_dtype,
-        a=Operand("data", wl.data_shape, a, wl.in_channels, "input channels"),
-        b=Operand("weight", wl.weight_shape, RowMajor(wl.weight_shape), wl.out_channels, "output channels"),
-        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), wl.out_channels, "output channels",
+        a=Operand("data", wl.data_shape, a, wl.in_channels // g, "input channels" + per_group),
+        b=_weight(wl, n if g > 1 else 0, per_group),
+        c=Operand("out", wl.out_shape, RowMajor(wl.out_shape, n if g > 1 else 0), n, "output channels" + per_group,
                   axes=("bi", "y", "x", "co")),
         epilogue=parse_epilogue(wl.epilogue),
+        groups=g,
     )
+
+
+def _weight(wl: Conv2dWorkload, group_cols: int, per_group: str) -> Operand:
+    """B, the weight as the (R*S*C/G) x (K/G) matrix of each group: HWIO row-major (runs of a
+    group's output channels), OHWI column-major (each output channel's R*S*C/G filter one run,
+    as an (N, K) dense weight), OIHW column-major too, whose runs are a 1x1 conv's C/G input
+    channels and one element otherwise (a row's channels are R*S apart)."""
+    shape, n = wl.weight_shape, wl.out_channels // wl.groups
+    if wl.weight_layout == "HWIO":
+        return Operand("weight", shape, RowMajor(shape, group_cols), n, "output channels" + per_group)
+    taps, channels = wl.kernel_h * wl.kernel_w, wl.in_channels // wl.groups
+    if wl.weight_layout == "OHWI" or taps == 1:
+        return Operand("weight", shape, Transposed(shape, group_cols), taps * channels,
+                       "filter elements (R x S x C/G) of an output channel", layout=COL_MAJOR)
+    return Operand("weight", shape, ChannelsOuter(shape, group_cols), 1,
+                   "contiguous element of an OIHW weight along the reduction (its channels are R x S apart)",
+                   layout=COL_MAJOR)
 
 
 @functools.lru_cache(maxsize=1024)

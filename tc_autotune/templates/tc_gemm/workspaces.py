@@ -16,8 +16,8 @@ def workspace_shape(workload, config: TcGemmConfig) -> tuple[int, int, int] | No
     ``workload``: a task's workload or its GemmView."""
     if config.split_k == 1 or config.warp_specialized:
         return None
-    view = view_of(workload)
-    return (config.split_k, _round_up(view.m, config.block_m), _round_up(view.n, config.block_n))
+    view = view_of(workload)  # a grouped view's slices are each group's
+    return (config.split_k * view.groups, _round_up(view.m, config.block_m), _round_up(view.n, config.block_n))
 
 
 def workspaces(workload, config: TcGemmConfig) -> list[tuple[tuple[int, ...], str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..gemm import OUT_BYTES, GemmView, Im2colWindow, RowTile, a_is_matrix, box_tile, im2col_window
+from ..gemm import OUT_BYTES, GemmView, Im2colWindow, RowTile, Transposed, a_is_matrix, box_tile, im2col_window
 from ..operand_layout import COL_MAJOR
 from ..wgmma_source import WGMMA_ATOM, WGMMA_K
 from ..knobs import WS_ROW_BYTES, WS_STAGING_ROWS, TcGemmConfig
@@ -107,8 +107,12 @@ class Im2colBox:
 
 
 def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
-    """A 64-column box of an operand's tensor seen as a row-major matrix of its last dim."""
-    rows, cols = math.prod(operand.shape[:-1]), operand.shape[-1]
+    """A 64-column box of an operand's tensor seen as a row-major matrix of its last dim (a
+    ``Transposed`` one's: of all but its first, a conv's OHWI weight as (K, R*S*C))."""
+    if isinstance(operand.map, Transposed):
+        rows, cols = operand.shape[0], math.prod(operand.shape[1:])
+    else:
+        rows, cols = math.prod(operand.shape[:-1]), operand.shape[-1]
     return TmaBox((cols, rows), (cols * 2,), (WGMMA_K, box_rows), (col, row))
 
 
