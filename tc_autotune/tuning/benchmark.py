@@ -127,7 +127,7 @@ def device_times(kernel, workload, arrays) -> tuple[float | None, float | None]:
     import torch
 
     *inputs, reference = arrays
-    tensors = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+    tensors = [baseline.device_tensor(a, getattr(torch, str(a.dtype))) for a in inputs]  # bf16 too
     out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
     kernel(*tensors, out)
     torch.cuda.synchronize()
