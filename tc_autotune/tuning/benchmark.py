@@ -51,7 +51,7 @@ class BenchRow:
     tuned_source: str | None = None  # record, zero-shot or default (apply.choose_config)
     baseline_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
     baseline_err: float | None = None
-    baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_name)
+    baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_of)
     timer: str | None = TIMER  # what timed every figure of the row (results.TIMERS)
     # the other view, with ``profile``: each side's CUDA kernels per call from the profiler
     tuned_device_s: float | None = None
@@ -151,7 +151,7 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
     for name in names:
         wl = get(name)
         task = tasks.of(wl)
-        row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_name)
+        row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_of(wl))
         t0 = time.time()
         arrays = task_arrays(wl)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
@@ -221,7 +221,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
             config = replace(base, **changes)
             variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), baseline_s=baseline_s,
                                       invalid=space.why_invalid(config),
-                                      baseline=tasks.of(wl).baseline_name), config))
+                                      baseline=tasks.of(wl).baseline_of(wl)), config))
         valid = [(row, config) for row, config in variants if row.invalid is None]
         with ThreadPoolExecutor(max_workers=8) as pool:
             kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))
