@@ -73,7 +73,9 @@ def derive(v: dict, ctx: Context) -> dict:
     (``copy_threads``; else every thread copies)."""
     v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
     v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
-    v["bk"] = v["chunk"] * v["wk"]
+    # K elements of a k-step: chunk x 16 16-bit elements, or as many bytes of fp8 (twice the
+    # elements: a k-step is the same 128-byte swizzled row, ``warp_specialized``)
+    v["bk"] = v["chunk"] * v["wk"] * (2 // ctx.view.element_bytes)
     # ping-pong: 2 warpgroups, whatever block_col_warps (ints or columns alike)
     v["warps"] = v["block_row_warps"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])
     v["compute_threads"] = v["warps"] * 32
