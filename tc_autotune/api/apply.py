@@ -279,3 +279,19 @@ def dense_workload_of(a, weight, weight_layout="nk", out_dtype="float32", epilog
         b_dtype = _operands_dtype(a, weight)
     return DenseWorkload(m=m, n=n, k=k, batch=lead[0] if lead else 1, b_layout=weight_layout,
                          dtype=dtype, out_dtype=out_dtype, epilogue=epilogue, b_dtype=b_dtype)
+
+
+def is_fp8(array) -> bool:
+    """Whether an array (numpy, TVM, torch) holds fp8 values."""
+    return dtype_name(array).startswith("float8_")
+
+
+def check_scales(a, scale_a, scale_b) -> None:
+    """ValueError (one line) unless fp8 ``a`` (any array) comes with both per-tensor scales and other
+    operands with none: an fp8 product without its scales would be silently wrong."""
+    given = (scale_a is not None) + (scale_b is not None)
+    if is_fp8(a) and given < 2:
+        raise ValueError("fp8 operands need both per-tensor scales, scale_a and scale_b (fp32 tensors of one "
+                         "element, as torch._scaled_mm takes them)")
+    if given and not is_fp8(a):
+        raise ValueError(f"scale_a and scale_b are the per-tensor scales of fp8 operands, not of {dtype_name(a)} ones")

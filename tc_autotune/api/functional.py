@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from . import build_cache
-from .apply import active_logs, dense_workload_of, dtype_name, workload_of
+from .apply import active_logs, check_scales, dense_workload_of, is_fp8, workload_of
 from ..workloads.epilogue import of_inputs as epilogue_of
 from .kernel import _gpu_of, _is_torch, require_gpu
 
@@ -45,7 +45,7 @@ def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bia
     epilogue, as ``conv2d``.  fp8 operands (float8_e4m3fn ``a``, float8_e4m3fn or float8_e5m2
     (N, K) ``weight``) need their per-tensor scales ``scale_a`` and ``scale_b`` (fp32, one
     element), applied before the epilogue, as ``torch._scaled_mm``."""
-    if scale_a is not None or scale_b is not None or _is_fp8(a):
+    if scale_a is not None or scale_b is not None or is_fp8(a):
         check_scales(a, scale_a, scale_b)
     if weight_layout == "nk" and len(a.shape) == 2 and _on_torch_gpu(a):
         from ..pytorch import ops
@@ -55,21 +55,6 @@ def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bia
     fused = epilogue_of(scale, bias, residual, activation)
     workload = dense_workload_of(a, weight, weight_layout, out_dtype, str(fused))
     return _run(workload, out, a, weight, scale_a, scale_b, scale, bias, residual)
-
-
-def _is_fp8(array) -> bool:
-    return dtype_name(array).startswith("float8_")
-
-
-def check_scales(a, scale_a, scale_b) -> None:
-    """ValueError (one line) unless fp8 ``a`` (any array) comes with both per-tensor scales and other
-    operands with none: an fp8 product without its scales would be silently wrong."""
-    given = (scale_a is not None) + (scale_b is not None)
-    if _is_fp8(a) and given < 2:
-        raise ValueError("fp8 operands need both per-tensor scales, scale_a and scale_b (fp32 tensors of one "
-                         "element, as torch._scaled_mm takes them)")
-    if given and not _is_fp8(a):
-        raise ValueError(f"scale_a and scale_b are the per-tensor scales of fp8 operands, not of {dtype_name(a)} ones")
 
 
 @functools.cache

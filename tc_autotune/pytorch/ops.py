@@ -41,8 +41,7 @@ import torch.nn.functional as F
 
 from ..api import build_cache
 from ..workloads import epilogue
-from ..api.apply import dense_workload_of, user_logs, workload_of
-from ..api.functional import check_scales
+from ..api.apply import check_scales, dense_workload_of, user_logs, workload_of
 from .launch import TorchLaunch
 
 log = logging.getLogger(__name__)
