@@ -310,6 +310,11 @@ def test_the_torch_face_takes_fp8_tensors_with_their_scales():
                            "per-tensor scales of fp8 operands, not of float32 ones")):
         with pytest.raises(ValueError, match=message):
             call()
+    with warnings.catch_warnings():  # the op's schema, fake and autograd kernels with fp8 tensors and scales
+        warnings.simplefilter("ignore", ops.FallbackWarning)
+        torch.library.opcheck(torch.ops.tc_autotune.dense.default,
+                              (a, w, None, bias, None, "gelu", torch.bfloat16, scale_a.reshape(1), scale_b),
+                              test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
     with FakeTensorMode():  # the custom op's schema takes the scales (last, optional)
         out = torch.ops.tc_autotune.dense(torch.empty(3, 32, dtype=torch.float8_e4m3fn),
                                           torch.empty(16, 32, dtype=torch.float8_e4m3fn), None, None, None, "none",

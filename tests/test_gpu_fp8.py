@@ -15,7 +15,6 @@ from tc_autotune.core import tasks
 from tc_autotune.core.results import TOLERANCE, relative_l2_error
 from tc_autotune.templates.tc_gemm.generator import FP8_PROBES, probe_kernels
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.workloads.reference import host_dtype
 
 pytestmark = pytest.mark.gpu
 
@@ -38,21 +37,10 @@ def _gpu():
 def check(workload, config=None, seed=0, limit=None):
     """Build (config None: the one ``build`` picks), run on NaN-poisoned output, compare with the
     fp32 reference; returns (kernel, relative L2 error)."""
-    import tvm
-
-    from tc_autotune.api.build import build
+    from test_gpu_bf16 import checked_kernel
 
     _gpu()
-    kernel = build(workload, config)
-    task = tasks.of(workload)
-    inputs = task.inputs(workload, seed=seed)
-    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, host_dtype(workload.out_dtype)), device=tvm.cuda(0))
-    result = kernel(*inputs, out).numpy()
-    assert result.dtype == host_dtype(workload.out_dtype)
-    assert np.isfinite(result.astype(np.float32)).all(), "some outputs were never written (NaN poison left)"
-    err = relative_l2_error(result, task.reference(workload, *inputs))
-    assert err < (limit or LIMITS[workload.out_dtype]), f"relative L2 error {err:.3g} for {workload} {kernel.config}"
-    return kernel, err
+    return checked_kernel(workload, config, seed, limit or LIMITS[workload.out_dtype])
 
 
 @pytest.mark.parametrize("index", range(len(FP8_PROBES)), ids=[p[0] for p in FP8_PROBES])
@@ -104,23 +92,12 @@ def test_an_fp8_workload_through_the_measurer_and_the_benchmark():
     """LocalMeasurer stores fp8 inputs (as bytes: npz cannot read fp8 descriptors back) and the
     scales, and checks the output on the device; checked_kernel_time checks and times as the
     benchmark does."""
-    from tc_autotune.api.build import build
-    from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
-    from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
+    from test_gpu_bf16 import measure_and_benchmark
 
     gpu = _gpu()
     for spec in (DENSE, "dense:m=64,n=256,k=512,b=nk,dtype=float8_e4m3,b_dtype=float8_e5m2,out_dtype=float16,"
                         "epilogue=bias_gelu"):
-        wl = workloads.get(spec)
-        space = tasks.of(wl).space(wl, gpu)
-        configs = [space.default_config(), *space.sample(2, seed=2)]
-        options = MeasureOptions(build_workers=2, run_timeout=60, repeat=3, min_repeat_ms=5)
-        with LocalMeasurer(space, options) as measure:
-            for result in measure(configs):
-                assert result.ok and all(0 < c < 0.1 for c in result.costs), result.error_msg
-        seconds, err = checked_kernel_time(build(wl, configs[0]), wl, *task_arrays(wl), number=5, repeat=3,
-                                           min_repeat_ms=1)
-        assert seconds is not None and err < LIMITS[wl.out_dtype]
+        measure_and_benchmark(workloads.get(spec), gpu, samples=2, limit=LIMITS)
 
 
 @pytest.mark.parametrize("spec", [
@@ -198,8 +175,10 @@ def test_fp8_tensors_take_fp8_kernels_through_tc_dense_and_the_op(torch):
                                 out_dtype=torch.bfloat16)
     got = tc.dense(a, w, out_dtype="bfloat16", bias=bias, scale_a=scale_a, scale_b=scale_b)
     assert relative_l2_error(got.float().cpu().numpy(), expected.float().cpu().numpy()) < 1e-2
+    # (not opcheck's test_schema: it compares fp8 tensors with ops PyTorch has no fp8 kernel of, "mul")
     torch.library.opcheck(torch.ops.tc_autotune.dense.default,
-                          (a, w, None, bias, None, "gelu", torch.bfloat16, scale_a, scale_b.reshape(1)))
+                          (a, w, None, bias, None, "gelu", torch.bfloat16, scale_a, scale_b.reshape(1)),
+                          test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
     compiled = torch.compile(lambda x: ops.dense_nk(x, w, None, bias, None, "relu", scale_a=scale_a,
                                                     scale_b=scale_b), fullgraph=True)
     assert relative_l2_error(compiled(a).float().cpu().numpy(),
