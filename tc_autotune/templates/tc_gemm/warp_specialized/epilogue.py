@@ -83,8 +83,9 @@ def declare(lay: BlockLayout) -> str:
     """What the store keeps across tiles, declared before them: tma_store's count of chunks; fp8's
     product of the per-tensor scales (torch._scaled_mm's alpha, in fp32: scale_a * scale_b)."""
     chunk = "\n  int chunk = 0;  // C chunks this warpgroup has stored (tma_store)" if lay.c_box else ""
-    scale = "\n  const float scale_ab = __ldg(scale_a) * __ldg(scale_b);  // fp8's per-tensor scales" if lay.scaled else ""
-    return chunk + scale
+    if not lay.scaled:
+        return chunk
+    return chunk + "\n  const float scale_ab = __ldg(scale_a) * __ldg(scale_b);  // fp8's per-tensor scales"
 
 
 def _scale(lay: BlockLayout, indent: str) -> str:
