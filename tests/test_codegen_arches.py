@@ -4,8 +4,9 @@ builds for, on a machine without a GPU (issue #32 item 5): the nominal GPU of th
 measures first (Hopper's warp-specialized ones, the persistent kernel among them) or, where an
 arch has none (Ampere), a seeded config of each of its Tensor Core paths.
 
-A new workload class (bf16, grouped convolution, ...) is one more line of ``WORKLOAD_CLASSES``;
-a new arch one more entry of ``ARCHES``.  Each kernel is one nvcc run (about a second): keep
+A new workload class (bf16, grouped convolution, ...) is one more line of ``WORKLOAD_CLASSES``
+(and of ``CLASS_ARCHES`` where it is not built for every arch); a new arch one more entry of
+``ARCHES``.  Each kernel is one nvcc run (about a second): keep
 the configs few, the rest of the matrix is test_codegen.py's (sm_90) and the GPU tests'."""
 
 import struct
@@ -29,10 +30,13 @@ WORKLOAD_CLASSES = {
     "dense-fp16": "dense:m=256,n=512,k=256,b=nk",
     "conv2d-grouped": "n=2,h=14,w=14,c=64,k=128,r=3,s=3,pad=1,groups=2",
     "conv2d-ohwi": "n=2,h=14,w=14,c=64,k=128,r=3,s=3,pad=1,weight_layout=OHWI",  # nn.Conv2d channels_last
+    "dense-fp8": "dense:m=256,n=512,k=512,b=nk,dtype=float8_e4m3,out_dtype=bfloat16",
 }
 # Classes the warp-specialized kernel does not take (one GEMM only): on Hopper, a seeded config of
 # each of these paths instead of the starting tilings.
 NOT_WARP_SPECIALIZED = {"conv2d-grouped": ("wgmma", "mma")}
+# classes built for some arches only: fp8 takes only Hopper's wgmma (every sm_80 config is invalid)
+CLASS_ARCHES = {"dense-fp8": ("sm_90",)}
 # arch -> (how many starting tilings after the default, the paths of an arch that has none)
 ARCHES = {
     "sm_80": (0, ("mma", "wmma")),  # Ampere: ldmatrix + mma.sync, WMMA; cp.async pipelines
@@ -63,7 +67,7 @@ def configs(spec: str, arch: str) -> list:
 
 
 CASES = [(f"{name}-{arch}-{label}", spec, arch, config) for name, spec in WORKLOAD_CLASSES.items()
-         for arch in ARCHES for label, config in configs(spec, arch)]
+         for arch in CLASS_ARCHES.get(name, ARCHES) for label, config in configs(spec, arch)]
 
 
 @pytest.mark.parametrize("spec,arch,config", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
@@ -92,4 +96,5 @@ def test_hopper_covers_the_persistent_kernel_and_ampere_both_paths():
             assert {config.intrinsic for config in hopper} >= set(NOT_WARP_SPECIALIZED[name]), spec
             continue
         assert any(config.warp_specialized == 2 for config in hopper), spec
-        assert {config.intrinsic for _, config in configs(spec, "sm_80")} >= {"mma", "wmma"}, spec
+        if "sm_80" in CLASS_ARCHES.get(name, ARCHES):
+            assert {config.intrinsic for _, config in configs(spec, "sm_80")} >= {"mma", "wmma"}, spec

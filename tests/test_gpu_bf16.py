@@ -37,13 +37,19 @@ def _gpu():
 def check(workload, config=None, seed=0):
     """Build (config None: the one ``build`` picks), run on NaN-poisoned output, compare with the
     fp32 reference; returns the kernel."""
+    gpu = _gpu()
+    if config is not None and config.intrinsic == "wgmma" and gpu.arch != "sm_90":
+        pytest.skip(f"wgmma needs a Hopper GPU, this one is {gpu.arch}")
+    return checked_kernel(workload, config, seed, LIMITS[workload.out_dtype])[0]
+
+
+def checked_kernel(workload, config, seed: int, limit: float):
+    """(kernel, relative L2 error): ``check``'s build, run on NaN-poisoned output and comparison,
+    the error under ``limit``.  (``test_gpu_fp8`` checks fp8 kernels with it.)"""
     import tvm
 
     from tc_autotune.api.build import build
 
-    gpu = _gpu()
-    if config is not None and config.intrinsic == "wgmma" and gpu.arch != "sm_90":
-        pytest.skip(f"wgmma needs a Hopper GPU, this one is {gpu.arch}")
     kernel = build(workload, config)
     task = tasks.of(workload)
     inputs = task.inputs(workload, seed=seed)
@@ -52,8 +58,8 @@ def check(workload, config=None, seed=0):
     assert result.dtype == host_dtype(workload.out_dtype)
     assert np.isfinite(result.astype(np.float32)).all(), "some outputs were never written (NaN poison left)"
     err = relative_l2_error(result, task.reference(workload, *inputs))
-    assert err < LIMITS[workload.out_dtype], f"relative L2 error {err:.3g} for {workload} {kernel.config}"
-    return kernel
+    assert err < limit, f"relative L2 error {err:.3g} for {workload} {kernel.config}"
+    return kernel, err
 
 
 @pytest.mark.parametrize("index", range(len(BF16_PROBES)), ids=[p[0] for p in BF16_PROBES])
@@ -91,22 +97,28 @@ def test_an_untuned_bf16_workload_builds_from_its_fp16_siblings_records_or_zero_
 def test_a_bf16_workload_through_the_measurer_and_the_benchmark():
     """LocalMeasurer stores bf16 inputs (npz keeps no bf16 dtype) and checks a bf16 output on the
     device; checked_kernel_time checks and times as the benchmark does."""
+    gpu = _gpu()
+    for spec in (CONV + ",out_dtype=bfloat16,epilogue=bias_residual_relu", DENSE):
+        measure_and_benchmark(workloads.get(spec), gpu, samples=1, limit=LIMITS)
+
+
+def measure_and_benchmark(wl, gpu, samples: int, limit: dict) -> None:
+    """The default config and ``samples`` sampled ones measured by a LocalMeasurer (checked on the
+    device, then timed), and the default one checked and timed as the benchmark does, its error
+    under ``limit[out_dtype]``.  (``test_gpu_fp8`` measures fp8 workloads with it.)"""
     from tc_autotune.api.build import build
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
     from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
 
-    gpu = _gpu()
-    for spec in (CONV + ",out_dtype=bfloat16,epilogue=bias_residual_relu", DENSE):
-        wl = workloads.get(spec)
-        space = tasks.of(wl).space(wl, gpu)
-        configs = [space.default_config(), *space.sample(1, seed=2)]
-        options = MeasureOptions(build_workers=2, run_timeout=60, repeat=3, min_repeat_ms=5)
-        with LocalMeasurer(space, options) as measure:
-            for result in measure(configs):
-                assert result.ok and all(0 < c < 0.1 for c in result.costs), result.error_msg
-        seconds, err = checked_kernel_time(build(wl, configs[0]), wl, *task_arrays(wl), number=5, repeat=3,
-                                           min_repeat_ms=1)
-        assert seconds is not None and err < LIMITS[wl.out_dtype]
+    space = tasks.of(wl).space(wl, gpu)
+    configs = [space.default_config(), *space.sample(samples, seed=2)]
+    options = MeasureOptions(build_workers=2, run_timeout=60, repeat=3, min_repeat_ms=5)
+    with LocalMeasurer(space, options) as measure:
+        for result in measure(configs):
+            assert result.ok and all(0 < c < 0.1 for c in result.costs), result.error_msg
+    seconds, err = checked_kernel_time(build(wl, configs[0]), wl, *task_arrays(wl), number=5, repeat=3,
+                                       min_repeat_ms=1)
+    assert seconds is not None and err < limit[wl.out_dtype]
 
 
 @pytest.mark.parametrize("spec", [CONV + ",out_dtype=bfloat16,epilogue=scale_bias_residual_relu",

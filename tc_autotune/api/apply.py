@@ -33,7 +33,7 @@ from ..database.logs import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, 
 from ..database.logs import load, stat_log_files
 from ..database.record import Record
 from ..database.selection import Verify, load_best
-from ..workloads.dense import DenseWorkload
+from ..workloads.dense import FP8_DTYPES, DenseWorkload
 from ..workloads.conv_weights import canonical_layout, filter_of
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload
@@ -137,32 +137,49 @@ def best_config(workload: Conv2dWorkload, gpu: GpuInfo, logs=None,
 
 # Input dtypes whose kernels are one GEMM: fp16 and bf16 operands have the same tiles, instruction
 # shapes and Tensor Core rate, so a config tuned for one is a config of the other (not fp32 input,
-# whose kernels cast first).
+# whose kernels cast first); so do fp8 ones, whatever B's fp8 (e4m3, e5m2).
 _SAME_GEMM_DTYPES = ("float16", "bfloat16")
+
+
+def _shape(w) -> dict:
+    """Every field of a workload but its dtypes, its epilogue and a conv's weight layout."""
+    return {f.name: getattr(w, f.name) for f in dataclasses.fields(w)
+            if f.name not in ("dtype", "b_dtype", "out_dtype", "epilogue", "weight_layout")}
+
+
+def _fp8(w) -> bool:
+    return getattr(w, "scaled", False)
 
 
 def same_gemm(a, b) -> bool:
     """Whether two workloads differ at most in their epilogue and output dtype, in their input
-    dtype between fp16 and bf16, and (conv2d) in their weight layout: one GEMM, so a config tuned
-    for either is valid for both where the space says so (a PyTorch layer's OIHW / OHWI weight
-    starts from what was tuned for its HWIO twin)."""
-    def shape(w):  # every field but the dtypes, the epilogue and a conv's weight layout
-        return {f.name: getattr(w, f.name) for f in dataclasses.fields(w)
-                if f.name not in ("dtype", "out_dtype", "epilogue", "weight_layout")}
+    dtype between fp16 and bf16 (or between fp8 Bs), and (conv2d) in their weight layout: one
+    GEMM, so a config tuned for either is valid for both where the space says so (a PyTorch
+    layer's OIHW / OHWI weight starts from what was tuned for its HWIO twin)."""
+    return (type(a) is type(b) and _shape(a) == _shape(b)
+            and (a.dtype == b.dtype or {a.dtype, b.dtype} <= set(_SAME_GEMM_DTYPES) or _fp8(a) and _fp8(b)))
 
-    return (type(a) is type(b) and shape(a) == shape(b)
-            and (a.dtype == b.dtype or {a.dtype, b.dtype} <= set(_SAME_GEMM_DTYPES)))
+
+def _borrowed(record_workload, workload) -> bool:
+    """An fp8 workload also takes a 16-bit record of its shape (after its own GEMM's): one tiling
+    (a k-step is the same 128 bytes), where its config is valid for fp8 (the warp-specialized
+    kernel's; ``sibling_config`` skips the rest).  Never the reverse: an fp8 record's time, at
+    twice the Tensor Core rate, would outrank every 16-bit sibling."""
+    return (_fp8(workload) and record_workload.dtype in _SAME_GEMM_DTYPES and type(record_workload) is type(workload)
+            and _shape(record_workload) == _shape(workload))
 
 
 def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
     """(config, seconds, workload) of the fastest current record of the same GEMM with another
     epilogue, output dtype or weight layout (``same_gemm``) that is valid for ``workload``, first
-    log set first: a model's fused fp16-output layers start from what was tuned for the plain GEMM."""
+    log set first: a model's fused fp16-output layers start from what was tuned for the plain GEMM.
+    An fp8 workload then takes a valid 16-bit record of its shape (``_borrowed``)."""
     space = tasks.of(workload).space(workload, gpu)
     for path, _ in active_logs() if logs is None else logs:
         found = [r for index in _indexes(path) for (w, arch), recs in index.items()
-                 if arch == gpu.arch and w != workload and same_gemm(w, workload) for r in recs if not r.stale]
-        for record in sorted(found, key=lambda r: r.seconds):
+                 if arch == gpu.arch and w != workload and (same_gemm(w, workload) or _borrowed(w, workload))
+                 for r in recs if not r.stale]
+        for record in sorted(found, key=lambda r: (not same_gemm(r.workload, workload), r.seconds)):
             try:
                 config = space.from_entity(record.config)
             except ValueError:
@@ -265,5 +282,24 @@ def dense_workload_of(a, weight, weight_layout="nk", out_dtype="float32", epilog
     n, k_w = (int(x) for x in (weight.shape if weight_layout == "nk" else weight.shape[::-1]))
     if k_w != k:
         raise ValueError(f"weight {list(weight.shape)} (weight_layout={weight_layout!r}) has K={k_w}, A has K={k}")
+    dtype, b_dtype = dtype_name(a), dtype_name(weight)
+    if dtype not in FP8_DTYPES:  # only fp8 A takes a B of another dtype (an e5m2 B)
+        b_dtype = _operands_dtype(a, weight)
     return DenseWorkload(m=m, n=n, k=k, batch=lead[0] if lead else 1, b_layout=weight_layout,
-                         dtype=_operands_dtype(a, weight), out_dtype=out_dtype, epilogue=epilogue)
+                         dtype=dtype, out_dtype=out_dtype, epilogue=epilogue, b_dtype=b_dtype)
+
+
+def is_fp8(array) -> bool:
+    """Whether an array (numpy, TVM, torch) holds fp8 values."""
+    return dtype_name(array).startswith("float8_")
+
+
+def check_scales(a, scale_a, scale_b) -> None:
+    """ValueError (one line) unless fp8 ``a`` (any array) comes with both per-tensor scales and other
+    operands with none: an fp8 product without its scales would be silently wrong."""
+    given = (scale_a is not None) + (scale_b is not None)
+    if is_fp8(a) and given < 2:
+        raise ValueError("fp8 operands need both per-tensor scales, scale_a and scale_b (fp32 tensors of one "
+                         "element, as torch._scaled_mm takes them)")
+    if given and not is_fp8(a):
+        raise ValueError(f"scale_a and scale_b are the per-tensor scales of fp8 operands, not of {dtype_name(a)} ones")

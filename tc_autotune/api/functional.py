@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from . import build_cache
-from .apply import active_logs, dense_workload_of, workload_of
+from .apply import active_logs, check_scales, dense_workload_of, is_fp8, workload_of
 from ..workloads.epilogue import of_inputs as epilogue_of
 from .kernel import _gpu_of, _is_torch, require_gpu
 
@@ -41,17 +41,22 @@ def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *
 
 
 def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bias=None, residual=None,
-          activation=None, out=None):
+          activation=None, out=None, scale_a=None, scale_b=None):
     """``a @ weight.T`` for an (N, K) ``weight`` (``weight_layout="nk"``, nn.Linear's) or
     ``a @ weight`` for a (K, N) one ("kn"), ``a`` (M, K) or (batch, M, K), with a fused
-    epilogue, as ``conv2d``."""
+    epilogue, as ``conv2d``.  fp8 operands (float8_e4m3fn ``a``, float8_e4m3fn or float8_e5m2
+    (N, K) ``weight``) need their per-tensor scales ``scale_a`` and ``scale_b`` (fp32, one
+    element), applied before the epilogue, as ``torch._scaled_mm``."""
+    if scale_a is not None or scale_b is not None or is_fp8(a):
+        check_scales(a, scale_a, scale_b)
     if weight_layout == "nk" and len(a.shape) == 2 and _on_torch_gpu(a):
         from ..pytorch import ops
 
-        return ops.dense_nk(a, weight, scale, bias, residual, activation, out_dtype, out=out, fallback=False)
+        return ops.dense_nk(a, weight, scale, bias, residual, activation, out_dtype, out=out, fallback=False,
+                            scale_a=scale_a, scale_b=scale_b)
     fused = epilogue_of(scale, bias, residual, activation)
     workload = dense_workload_of(a, weight, weight_layout, out_dtype, str(fused))
-    return _run(workload, out, a, weight, scale, bias, residual)
+    return _run(workload, out, a, weight, scale_a, scale_b, scale, bias, residual)
 
 
 @functools.cache

@@ -102,6 +102,10 @@ def _main(argv, prog: str) -> int:
     if old is not None:  # every config of its space is invalid there (rule bf16_arch)
         parser.error(f"bad --workload {old}: bfloat16 needs sm_80 or newer, the GPU measured on ({gpu.name}) "
                      f"is {gpu.arch}")
+    fp8 = next((wl for wl in wls if getattr(wl, "scaled", False) and gpu.arch != "sm_90"), None)
+    if fp8 is not None:  # every config of its space is invalid there (fp8 takes only Hopper's wgmma)
+        parser.error(f"bad --workload {fp8}: fp8 needs sm_90 (Hopper's wgmma), the GPU measured on ({gpu.name}) "
+                     f"is {gpu.arch}")
     options = MeasureOptions(build_workers=args.build_workers or 0, run_timeout=args.timeout, devices=devices,
                              rpc_connect_s=args.rpc_connect_timeout)
     logging.getLogger(prog).info("measuring on %d device(s) of %s: %s", len(devices), gpu.name,

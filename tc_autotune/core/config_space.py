@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -84,11 +84,14 @@ class ConfigSpace:
         # A narrower table pins knobs; a knob it lacks is pinned to its knob_defaults value.
         self.knobs = {name: (knobs or table).get(name, (defaults.get(name),)) for name in table}
         self._radices = [len(c) for c in self.knobs.values()]
-        # Random draws (``drawn``) keep the template's pinned knobs at their first value, 0
-        # (``Template.draw_pinned`` says which and why).
+        # Random draws (``drawn``) keep the template's pinned knobs at their first value, 0, or at
+        # the value a mapping names (``Template.draw_pinned`` says which and why).
         pinned = self.template.draw_pinned(self)
-        self._draw_radices = [1 if name in pinned and candidates[0] == 0 else radix
-                              for (name, candidates), radix in zip(self.knobs.items(), self._radices)]
+        pins = dict(pinned) if isinstance(pinned, Mapping) else dict.fromkeys(pinned, 0)
+        held = {name: candidates.index(pins[name]) for name, candidates in self.knobs.items()
+                if name in pins and (pins[name] in candidates if isinstance(pinned, Mapping) else candidates[0] == 0)}
+        self._draw_radices = [1 if name in held else radix for name, radix in zip(self.knobs, self._radices)]
+        self._draw_offsets = [held.get(name, 0) for name in self.knobs]  # the pinned value's position
         self.draw_bound = math.prod(self._draw_radices)
 
     def __len__(self) -> int:
@@ -101,9 +104,9 @@ class ConfigSpace:
         if self.draw_bound == len(self):
             return draws
         index, place = np.zeros_like(draws), 1
-        for draw_radix, radix in zip(self._draw_radices, self._radices):
+        for draw_radix, radix, offset in zip(self._draw_radices, self._radices, self._draw_offsets):
             draws, position = np.divmod(draws, draw_radix)
-            index += position * place
+            index += (position + offset) * place
             place *= radix
         return index
 

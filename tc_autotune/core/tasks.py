@@ -40,7 +40,8 @@ class Task:
     signature: Callable  # workload -> [(tensor name, shape, dtype)]: inputs then output
     reference: Callable  # (workload, *inputs) -> fp32 output on the host
     inputs: Callable  # (workload, seed) -> random inputs (signature order)
-    baseline_name: str = "cuDNN"  # what reports call the baseline (their ``baseline`` field)
+    # what reports call the baseline (their ``baseline`` field), or workload -> that name
+    baseline_name: str | Callable = "cuDNN"
 
     @property
     def template(self) -> Template:
@@ -57,6 +58,10 @@ class Task:
         error): the vendor library's time, checked, then timed by the one timer (``measure.baseline``,
         bound by ``use_baseline``); None where none is bound."""
         return _BASELINES.get(self.name)
+
+    def baseline_of(self, workload) -> str:
+        """What reports call ``workload``'s baseline (``baseline_name``)."""
+        return self.baseline_name(workload) if callable(self.baseline_name) else self.baseline_name
 
     def space(self, workload, gpu=None) -> ConfigSpace:
         """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
@@ -127,8 +132,17 @@ CONV2D = register(Task(
 ))
 
 
+# fp8 dense's per-tensor scales: fp32 1-element tensors after the operands, as torch._scaled_mm's
+SCALES = (("scale_a", (1,), "float32"), ("scale_b", (1,), "float32"))
+
+
 def _dense_signature(wl: DenseWorkload):
-    return _signature(wl, [("data", wl.a_shape, wl.dtype), ("weight", wl.b_shape, wl.dtype)])
+    operands = [("data", wl.a_shape, wl.dtype), ("weight", wl.b_shape, wl.weight_dtype)]
+    return _signature(wl, operands + list(SCALES) * wl.scaled)
+
+
+def _dense_baseline_name(wl: DenseWorkload) -> str:
+    return "torch._scaled_mm" if wl.scaled else "cuBLAS"  # fp8: cuBLASLt's scaled GEMM
 
 
 DENSE = register(Task(
@@ -137,5 +151,5 @@ DENSE = register(Task(
     signature=_dense_signature,
     reference=dense_reference,
     inputs=dense_inputs,
-    baseline_name="cuBLAS",
+    baseline_name=_dense_baseline_name,
 ))

@@ -91,7 +91,8 @@ class Template:
     # onto a value with its requirements set, so one move reaches a valid twin on that path.
     requires: Mapping[str, Mapping[Any, Mapping[str, Any]]] = field(default_factory=dict)
     # (space) -> knobs whose random draws stay at their first candidate (values valid only in
-    # a sliver of the space; the search reaches them by moves and starting configs).
+    # a sliver of the space; the search reaches them by moves and starting configs), or a
+    # mapping {knob: the value its draws stay at} (where a workload is valid only in a corner).
     draw_pinned: Callable = _no_pins
     starting_configs: Callable = _no_starts  # (space) -> configs worth measuring first
     # () -> (name, path) of every file whose text shapes the generated code: the template's

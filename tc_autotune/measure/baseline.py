@@ -1,6 +1,7 @@
 """cuDNN (conv2d, channels-last fp16) and cuBLAS (dense, ``torch.matmul``) through PyTorch:
 the figures every tuned kernel is judged by.  A bf16 workload's baseline computes in bf16 (its
-output and epilogue too), every other one's in fp16 (``torch_dtype``).
+output and epilogue too), every other one's in fp16 (``torch_dtype``); an fp8 dense's is
+``torch._scaled_mm`` (cuBLASLt's fp8 GEMM), writing the workload's output dtype.
 
 A fused workload's baseline is the conv (matmul) followed by its epilogue as PyTorch ops,
 unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplace=True)``):
@@ -15,6 +16,7 @@ optional: ``available()`` says whether it can run here.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import numpy as np
 
@@ -42,22 +44,24 @@ def torch_dtype(workload):
     return torch.bfloat16 if workload.dtype == "bfloat16" else torch.float16
 
 
-def device_tensor(array, dtype):
-    """A host array (numpy, or ml_dtypes' bf16, which ``torch.from_numpy`` does not take) on the GPU
-    as ``dtype``: through fp32, which holds fp16 and bf16 values exactly."""
+def device_tensor(array, dtype, device="cuda"):
+    """A host array (numpy, or ml_dtypes' bf16 and fp8, which ``torch.from_numpy`` does not take) on
+    the GPU (``device``) as ``dtype``: through fp32, which holds fp16, bf16 and fp8 values exactly."""
     import torch
 
-    return torch.from_numpy(np.asarray(array, dtype=np.float32)).to(device="cuda", dtype=dtype)
+    return torch.from_numpy(np.asarray(array, dtype=np.float32)).to(device=device, dtype=dtype)
 
 
-def torch_epilogue(workload, arrays, channel_view, tensor_view):
+def torch_epilogue(workload, arrays, channel_view, tensor_view, dtype=None, device="cuda"):
     """``finish(y)``: the workload's epilogue applied to PyTorch's fp16 (bf16) output ``y`` (see the
-    module), on device copies of ``arrays`` (its inputs) in that dtype; ``channel_view`` shapes a
-    per-channel vector and ``tensor_view`` the residual like ``y``."""
+    module), on device copies of ``arrays`` (its inputs) in that dtype (``dtype``, default
+    ``torch_dtype``'s); ``channel_view`` shapes a per-channel vector and ``tensor_view`` the
+    residual like ``y``."""
     import torch.nn.functional as F
 
     fused = epilogue.parse(workload.epilogue)
-    held = {name: device_tensor(a, torch_dtype(workload)) for name, a in zip(fused.inputs, arrays)}
+    dtype = dtype or torch_dtype(workload)
+    held = {name: device_tensor(a, dtype, device) for name, a in zip(fused.inputs, arrays)}
     held = {name: (tensor_view if name == "residual" else channel_view)(t) for name, t in held.items()}
 
     def finish(y):
@@ -120,7 +124,10 @@ def checked_cudnn_time(workload: Conv2dWorkload, *arrays, number: int = 20, repe
 def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
     """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 (bf16) tensors with
     fp16 (bf16) output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing),
-    then the epilogue's ops.  Reductions stay fp32, as ours (no reduced-precision split-K sums)."""
+    then the epilogue's ops.  Reductions stay fp32, as ours (no reduced-precision split-K sums).
+    fp8: ``scaled_mm_dense``."""
+    if workload.scaled:
+        return scaled_mm_dense(workload, data, weight, *epilogue_inputs)
     import torch
 
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
@@ -138,6 +145,43 @@ def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, 
     out = run()
     torch.cuda.synchronize()
     return run, out.float().cpu().numpy()
+
+
+def scaled_mm_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, scale_a: np.ndarray,
+                    scale_b: np.ndarray, *epilogue_inputs, device: str = "cuda"):
+    """(run, output) for an fp8 workload on cuBLASLt: ``torch._scaled_mm`` of the fp8 tensors (A
+    row-major, B the (N, K) weight's transposed view: column-major, as it asks) with the per-tensor
+    scales, writing the workload's output dtype (it writes fp32, fp16 and bf16 alike), with the
+    bias fused where ``_scaled_mm`` takes it (added after scaling, in the output's dtype: fp16 or
+    bf16 output, an epilogue without a per-channel scale), then the epilogue's other ops in the
+    output's dtype (fp32 output: all of them, in fp32).  A batch folds into M (it takes 2-D A).
+
+    ``use_fast_accum=True``: cuBLASLt accumulates in the Tensor Cores' accumulators throughout, as
+    our kernels do (wgmma's fp8 accumulation, never promoted to CUDA-core fp32 partway): like with
+    like, as the fp16 baselines keep cuBLAS's reductions in fp32 because ours are.  ``device``: "cpu"
+    runs PyTorch's CPU ``_scaled_mm`` (the tests, on a machine without a GPU)."""
+    import torch
+
+    out_dtype = getattr(torch, workload.out_dtype)
+    a = device_tensor(data, torch.float8_e4m3fn, device).reshape(-1, workload.k)
+    b = device_tensor(weight, getattr(torch, workload.weight_dtype), device).t()  # (K, N), column-major
+    scales = [device_tensor(s, torch.float32, device) for s in (scale_a, scale_b)]
+    fused = epilogue.parse(workload.epilogue)
+    # what _scaled_mm fuses: a bias of a 2-byte output, unless the epilogue's scale comes before it
+    fuse_bias = fused.bias and not fused.scale and out_dtype != torch.float32
+    rest = replace(workload, epilogue=str(replace(fused, bias=False))) if fuse_bias else workload
+    arrays = [a for name, a in zip(fused.inputs, epilogue_inputs) if not (fuse_bias and name == "bias")]
+    bias = device_tensor(epilogue_inputs[fused.inputs.index("bias")], out_dtype, device) if fuse_bias else None
+    finish = torch_epilogue(rest, arrays, lambda t: t, lambda t: t.reshape(-1, workload.n), out_dtype, device)
+
+    def run():
+        return finish(torch._scaled_mm(a, b, scale_a=scales[0], scale_b=scales[1], bias=bias, out_dtype=out_dtype,
+                                       use_fast_accum=True))
+
+    out = run()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return run, out.float().cpu().numpy().reshape(workload.out_shape)
 
 
 def checked_cublas_time(workload: DenseWorkload, *arrays, number: int = 20, repeat: int = 30,

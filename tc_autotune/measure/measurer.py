@@ -119,6 +119,12 @@ class _Batch:
         return time.time() - self.submitted
 
 
+def _storable(array: np.ndarray) -> np.ndarray:
+    """``array`` as npz reads it back: ml_dtypes' (user-defined numpy dtypes: bf16, fp8) as unsigned
+    ints of their size, viewed back by their dtype's name (``runner.load_inputs``)."""
+    return array.view(f"u{array.itemsize}") if array.dtype.isbuiltin == 2 else array
+
+
 class LocalMeasurer:
     """``measurer(configs) -> results`` for one workload, on every device of ``options.devices``
     (local GPUs or RPC servers; local GPU 0 without any), and the same as a stream:
@@ -156,8 +162,9 @@ class LocalMeasurer:
         task = tasks.of(self.workload)
         if not os.path.exists(path):  # the task's random inputs and fp32 reference
             inputs = task.inputs(self.workload, seed=0)
-            # with their dtypes' names: npz keeps a bf16 (ml_dtypes) array's bytes but not its dtype
-            np.savez(path, **{f"input_{i}": array for i, array in enumerate(inputs)},
+            # with their dtypes' names: npz keeps a bf16 (ml_dtypes) array's bytes but not its dtype,
+            # and writes fp8's with a descriptor it cannot read back ('<f1'): their bytes as uints
+            np.savez(path, **{f"input_{i}": _storable(array) for i, array in enumerate(inputs)},
                      reference=task.reference(self.workload, *inputs), dtypes=[a.dtype.name for a in inputs])
         _, out_shape, out_dtype = task.signature(self.workload)[-1]
         self._out_spec = (out_shape, out_dtype)

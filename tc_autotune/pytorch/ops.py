@@ -6,8 +6,8 @@ captures their launches in its CUDA graphs.  Their layouts are the kernels' own:
 
     conv2d(data NHWC, weight, scale?, bias?, residual? NHWC, stride[2], padding[4],
            dilation[2], activation, out_dtype, groups=1, weight_layout="HWIO") -> NHWC
-    dense(a (..., K), weight (N, K), scale?, bias?, residual? (..., N), activation, out_dtype)
-        -> (..., N)
+    dense(a (..., K), weight (N, K), scale?, bias?, residual? (..., N), activation, out_dtype,
+          scale_a?, scale_b?) -> (..., N)
 
 ``scale``/``bias`` are fp32 per output channel; ``activation`` is "none", "relu" or "gelu" (the
 tanh approximation); the epilogue is ``act(acc * scale + bias + residual)`` (``epilogue.py``).
@@ -17,6 +17,11 @@ A conv's weight is read in place in the layout it comes in: HWIO [R, S, C/G, K],
 [K, C/G, R, S] (``weight_layout="OIHW"``: an ``nn.Conv2d``'s weight), which in channels_last
 memory is read as OHWI through its permuted view (the same memory).  A depthwise conv
 (``groups`` = C) is no Tensor Core case: PyTorch's conv runs it, counted as a fallback.
+
+``dense`` also takes fp8 operands (``float8_e4m3fn`` a, ``float8_e4m3fn`` or ``float8_e5m2`` weight)
+with their per-tensor scales ``scale_a`` and ``scale_b`` (fp32, one element, as ``torch._scaled_mm``):
+``act(scale_a * scale_b * (a @ weight.T) * scale + bias + residual)``, bf16 unless told another
+``out_dtype`` (fp32, fp16, bf16).
 
 Eager code does not go through the dispatcher: ``conv2d_nhwc`` / ``dense_nk`` find the kernel's
 ``TorchLaunch`` in a dict by a cheap key (shapes, dtypes, device, epilogue, the active logs) and
@@ -41,7 +46,7 @@ import torch.nn.functional as F
 
 from ..api import build_cache
 from ..workloads import epilogue
-from ..api.apply import dense_workload_of, user_logs, workload_of
+from ..api.apply import check_scales, dense_workload_of, user_logs, workload_of
 from ..workloads.conv_weights import DEPTHWISE, TO_HWIO
 from .launch import TorchLaunch
 
@@ -107,10 +112,13 @@ def _hashable(value):
     return value if value.__class__ is int else tuple(value)
 
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def _default_out_dtype(operand) -> torch.dtype:
-    """The output dtype when none is given: bf16 for bf16 operands (they write fp32 or bf16), else
-    fp16."""
-    return torch.bfloat16 if operand.dtype == torch.bfloat16 else torch.float16
+    """The output dtype when none is given: bf16 for bf16 and fp8 operands (bf16 ones write fp32 or
+    bf16; fp8 ones a quantized model's activations, as its bf16 layers'), else fp16."""
+    return torch.bfloat16 if operand.dtype == torch.bfloat16 or operand.dtype in FP8 else torch.float16
 
 
 def _name(dtype) -> str:
@@ -188,15 +196,20 @@ def _given(*tensors) -> list:
 
 
 def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, out_dtype=None,
-             out=None, fallback=True):
+             out=None, fallback=True, scale_a=None, scale_b=None):
     """``act(a @ weight.T * scale + bias + residual)`` for an (N, K) weight (nn.Linear's) and an
-    ``a`` of any leading dims (folded into M): as ``conv2d_nhwc``."""
+    ``a`` of any leading dims (folded into M): as ``conv2d_nhwc``.  fp8 operands: times
+    ``scale_a * scale_b`` first (see the module; one-element scales, 0-d ones viewed as such)."""
     activation = activation or "none"
     out_dtype = out_dtype or _default_out_dtype(a)
-    if _is_compiling():
-        return torch.ops.tc_autotune.dense(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
-    key = ("dense", a.shape, a.dtype, a.device, weight.shape, activation, _dtype(out_dtype), scale is None,
-           bias is None, residual is None, user_logs())
+    if _is_compiling():  # the op's implementation checks the scales when it runs
+        return torch.ops.tc_autotune.dense(a, weight, scale, bias, residual, activation, _dtype(out_dtype),
+                                           scale_a, scale_b)
+    if scale_a is not None or scale_b is not None or a.dtype in FP8:
+        check_scales(a, scale_a, scale_b)
+        scale_a, scale_b = scale_a.reshape(1), scale_b.reshape(1)
+    key = ("dense", a.shape, a.dtype, a.device, weight.shape, weight.dtype, activation, _dtype(out_dtype),
+           scale_a is None, scale is None, bias is None, residual is None, user_logs())
     flat, res, flat_out = _rows(a), _rows(residual), _rows(out)
     launch = _LAUNCHES.get(key)
     if launch is None:
@@ -207,13 +220,13 @@ def dense_nk(a, weight, scale=None, bias=None, residual=None, activation=None, o
     try:
         if launch.__class__ is not TorchLaunch:
             raise launch
-        result = launch(*_given(flat, weight, scale, bias, res), out=flat_out)
+        result = launch(*_given(flat, weight, scale_a, scale_b, scale, bias, res), out=flat_out)
         return out if out is not None else result if a.dim() == 2 else result.view(*a.shape[:-1], -1)
     except ValueError as err:
         if not fallback:
             raise
         _fall_back("dense", str(err))
-    result = dense_reference(a, weight, scale, bias, residual, activation, _dtype(out_dtype))
+    result = dense_reference(a, weight, scale, bias, residual, activation, _dtype(out_dtype), scale_a, scale_b)
     return result if out is None else out.copy_(result)
 
 
@@ -254,7 +267,8 @@ def _epilogue(acc, channel_dim: int, scale, bias, residual, activation):
 
 
 def _compute_dtype(tensor) -> torch.dtype:
-    return torch.float32 if tensor.device.type == "cpu" else tensor.dtype  # CPUs lack fast fp16 convs
+    # CPUs lack fast fp16 convs; fp8 has no F.linear (its values are exact in fp32)
+    return torch.float32 if tensor.device.type == "cpu" or tensor.dtype in FP8 else tensor.dtype
 
 
 def conv2d_reference(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype,
@@ -275,9 +289,11 @@ def conv2d_reference(data, weight, scale, bias, residual, stride, padding, dilat
     return out.permute(0, 2, 3, 1).contiguous()
 
 
-def dense_reference(a, weight, scale, bias, residual, activation, out_dtype):
+def dense_reference(a, weight, scale, bias, residual, activation, out_dtype, scale_a=None, scale_b=None):
     compute = _compute_dtype(a)
     acc = F.linear(a.to(compute), weight.to(compute)).float()
+    if scale_a is not None:  # fp8: the per-tensor scales before the epilogue, as the kernels
+        acc = acc * (scale_a.float() * scale_b.float())
     return _epilogue(acc, acc.dim() - 1, scale, bias, residual, activation).to(out_dtype)
 
 
@@ -291,8 +307,9 @@ _LIB = torch.library.Library("tc_autotune", "DEF")
 _LIB.define("conv2d(Tensor data, Tensor weight, Tensor? scale, Tensor? bias, Tensor? residual, int[] stride, "
             "int[] padding, int[] dilation, str activation, ScalarType out_dtype, int groups=1, "
             "str weight_layout=\"HWIO\") -> Tensor")
+# scale_a, scale_b: fp8's per-tensor scales, last and optional so the schema's calls before fp8 hold
 _LIB.define("dense(Tensor a, Tensor weight, Tensor? scale, Tensor? bias, Tensor? residual, str activation, "
-            "ScalarType out_dtype) -> Tensor")
+            "ScalarType out_dtype, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor")
 
 
 def _conv2d_impl(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype, groups=1,
@@ -303,10 +320,11 @@ def _conv2d_impl(data, weight, scale, bias, residual, stride, padding, dilation,
                                     out_dtype, groups=groups, weight_layout=weight_layout)
 
 
-def _dense_impl(a, weight, scale, bias, residual, activation, out_dtype):
+def _dense_impl(a, weight, scale, bias, residual, activation, out_dtype, scale_a=None, scale_b=None):
     """``act(a @ weight.T * scale + bias + residual)`` on a tuned Tensor Core kernel."""
     _check_activation(activation)
-    return _uncompiled(dense_nk)(a, weight, scale, bias, residual, activation, out_dtype)
+    return _uncompiled(dense_nk)(a, weight, scale, bias, residual, activation, out_dtype, scale_a=scale_a,
+                                 scale_b=scale_b)
 
 
 def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype, groups=1,
@@ -320,7 +338,7 @@ def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation,
     return data.new_empty((n, oh, ow, k), dtype=out_dtype)
 
 
-def _dense_fake(a, weight, scale, bias, residual, activation, out_dtype):
+def _dense_fake(a, weight, scale, bias, residual, activation, out_dtype, scale_a=None, scale_b=None):
     _check_activation(activation)
     return a.new_empty((*a.shape[:-1], weight.shape[0]), dtype=out_dtype)
 

@@ -82,7 +82,7 @@ class TuneSummary:
     best_config: TcGemmConfig | None = None
     best_seconds: float | None = None  # from the log (tuner's measurement)
     final_seconds: float | None = None  # best config re-timed beside the baseline
-    baseline_seconds: float | None = None  # the task's baseline (tasks.Task.baseline_name)
+    baseline_seconds: float | None = None  # the task's baseline (tasks.Task.baseline_of)
     error_counts: dict = field(default_factory=dict)
     devices: int = 1  # devices measuring at the start
     batches: list = field(default_factory=list)  # (seconds since start, configs) after each batch
@@ -129,7 +129,7 @@ class TuneSummary:
         if self.final_seconds:
             lines.append(timing("best (re-timed)", self.final_seconds))
         if self.baseline_seconds:
-            name = tasks.of(self.workload).baseline_name  # cuDNN, cuBLAS
+            name = tasks.of(self.workload).baseline_of(self.workload)  # cuDNN, cuBLAS, torch._scaled_mm
             lines.append(timing(f"{name} (PyTorch, same run)", self.baseline_seconds,
                                 f"; {name}/tuned time ratio {self.baseline_ratio:.2f}" if self.baseline_ratio else ""))
         return "\n".join(lines)

@@ -51,7 +51,7 @@ class BenchRow:
     tuned_source: str | None = None  # record, zero-shot or default (apply.choose_config)
     baseline_s: float | None = None  # the task's baseline: cuDNN for conv2d, cuBLAS for dense
     baseline_err: float | None = None
-    baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_name)
+    baseline: str = "cuDNN"  # what the baseline_* fields timed (tasks.Task.baseline_of)
     timer: str | None = TIMER  # what timed every figure of the row (results.TIMERS)
     # the other view, with ``profile``: each side's CUDA kernels per call from the profiler
     tuned_device_s: float | None = None
@@ -127,7 +127,13 @@ def device_times(kernel, workload, arrays) -> tuple[float | None, float | None]:
     import torch
 
     *inputs, reference = arrays
+<<<<<<< HEAD
     tensors = [baseline.device_tensor(a, getattr(torch, str(a.dtype))) for a in inputs]  # bf16 too
+=======
+    # ml_dtypes' arrays (bf16, fp8: user-defined numpy dtypes) go through fp32, which torch.from_numpy takes
+    tensors = [baseline.device_tensor(a, getattr(torch, a.dtype.name)) if a.dtype.isbuiltin == 2
+               else torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
+>>>>>>> fp8
     out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
     kernel(*tensors, out)
     torch.cuda.synchronize()
@@ -151,7 +157,7 @@ def benchmark(names, logs=None, number: int = 20, repeat: int = 50,
     for name in names:
         wl = get(name)
         task = tasks.of(wl)
-        row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_name)
+        row = BenchRow(workload=name, flops=wl.flops, baseline=task.baseline_of(wl))
         t0 = time.time()
         arrays = task_arrays(wl)
         log.info("%s: reference in %.1f s", name, time.time() - t0)
@@ -221,7 +227,7 @@ def sweep(names, knobs: dict[str, list], logs=None, number: int = 20, repeat: in
             config = replace(base, **changes)
             variants.append((SweepRow(name, wl.flops, changes, config.as_dict(), baseline_s=baseline_s,
                                       invalid=space.why_invalid(config),
-                                      baseline=tasks.of(wl).baseline_name), config))
+                                      baseline=tasks.of(wl).baseline_of(wl)), config))
         valid = [(row, config) for row, config in variants if row.invalid is None]
         with ThreadPoolExecutor(max_workers=8) as pool:
             kernels = list(pool.map(lambda v: compile_kernel(wl, v[1], gpu), valid))

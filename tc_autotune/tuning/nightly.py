@@ -60,7 +60,7 @@ class ReportRow:
     timer: str | None = None  # what timed current_s (results.TIMERS): the re-time's, else the record's
     previous_timer: str | None = None  # what timed previous_s
     devices: list[str] = field(default_factory=list)  # the devices that measured its records
-    baseline: str = "cuDNN"  # what baseline_s timed (tasks.Task.baseline_name: cuBLAS for dense)
+    baseline: str = "cuDNN"  # what baseline_s timed (tasks.Task.baseline_of: cuBLAS for dense, torch._scaled_mm for fp8)
     # ok, no valid record, regression, slower than default, re-time failed (the timer's error:
     # the log), not reached; no record (report-only
     # without a nightly log: the job never ran here, so nothing failed)
@@ -255,7 +255,8 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
         for gpu_name in gpus:
             previous_s, previous_timer = previous.get((str(entry.workload), gpu_name), (None, None))
             row = ReportRow(entry.name, str(entry.workload), entry.workload.flops, gpu=gpu_name,
-                            trials_run=trials.get(entry.name, 0), baseline=tasks.of(entry.workload).baseline_name,
+                            trials_run=trials.get(entry.name, 0),
+                            baseline=tasks.of(entry.workload).baseline_of(entry.workload),
                             previous_s=previous_s, previous_timer=previous_timer)
             rows.append(row)
             if not report_only and entry.name not in reached:

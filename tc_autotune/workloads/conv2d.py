@@ -109,6 +109,9 @@ class Conv2dWorkload:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if min(self.padding) < 0:
             raise ValueError(f"padding must not be negative, got {self.padding}")
+        if self.dtype in (*dense_workloads.FP8_DTYPES, *dense_workloads.DTYPE_ALIASES):  # scaled wgmma: dense only
+            raise ValueError(f"conv2d takes no fp8 operands (dtype={self.dtype} is dense only): "
+                             f"dtype {', '.join(INPUT_DTYPES)}")
         if self.dtype not in INPUT_DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}: expected one of {', '.join(INPUT_DTYPES)}")
         if self.out_dtype not in OUTPUT_DTYPES:

@@ -8,6 +8,14 @@ with one B per item (batched matmul) is not supported.  ``str(workload)`` is a c
 spec string, "dense:batch=1,m=...,n=...,k=...,b=kn,dtype=float16,out_dtype=float32",
 that ``DenseWorkload.parse`` reads back to an equal workload (``,epilogue=...`` at its end
 for a fused epilogue, see ``epilogue.py``; a plain workload's string does not mention it).
+
+fp8 (``dtype=float8_e4m3fn``, or the issue's spelling ``float8_e4m3``): e4m3 A and B, or an e5m2 B
+(``b_dtype=float8_e5m2``, in the spec only where it differs from ``dtype``), with two fp32
+per-tensor scales as kernel inputs after B (``scale_a``, ``scale_b``: 1-element tensors, as
+``torch._scaled_mm`` takes them): out = epilogue(scale_a * scale_b * (A @ B)), the scales applied
+before the bias and activation, as ``_scaled_mm`` adds its bias after scaling.  The name stored is
+``float8_e4m3fn``, what TVM, ml_dtypes and PyTorch call NVIDIA's e4m3 (finite, max 448): their
+``float8_e4m3`` is another format (IEEE-like, with infinities), so that spelling is only read.
 """
 
 from __future__ import annotations
@@ -21,13 +29,18 @@ from .epilogue import canonical as canonical_epilogue
 from .epilogue import spec_item as epilogue_item
 
 PREFIX = "dense:"
-INPUT_DTYPES = ("float16", "bfloat16")
+E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
+FP8_DTYPES = (E4M3, E5M2)
+INPUT_DTYPES = ("float16", "bfloat16", E4M3)
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 B_LAYOUTS = ("kn", "nk")
+# Spellings read as another dtype: the issue's name of e4m3 (see the module).
+DTYPE_ALIASES = {"float8_e4m3": E4M3}
+FP8_K_MULTIPLE = 16  # TMA's 16-byte row strides of 1-byte elements (torch._scaled_mm asks the same)
 
 # spec key -> field
 _SPEC_KEYS = {"batch": "batch", "m": "m", "n": "n", "k": "k", "b": "b_layout",
-              "dtype": "dtype", "out_dtype": "out_dtype", "epilogue": "epilogue"}
+              "dtype": "dtype", "b_dtype": "b_dtype", "out_dtype": "out_dtype", "epilogue": "epilogue"}
 _INT_KEYS = ("batch", "m", "n", "k")
 
 # The kernels index every tensor with 32-bit ints (the template's index maps and loop variables
@@ -40,12 +53,30 @@ MAX_ELEMENTS = 2**31 - 1
 def check_dtypes(dtype: str, out_dtype: str) -> None:
     """ValueError for an output dtype the operands' dtype does not write: bf16 operands write fp32 or
     bf16 (an fp16 output could not hold bf16's range: values past 65504 would become inf), and only
-    they write bf16 (fp16 and fp32 inputs have fp16 Tensor Core operands: their outputs are fp16's).
-    Conv2d workloads are checked with it too."""
-    if out_dtype == "bfloat16" and dtype != "bfloat16":
+    they and fp8 ones write bf16 (fp16 and fp32 inputs have fp16 Tensor Core operands: their outputs
+    are fp16's; fp8 ones write any of the three, as torch._scaled_mm).  Conv2d workloads are checked
+    with it too."""
+    if out_dtype == "bfloat16" and dtype not in ("bfloat16", *FP8_DTYPES):
         raise ValueError(f"out_dtype=bfloat16 needs dtype=bfloat16, not {dtype}")
     if dtype == "bfloat16" and out_dtype == "float16":
         raise ValueError("dtype=bfloat16 writes out_dtype float32 or bfloat16, not float16")
+
+
+def check_fp8(wl) -> None:
+    """ValueError (one line) for a dense workload whose fp8 operands the kernels cannot take: B of
+    another dtype than fp8 A's; B not K-major (wgmma reads fp8 operands from shared memory K-major
+    only: an (N, K) weight, ``b=nk``); K not a multiple of 16 (the TMA maps' row strides are whole
+    16-byte units)."""
+    if wl.b_dtype is not None and wl.dtype not in FP8_DTYPES:
+        raise ValueError(f"b_dtype={wl.b_dtype} needs fp8 operands (dtype={E4M3}), not dtype={wl.dtype}")
+    if wl.dtype not in FP8_DTYPES:
+        return
+    if wl.weight_dtype not in FP8_DTYPES:
+        raise ValueError(f"unknown b_dtype {wl.weight_dtype!r}: fp8 A takes a B of {', '.join(FP8_DTYPES)}")
+    if wl.b_layout != "nk":
+        raise ValueError("fp8 dense needs b=nk, an (N, K) weight: wgmma reads fp8 operands K-major only")
+    if wl.k % FP8_K_MULTIPLE:
+        raise ValueError(f"fp8 dense needs K a multiple of {FP8_K_MULTIPLE} (16-byte TMA rows), not k={wl.k}")
 
 
 def check_elements(tensors: dict) -> None:
@@ -59,7 +90,8 @@ def check_elements(tensors: dict) -> None:
 
 @dataclass(frozen=True)
 class DenseWorkload:
-    """One dense layer: fp16 (or bf16) A and B, fp32 accumulation, fp32 or fp16 (bf16) output."""
+    """One dense layer: fp16 (or bf16) A and B, fp32 accumulation, fp32 or fp16 (bf16) output; or
+    fp8 A and B with per-tensor scales (see the module), fp32, fp16 or bf16 output."""
 
     m: int
     n: int
@@ -69,18 +101,39 @@ class DenseWorkload:
     dtype: str = "float16"
     out_dtype: str = "float32"
     epilogue: str = NO_EPILOGUE  # fused epilogue name (``epilogue.py``), canonical
+    # B's dtype where it is not ``dtype`` (fp8: an e5m2 B of an e4m3 A), else None
+    b_dtype: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "epilogue", canonical_epilogue(self.epilogue))
+        for name in ("dtype", "b_dtype"):  # the issue's spelling of e4m3 is stored as TVM's name
+            object.__setattr__(self, name, DTYPE_ALIASES.get(getattr(self, name), getattr(self, name)))
+        if self.b_dtype == self.dtype:  # one workload, however B's dtype is spelled
+            object.__setattr__(self, "b_dtype", None)
         for name in _INT_KEYS:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dtype == E5M2:
+            raise ValueError(f"dtype={E5M2} (an e5m2 A) is not supported: fp8 A is {E4M3}, e5m2 is B's "
+                             f"(b_dtype={E5M2})")
         for name, known in (("b_layout", B_LAYOUTS), ("dtype", INPUT_DTYPES), ("out_dtype", OUTPUT_DTYPES)):
             if getattr(self, name) not in known:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}: expected one of {', '.join(known)}")
         check_dtypes(self.dtype, self.out_dtype)
+        check_fp8(self)
         check_elements({"A": self.a_shape, "B": self.b_shape, "C": self.out_shape})
+
+    # ---- dtypes ---------------------------------------------------------------
+    @property
+    def weight_dtype(self) -> str:
+        """B's dtype."""
+        return self.b_dtype or self.dtype
+
+    @property
+    def scaled(self) -> bool:
+        """fp8 operands, whose kernels take the per-tensor scales scale_a and scale_b after B."""
+        return self.dtype in FP8_DTYPES
 
     # ---- shapes -------------------------------------------------------------
     @property
@@ -111,12 +164,13 @@ class DenseWorkload:
 
     # ---- spec strings ---------------------------------------------------------
     def __str__(self) -> str:
+        b_dtype = f",b_dtype={self.b_dtype}" if self.b_dtype else ""  # absent: every spec before fp8
         return (f"{PREFIX}batch={self.batch},m={self.m},n={self.n},k={self.k},b={self.b_layout},"
-                f"dtype={self.dtype},out_dtype={self.out_dtype}{epilogue_item(self.epilogue)}")
+                f"dtype={self.dtype}{b_dtype},out_dtype={self.out_dtype}{epilogue_item(self.epilogue)}")
 
     @classmethod
     def parse(cls, spec: str) -> "DenseWorkload":
-        """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,out_dtype=..][,epilogue=..]"."""
+        """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,b_dtype=..][,out_dtype=..][,epilogue=..]"."""
         if not isinstance(spec, str) or not spec.strip().startswith(PREFIX):
             raise ValueError(f"a dense workload spec starts with {PREFIX!r}, got {spec!r}")
         fields: dict[str, object] = {}

@@ -2,9 +2,10 @@
 
 A task's inputs are its operands, then its fused epilogue's inputs (``epilogue.input_specs``);
 the reference applies that epilogue to the fp32 result (``epilogue.reference``).  numpy has no
-bfloat16: a bf16 workload's arrays are ``ml_dtypes.bfloat16`` ones (TVM's own dependency, which
-TVM and PyTorch take as bf16), and importing it here also lets numpy read the name "bfloat16"
-(``astype("bfloat16")``, as the epilogue's residual of a bf16 output is drawn)."""
+bfloat16 nor fp8: a bf16 (fp8) workload's arrays are ``ml_dtypes.bfloat16`` (``float8_e4m3fn``,
+``float8_e5m2``) ones (TVM's own dependency, which TVM and PyTorch take as such), and importing it
+here also lets numpy read those names (``astype("bfloat16")``, as the epilogue's residual of a bf16
+output is drawn)."""
 
 from __future__ import annotations
 
@@ -17,16 +18,21 @@ from .dense import DenseWorkload
 from .conv2d import Conv2dWorkload
 
 
+# dtype names numpy knows only through ml_dtypes (TVM's and PyTorch's names for the same formats)
+_ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+              "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
 def host_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a workload's dtype name (bfloat16: ml_dtypes')."""
-    return np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name)
+    """The numpy dtype of a workload's dtype name (bfloat16, the fp8 ones: ml_dtypes')."""
+    return np.dtype(_ML_DTYPES.get(name, name))
 
 
-def as_operand(array: np.ndarray, workload) -> np.ndarray:
-    """An input in fp32, rounded as the kernel's Tensor Core operands hold it: to bf16 for a bf16
-    workload, else to fp16 (fp32 input is cast to fp16 copies first).  Exact for arrays already of
-    that dtype."""
-    rounding = ml_dtypes.bfloat16 if workload.dtype == "bfloat16" else np.float16
+def as_operand(array: np.ndarray, workload, dtype: str | None = None) -> np.ndarray:
+    """An input in fp32, rounded as the kernel's Tensor Core operands hold it: to ``dtype`` (default
+    the workload's) where that is bf16 or fp8, else to fp16 (fp32 input is cast to fp16 copies
+    first).  Exact for arrays already of that dtype."""
+    rounding = _ML_DTYPES.get(dtype or workload.dtype, np.float16)
     return np.asarray(array).astype(rounding).astype(np.float32)
 
 
@@ -68,19 +74,38 @@ def conv2d_reference(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndar
 
 
 def dense_inputs(workload: DenseWorkload, seed: int = 0) -> tuple[np.ndarray, ...]:
-    """Random A and weight (never zeros), scaled so outputs stay O(1) in fp16, then the
-    epilogue's inputs."""
+    """Random A and weight (never zeros), scaled so outputs stay O(1) in fp16, then (fp8) the
+    per-tensor scales and the epilogue's inputs."""
     rng = np.random.default_rng(seed)
+    if workload.scaled:
+        return _fp8_inputs(workload, rng)
     dtype = host_dtype(workload.dtype)
     data = rng.uniform(-1.0, 1.0, workload.a_shape).astype(dtype)
     weight = (rng.uniform(-1.0, 1.0, workload.b_shape) / np.sqrt(workload.k)).astype(dtype)
     return data, weight, *epilogue.random_inputs(workload, rng)  # drawn last: operands as if plain
 
 
+def _fp8_inputs(workload: DenseWorkload, rng) -> tuple[np.ndarray, ...]:
+    """fp8 operands as a quantized model holds them: values spread over fp8's range rather than
+    the tiny ones of a 1/sqrt(K) weight (subnormal in e4m3), the scales bringing the output back to
+    O(1): scale_a * scale_b * sqrt(K) * 4/3 (A's and B's RMS) is ~0.3.  Scales != 1, so a kernel that
+    drops one is wrong; then the epilogue's inputs."""
+    data = rng.uniform(-4.0, 4.0, workload.a_shape).astype(host_dtype(workload.dtype))
+    weight = rng.uniform(-1.0, 1.0, workload.b_shape).astype(host_dtype(workload.weight_dtype))
+    scale_a = rng.uniform(0.2, 0.3, (1,)).astype(np.float32)
+    scale_b = (rng.uniform(0.5, 1.5, (1,)) / np.sqrt(workload.k)).astype(np.float32)
+    return data, weight, scale_a, scale_b, *epilogue.random_inputs(workload, rng)
+
+
 def dense_reference(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray,
-                    *epilogue_inputs: np.ndarray) -> np.ndarray:
-    """A @ B (B = weight, or its transpose for ``b=nk``) in float32, inputs rounded to fp16 or bf16
-    (``as_operand``), through the workload's epilogue."""
+                    *inputs: np.ndarray) -> np.ndarray:
+    """A @ B (B = weight, or its transpose for ``b=nk``) in float32, inputs rounded to fp16, bf16 or
+    fp8 (``as_operand``), times scale_a * scale_b for fp8 (the first two of ``inputs``; the product in
+    fp32, as the kernels and torch._scaled_mm take it), through the workload's epilogue (the rest)."""
     a = as_operand(data, workload)
-    b = as_operand(weight, workload)
-    return epilogue.reference(workload, a @ (b if workload.b_layout == "kn" else b.T), *epilogue_inputs)
+    b = as_operand(weight, workload, workload.weight_dtype)
+    acc = a @ (b if workload.b_layout == "kn" else b.T)
+    if workload.scaled:
+        (scale_a, scale_b), inputs = inputs[:2], inputs[2:]
+        acc = acc * (np.float32(scale_a[0]) * np.float32(scale_b[0]))
+    return epilogue.reference(workload, acc, *inputs)

@@ -2,7 +2,7 @@
 template see of a workload.
 
 Every task the package tunes is one Tensor Core GEMM, C[m, n] = sum_k A[m, k] B[k, n]
-(fp16 operands, fp32 accumulation), read from and written to the task's own tensors
+(fp16, bf16 or fp8 operands, fp32 accumulation), read from and written to the task's own tensors
 through *index maps*, with a fused epilogue applied to C on its way out (``epilogue``).
 A ``GemmView`` is that description as plain data: M, N, K, the dtypes, the epilogue, and
 per operand the task's tensor (name, shape), its index map, the matrix axis it
@@ -167,6 +167,7 @@ class GemmView:
     c: Operand  # M x N, the output
     epilogue: Epilogue = Epilogue()  # applied to C on its way to the output (none: a cast only)
     groups: int = 1  # GEMMs of this shape side by side (a grouped conv's), the maps take the group
+    b_dtype: str | None = None  # B's tensor dtype where it is not ``dtype`` (fp8: an e5m2 B)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -175,10 +176,30 @@ class GemmView:
 
     @property
     def operand_dtype(self) -> str:
-        """What the Tensor Cores multiply: bfloat16 for bf16 inputs, else float16 (fp32 inputs
-        through their fp16 copies).  Both are 2 bytes, so tiles, swizzles and shared memory are
-        alike; only the instructions' and the shared tiles' types differ."""
+        """What the Tensor Cores multiply (A's): bfloat16 for bf16 inputs, fp8 for fp8 ones, else
+        float16 (fp32 inputs through their fp16 copies).  fp16 and bf16 are 2 bytes, so tiles,
+        swizzles and shared memory are alike; only the instructions' and the shared tiles' types
+        differ.  fp8 is 1 byte: its tiles are alike in bytes (``element_bytes``)."""
+        if self.fp8:
+            return self.dtype
         return "bfloat16" if self.dtype == "bfloat16" else "float16"
+
+    @property
+    def b_operand_dtype(self) -> str:
+        """What the Tensor Cores multiply of B: A's, or an fp8 B of its own (``b_dtype``)."""
+        return self.b_dtype or self.operand_dtype
+
+    @property
+    def fp8(self) -> bool:
+        """fp8 operands: wgmma's e4m3 / e5m2 (sm_90a), scaled by the per-tensor scale_a * scale_b.  By
+        the name (``workloads.dense.FP8_DTYPES`` are all float8_*), so this module stays off the
+        workload modules' floor."""
+        return self.dtype.startswith("float8_")
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes of an operand element as the Tensor Cores read it: 1 for fp8, else 2."""
+        return 1 if self.fp8 else 2
 
     @property
     def inputs(self) -> tuple[Operand, Operand]:

@@ -1,7 +1,7 @@
 """Probe configs: a few (workload, config) pairs per Tensor Core path that tests compile with nvcc,
 read the generated code of, and run on the GPU (``tests/test_dense.py``, ``test_codegen.py``,
 ``test_gpu_dense.py``, ``test_gpu_wgmma_in_flight.py``, ``test_tma_probe.py``, ``test_bf16.py``,
-``test_gpu_bf16.py``).
+``test_gpu_bf16.py``, ``test_fp8.py``, ``test_gpu_fp8.py``).
 
 They once fingerprinted the generator for a hand-bumped template version; records are keyed by
 hashes of the code and of the template's sources now (``database.record``), so only the sets
@@ -77,6 +77,26 @@ BF16_PROBES: tuple[tuple[str, dict], ...] = (
      dict(_WS, warp_col_tiles=4, stages=3)),
     ("n=3,h=17,w=23,c=64,k=128,r=3,s=5,pad=1x2,stride=2x1,dtype=bfloat16,out_dtype=bfloat16",
      dict(_WS, block_col_warps=1, warp_specialized=2, tma_im2col=1)),
+)
+
+
+# fp8 dense (e4m3 A, e4m3 or e5m2 B, per-tensor scales): the warp-specialized kernel only, at each
+# output dtype, a fused epilogue, split-K, the persistent kernel with TMA stores, ping-pong with
+# setmaxnreg, consumers along M with B multicast, a batch, a single token (M=1) and an odd N (sm_90a).
+_WS_FP8 = dict(_WS, block_col_warps=1, warp_row_tiles=1)
+FP8_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:batch=2,m=40,n=192,k=1024,b=nk,dtype=float8_e4m3,b_dtype=float8_e5m2,out_dtype=float16,epilogue=bias_gelu",
+     dict(_WS_FP8, warp_col_tiles=8, split_k=2)),
+    ("dense:m=256,n=256,k=1024,b=nk,dtype=float8_e4m3,out_dtype=float32",
+     dict(_WS, warp_specialized=2, tma_store=1)),
+    ("dense:m=300,n=512,k=1024,b=nk,dtype=float8_e4m3,out_dtype=bfloat16,epilogue=bias_residual_relu",
+     dict(_WS, block_col_warps=1, warp_specialized=2, ping_pong=1, setmaxnreg=1, tma_store=1)),
+    ("dense:m=512,n=256,k=256,b=nk,dtype=float8_e4m3,out_dtype=float16",
+     dict(_WS, consumers_along_m=1, multicast_b=1, wgmma_in_flight=0, stages=2)),
+    ("dense:m=1,n=4096,k=4096,b=nk,dtype=float8_e4m3,b_dtype=float8_e5m2,out_dtype=bfloat16",
+     dict(_WS_FP8, warp_col_tiles=4, split_k=8)),
+    ("dense:m=130,n=99,k=208,b=nk,dtype=float8_e4m3,out_dtype=float32,epilogue=scale_bias_relu",
+     dict(_WS_FP8, block_col_warps=2, warp_col_tiles=4, stages=2)),
 )
 
 

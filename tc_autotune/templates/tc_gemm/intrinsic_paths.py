@@ -69,6 +69,14 @@ def _no_wgmma_rules(name: str) -> tuple[Rule, ...]:
                  for knob, what in _WGMMA_KNOBS.items())
 
 
+def _no_fp8_rule(name: str, why: str) -> Rule:
+    """fp8 operands take only the warp-specialized wgmma kernel (wgmma's e4m3 / e5m2 from K-major
+    shared tiles, sm_90a): every config of another path breaks this rule for them."""
+    return Rule(f"{name}_fp8", lambda v, c: not c.view.fp8,
+                lambda cfg, v, c: f"{c.view.operand_dtype} operands need intrinsic=wgmma with warp_specialized=1 "
+                                  f"or 2, not intrinsic={name}: {why}")
+
+
 # mma: 16x16x16 tiles, sm_80's m16n8k16, and shared tiles whose rows the XOR swizzle can
 # permute (multiples of 32 fp16; it replaces the padding offsets).
 _MMA_REQUIRES = {"wmma": "m16n16k16", "offset_a": 0, "offset_b": 0}
@@ -77,6 +85,7 @@ MMA = IntrinsicPath(
     # H100: ~1.1x over WMMA on padded tiles
     prior_weight=1.1,
     rules=_path("mma", (
+        _no_fp8_rule("mma", "its ldmatrix and mma.sync are written for 16-bit operands"),
         requires_rule("mma", "wmma", "m16n16k16",
                       lambda cfg, v, c: f"intrinsic=mma computes 16x16x16 tiles, not wmma={cfg.wmma}"),
         Rule("mma_arch", lambda v, c: c.sm >= 80,
@@ -227,6 +236,12 @@ WGMMA = IntrinsicPath(
     rules=_path("wgmma", (
         Rule("wgmma_arch", lambda v, c: c.gpu.arch == "sm_90",
              lambda cfg, v, c: f"intrinsic=wgmma is a Hopper instruction (sm_90), not {c.gpu.arch}"),
+        # fp8: the TensorIR wgmma schedule's shared tiles, copies (vec_a, vec_b) and swizzle are
+        # written in 16-bit elements; the warp-specialized kernel's TMA boxes are in bytes
+        Rule("wgmma_fp8", lambda v, c: (not c.view.fp8) | (v["warp_specialized"] > 0),
+             lambda cfg, v, c: f"{c.view.operand_dtype} operands need the warp-specialized kernel "
+                               "(warp_specialized=1 or 2), not warp_specialized=0: the TensorIR wgmma path's "
+                               "tiles are written in 16-bit elements"),
         *(requires_rule("wgmma", knob, value) for knob, value in _WGMMA_REQUIRES.items()),
         Rule("wgmma_atoms", lambda v, c: v["warp_col_tiles"] * 16 % 64 == 0,
              lambda cfg, v, c: f"intrinsic=wgmma: warp_col_tiles={cfg.warp_col_tiles} gives a warpgroup "
@@ -239,7 +254,8 @@ WGMMA = IntrinsicPath(
     )))
 
 # WMMA fragments on padded shared tiles: any shape, sm_70+
-WMMA = IntrinsicPath("wmma", requires=_NO_WGMMA, rules=_path("wmma", _no_wgmma_rules("wmma")))
+WMMA = IntrinsicPath("wmma", requires=_NO_WGMMA, rules=_path("wmma", (
+    _no_fp8_rule("wmma", "WMMA has no fp8 fragments"), *_no_wgmma_rules("wmma"))))
 
 PATHS: dict[str, IntrinsicPath] = {p.name: p for p in (WMMA, MMA, WGMMA)}
 assert tuple(PATHS) == KNOBS["intrinsic"], "every intrinsic knob value needs exactly one entry"

@@ -73,7 +73,9 @@ def derive(v: dict, ctx: Context) -> dict:
     (``copy_threads``; else every thread copies)."""
     v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
     v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
-    v["bk"] = v["chunk"] * v["wk"]
+    # K elements of a k-step: chunk x 16 16-bit elements, or as many bytes of fp8 (twice the
+    # elements: a k-step is the same 128-byte swizzled row, ``warp_specialized``)
+    v["bk"] = v["chunk"] * v["wk"] * (2 // ctx.view.element_bytes)
     # ping-pong: 2 warpgroups, whatever block_col_warps (ints or columns alike)
     v["warps"] = v["block_row_warps"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])
     v["compute_threads"] = v["warps"] * 32
@@ -129,18 +131,22 @@ def values_of_positions(knobs: dict, pos: np.ndarray) -> dict:
 
 
 # wgmma's smallest tile is one 64-row slab: an M of 1-32 rows can only pad it (a GEMV-like
-# dense streams its weights either way).
+# dense streams its weights either way); fp8's only k-step is one 128-byte row, 128 elements: a K of
+# 16-48 can only pad it.
 _WGMMA_SLAB = 64
+_FP8_K_STEP = 128
 
 
-def _smallest_tile(dim: str, v: dict):
+def _smallest_tile(dim: str, v: dict, c):
+    if dim == "k":
+        return _FP8_K_STEP * c.view.fp8
     return np.where(v["intrinsic"] == code("intrinsic", "wgmma"), _WGMMA_SLAB, 0) if dim == "m" else 0
 
 
 def _tile_rule(dim: str, tile: str, size: str, what: str) -> Rule:
     # Tiles far larger than the problem are pure padding: the kernel computes zeros.
     return Rule(f"{dim}_tile_size",
-                lambda v, c: v[tile] <= np.maximum(2 * round_up(getattr(c, size), 16), _smallest_tile(dim, v)),
+                lambda v, c: v[tile] <= np.maximum(2 * round_up(getattr(c, size), 16), _smallest_tile(dim, v, c)),
                 lambda cfg, v, c: f"block_{dim}={v[tile]} is more than twice the padded "
                                   f"{what}={round_up(getattr(c, size), 16)}")
 
@@ -172,7 +178,9 @@ HEAD = (
          lambda cfg, v, c: f"bfloat16 operands need sm_80 or newer (bf16 Tensor Cores), not {c.gpu.arch}"),
     Rule("cp_async", lambda v, c: (v["stages"] == 1) | (c.sm >= 80),
          lambda cfg, v, c: f"stages={cfg.stages} needs cp.async (sm_80 or newer), not {c.gpu.arch}"),
-    Rule("stages", lambda v, c: v["stages"] <= v["gk"],
+    # (fp8's warp-specialized kernel may have fewer k-steps than stages, its ring then never wraps:
+    # else fp8, which has no other kernel, would take no K of one k-step, 128)
+    Rule("stages", lambda v, c: (v["stages"] <= v["gk"]) | (c.view.fp8 & (v["warp_specialized"] > 0)),
          lambda cfg, v, c: f"stages={cfg.stages} exceed the {v['gk']} k-steps of block_k={v['bk']}"),
     Rule("split_k_slices", lambda v, c: (v["split_k"] == 1) | ((v["split_k"] - 1) * v["gk"] * v["bk"] < c.k),
          lambda cfg, v, c: f"split_k={cfg.split_k} leaves a K slice empty (K={c.k}, block_k={v['bk']})"),

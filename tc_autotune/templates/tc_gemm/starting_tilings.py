@@ -52,13 +52,23 @@ STARTING_TILINGS: tuple[dict, ...] = (
 )
 
 
+# fp8 only, unmeasured when written: fp16's small-M dense records are mma.sync kernels, which have no
+# fp8 twin, so an fp8 GEMV-like M (1-16 tokens streaming the weights) starts from the warp-specialized
+# kernel's 64-row tiles in 8 K slices (a cluster of 8), 64 and 128 columns wide.
+FP8_STARTING_TILINGS: tuple[dict, ...] = (
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, warp_specialized=1, split_k=8),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1, split_k=8),
+)
+
+
 def starting_configs(space) -> list[TcGemmConfig]:
-    """``STARTING_TILINGS`` made of the space's default config, those valid in ``space`` (none
-    off Hopper), each with fewer stages where the K loop is shorter than 4 steps, and with C
-    stored from registers where the workload cannot take TMA stores (spatial boxes of A)."""
+    """``STARTING_TILINGS`` (fp8: and ``FP8_STARTING_TILINGS``) made of the space's default config,
+    those valid in ``space`` (none off Hopper), each with fewer stages where the K loop is shorter
+    than 4 steps, and with C stored from registers where the workload cannot take TMA stores
+    (spatial boxes of A)."""
     base = space.default_config().as_dict()
     found = []
-    for changes in STARTING_TILINGS:
+    for changes in STARTING_TILINGS + FP8_STARTING_TILINGS * space.view.fp8:
         for store in sorted({changes.get("tma_store", 0), 0}, reverse=True):
             config = _first_valid(space, [TcGemmConfig(**{**base, **changes, "stages": stages, "tma_store": store})
                                           for stages in range(changes["stages"], 1, -1)])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gemm import im2col_window
-from .intrinsic_paths import PATHS
+from .intrinsic_paths import PATHS, WGMMA
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import code
 from .rules import FRAG_BUFFERS, HEAD, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context, derive, derive_rows, values_of_config
@@ -30,15 +30,26 @@ def problem(workload, gpu):
     return view, Context.of(view, gpu)
 
 
-def draw_pinned(space) -> frozenset:
+def draw_pinned(space) -> frozenset | dict:
     """Knobs whose random draws stay at 0, so they are no rarer in valid configs than before the
     knobs: tma_im2col where TMA's im2col mode cannot load A (dense, 1x1 stride-1 convs, channels
     not a multiple of 64) or the table has no warp-specialized kernel; tma_store and setmaxnreg
     always (their 1 is valid only on that kernel, a sliver of a uniform draw: free, tma_store
     halved a conv's valid draws again).  The tuner reaches their 1 through the starting tilings
-    (tma_store) and its annealing moves, which change any knob."""
+    (tma_store) and its annealing moves, which change any knob.  An fp8 space's draws stay at the
+    knob values of its only kernel too (``FP8_DRAWS``: a mapping, knob -> value)."""
     im2col = any(space.knobs["warp_specialized"]) and im2col_window(space.view) is not None
-    return frozenset({"tma_store", "setmaxnreg"} | (set() if im2col else {"tma_im2col"}))
+    pinned = frozenset({"tma_store", "setmaxnreg"} | (set() if im2col else {"tma_im2col"}))
+    if space.view.fp8:  # draws stay in the warp-specialized kernel's corner: the only one fp8 takes
+        return {**dict.fromkeys(pinned, 0), **FP8_DRAWS}
+    return pinned
+
+
+# fp8: the knob values of every fp8 config (the wgmma path's requirements and the warp-specialized
+# kernel's: its 16-byte vectors, C from registers), at which random draws stay: of a uniform draw
+# over the whole table about none is valid for fp8, of these 0.3-0.7% on the llm shapes (an fp16
+# space's draws: ~0.1%).
+FP8_DRAWS = {"intrinsic": WGMMA.name, **WGMMA.requires, "vec_a": 8, "vec_b": 8, "vec_c": 1, "offset_c": 0}
 
 
 def rule_mask(v: dict, ctx: Context, rules=HEAD + TAIL) -> np.ndarray:
@@ -87,16 +98,23 @@ def default_config(space):
     """
     names = list(space.knobs)
     fixed = {"offset_a": 8, "offset_b": 8, "offset_c": 4}
-    vecs = [name for name in VECTOR_KNOBS if len(space.knobs[name]) > 1]
+    # fp8 takes only the warp-specialized kernel (unpersistent: the one of the shipped dense records),
+    # with its C from registers (vec_c=1, offset_c=0)
+    fp8 = {**FP8_DRAWS, "warp_specialized": 1} if space.view.fp8 else {}
+    fixed.update(fp8)
+    vecs = [name for name in VECTOR_KNOBS if len(space.knobs[name]) > 1 and name not in fp8]
     grid = {name: [c.index(fixed[name])] if fixed.get(name) in c else
             [int(np.argmax(c))] if name in vecs else list(range(len(c))) for name, c in space.knobs.items()}
-    # Never the warp-specialized kernel: a default must be a kernel measured across many shapes.
+    # Never the warp-specialized kernel (but for fp8): a default must be a kernel measured across
+    # many shapes.
     for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
                  "setmaxnreg"):
-        if knob in grid and 0 in space.knobs[knob]:
+        if knob in grid and 0 in space.knobs[knob] and knob not in fp8:
             grid[knob] = [space.knobs[knob].index(0)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]
     for i, intrinsic in enumerate(space.knobs["intrinsic"]):
+        if fp8 and intrinsic != fp8["intrinsic"]:
+            continue
         on_path = {**grid, "intrinsic": [i]}
         for knob, value in intrinsic_path(intrinsic).requires.items():
             on_path[knob] = [j for j in on_path[knob] if space.knobs[knob][j] == value]

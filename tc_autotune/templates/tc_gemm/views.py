@@ -81,6 +81,7 @@ def dense_view(wl: DenseWorkload) -> GemmView:
         b=b,
         c=Operand("out", wl.out_shape, RowMajor(wl.out_shape), n, "output features"),
         epilogue=parse_epilogue(wl.epilogue),
+        b_dtype=wl.b_dtype,
     )
 
 

@@ -18,6 +18,10 @@ would serialize the wgmmas if any other instruction did), up to ``wgmma_drain``.
 bf16 operands (``dtype``) take the same layouts and descriptors (16-bit elements either way):
 only the instruction's type (.bf16) and the function's name (``_bf16``) differ; wgmma accumulates
 bf16 in fp32 only, as the template always does.
+fp8 operands (e4m3 A, e4m3 or e5m2 B: ``b_dtype``) take the K-major layouts only (wgmma has no
+transposed fp8 operand), so a col_major B: a call is the same 128-byte swizzled row of A and B,
+which holds 128 fp8 elements, as four m64n{n}k32 instructions at the same 32-byte steps (the
+descriptors are fp16's, byte for byte); the function's name says k128 and both types.
 """
 
 from __future__ import annotations
@@ -32,18 +36,31 @@ ACC_FRAGMENT = "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, fl
 
 # an operand dtype -> (wgmma's type of the operands, what the device function's name adds): fp16's
 # names are those from before bf16
-_TYPES = {"float16": ("f16", ""), "bfloat16": ("bf16", "_bf16")}
+_TYPES = {"float16": ("f16", ""), "bfloat16": ("bf16", "_bf16"),
+          "float8_e4m3fn": ("e4m3", "_e4m3"), "float8_e5m2": ("e5m2", "_e5m2")}
+_FP8 = ("float8_e4m3fn", "float8_e5m2")
 
 
-def wgmma_name(n: int, b_layout: str, in_flight: bool = False, dtype: str = "float16") -> str:
-    return f"tc_wgmma_m64n{n}k64{b_tag(b_layout)}{_TYPES[dtype][1]}{'_in_flight' if in_flight else ''}"
+def wgmma_name(n: int, b_layout: str, in_flight: bool = False, dtype: str = "float16",
+               b_dtype: str | None = None) -> str:
+    if dtype in _FP8:  # a call's K: 128 fp8 elements, and both operands' types
+        types = f"k128{b_tag(b_layout)}{_TYPES[dtype][1]}{_TYPES[b_dtype or dtype][1]}"
+    else:
+        types = f"k64{b_tag(b_layout)}{_TYPES[dtype][1]}"
+    return f"tc_wgmma_m64n{n}{types}{'_in_flight' if in_flight else ''}"
 
 
-def wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False, dtype: str = "float16") -> str:
-    """The device function of one call: four chained m64n{n}k16 wgmma, then wait for them
-    (``in_flight``: for the previous call's only, so this call's group runs on).
+def wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False, dtype: str = "float16",
+                 b_dtype: str | None = None) -> str:
+    """The device function of one call: four chained m64n{n}k16 wgmma (fp8: m64n{n}k32), then wait
+    for them (``in_flight``: for the previous call's only, so this call's group runs on).
     A col_major B is K-major like A (same descriptor, same k-steps, not transposed)."""
-    ab = _TYPES[dtype][0]
+    ab = f"{_TYPES[dtype][0]}.{_TYPES[b_dtype or dtype][0]}"
+    k, operands = 16, "1, 1, 1, 0, {trans_b}"  # scale-d, scale-a, scale-b, transpose-a, transpose-b
+    if dtype in _FP8:
+        if b_layout != COL_MAJOR:
+            raise ValueError("wgmma reads fp8 operands K-major only: a col_major ([n][k]) B")
+        k, operands = 32, "1, 1, 1"  # no transpose operands: fp8 is K-major
     regs = ",".join(f"%{i}" for i in range(n // 2))
     outs = ", ".join(f'"+f"(c[first + {i // 8}].x[{i % 8}])' for i in range(n // 2))
     da, db = n // 2, n // 2 + 1
@@ -55,7 +72,7 @@ def wgmma_source(n: int, b_layout: str = ROW_MAJOR, in_flight: bool = False, dty
             "((unsigned long long)((b_atom_bytes & 0x3FFFF) >> 4) << 16)", 128, 1,
             "B: the atom stride; unused for A", "+32 B along the A rows, +16 rows (2048 B) of B")
     return f"""
-__device__ __forceinline__ void {wgmma_name(n, b_layout, in_flight, dtype)}({ACC_FRAGMENT}* c, int first, const void* a,
+__device__ __forceinline__ void {wgmma_name(n, b_layout, in_flight, dtype, b_dtype)}({ACC_FRAGMENT}* c, int first, const void* a,
                                                     const void* b, unsigned b_atom_bytes) {{
   // c[first], c[first + 1], ...: this warp's 16 x {n} accumulators, 16 columns per fragment.
   // Descriptors: start address, leading byte offset ({lbo_note}),
@@ -66,8 +83,8 @@ __device__ __forceinline__ void {wgmma_name(n, b_layout, in_flight, dtype)}({ACC
       | {b_lbo} | (64ull << 32) | (1ull << 62);
   asm volatile("fence.proxy.async.shared::cta;\\nwgmma.fence.sync.aligned;\\n" ::: "memory");
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {{  // k16 steps: {steps}
-    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{regs}}}, %{da}, %{db}, 1, 1, 1, 0, {trans_b};\\n"
+  for (int k = 0; k < 4; ++k) {{  // k{k} steps: {steps}
+    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab} {{{regs}}}, %{da}, %{db}, {operands.format(trans_b=trans_b)};\\n"
                  : {outs} : "l"(a0 + 2 * k), "l"(b0 + {b_step} * k));
   }}
   asm volatile("wgmma.commit_group.sync.aligned;\\nwgmma.wait_group.sync.aligned {int(in_flight)};\\n" ::: "memory");

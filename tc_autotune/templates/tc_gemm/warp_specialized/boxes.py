@@ -71,6 +71,7 @@ class TmaBox:
     box: tuple[int, ...]
     coords: tuple[str, ...]
     traversal: tuple[int, ...] | None = None  # TMA's element strides (a strided conv's), 1s if None
+    element_bytes: int = 2  # of the tensor's elements: 1 for fp8
 
     @property
     def element_strides(self) -> tuple[int, ...]:
@@ -79,7 +80,7 @@ class TmaBox:
     @property
     def bytes(self) -> int:
         """What lands in shared memory: every traversal-th element of the box, per dimension."""
-        return math.prod(-(-b // t) for b, t in zip(self.box, self.element_strides)) * 2
+        return math.prod(-(-b // t) for b, t in zip(self.box, self.element_strides)) * self.element_bytes
 
 
 @dataclass(frozen=True)
@@ -106,14 +107,16 @@ class Im2colBox:
                 *self.window.traversal)
 
 
-def _matrix_box(operand, box_rows: int, col: str, row: str) -> TmaBox:
-    """A 64-column box of an operand's tensor seen as a row-major matrix of its last dim (a
-    ``Transposed`` one's: of all but its first, a conv's OHWI weight as (K, R*S*C))."""
+def _matrix_box(operand, box_rows: int, col: str, row: str, element_bytes: int = 2) -> TmaBox:
+    """A box of an operand's tensor seen as a row-major matrix of its last dim (a ``Transposed``
+    one's: of all but its first, a conv's OHWI weight as (K, R*S*C)): one 128-byte row a box row
+    (64 columns; 128 of fp8)."""
     if isinstance(operand.map, Transposed):
         rows, cols = operand.shape[0], math.prod(operand.shape[1:])
     else:
         rows, cols = math.prod(operand.shape[:-1]), operand.shape[-1]
-    return TmaBox((cols, rows), (cols * 2,), (WGMMA_K, box_rows), (col, row))
+    return TmaBox((cols, rows), (cols * element_bytes,), (WS_ROW_BYTES // element_bytes, box_rows), (col, row),
+                  element_bytes=element_bytes)
 
 
 def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox | None, list[TmaBox]]:
@@ -123,15 +126,16 @@ def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox 
     box of the block's pixels from ``a_img``, ``a_h``, ``a_w``) and for box-tiled convs
     (``gemm.box_tile``: a 4-D box per tap, or per tap and output row: its coords then name the
     row's image ``row_img`` and output row ``row_oh``)."""
+    size = view.element_bytes  # fp8: 1-byte elements, k-steps of 128 (a (N, K) B only: K-major)
     if view.b.layout == COL_MAJOR:
-        b = [_matrix_box(view.b, config.block_n, "k0", "n0")]
+        b = [_matrix_box(view.b, config.block_n, "k0", "n0", size)]
     else:
         b = [_matrix_box(view.b, WGMMA_K, f"n0 + {j * WGMMA_ATOM}", "k0")
              for j in range(config.block_n // WGMMA_ATOM)]
     if config.multicast_b:  # each block of the pair loads half of each box's rows for both
         b = [_half_box(box) for box in b]
     if a_is_matrix(view):
-        return _matrix_box(view.a, config.block_m, "k0", "m0"), b
+        return _matrix_box(view.a, config.block_m, "k0", "m0", size), b
     a = view.a.map
     n, h, w, c = view.a.shape
     (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad
@@ -158,7 +162,8 @@ def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox 
 def _half_box(box: TmaBox) -> TmaBox:
     """Half of a 2-D box's rows: block ``cta_rank`` of a multicast pair loads half ``cta_rank``."""
     rows = box.box[1] // 2
-    return TmaBox(box.dims, box.strides, (box.box[0], rows), (box.coords[0], f"{box.coords[1]} + cta_rank * {rows}"))
+    return TmaBox(box.dims, box.strides, (box.box[0], rows), (box.coords[0], f"{box.coords[1]} + cta_rank * {rows}"),
+                  element_bytes=box.element_bytes)
 
 
 def c_store_box(view: GemmView) -> TmaBox:

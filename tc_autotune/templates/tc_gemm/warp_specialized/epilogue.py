@@ -33,11 +33,14 @@ def staging_bytes(lay: BlockLayout) -> int:
     return lay.warpgroups * WS_STAGING_BYTES if lay.c_box else 0
 
 
-def params(fused: Epilogue, out_t: str) -> str:
-    """The device function's parameters for the epilogue's inputs, in the task's argument order
-    (after A and B, before C): per-channel fp32 vectors, then the residual (C's shape and type)."""
-    params = [f"const float* __restrict__ {name}" for name in fused.channel_inputs]
-    params += [f"const {out_t}* __restrict__ residual"] * fused.residual
+def params(lay: BlockLayout) -> str:
+    """The device function's parameters after A and B, before C, in the task's argument order:
+    fp8's per-tensor scales (1-element fp32 tensors), then the epilogue's inputs: per-channel fp32
+    vectors, then the residual (C's shape and type)."""
+    fused = lay.view.epilogue
+    params = [f"const float* __restrict__ {name}" for name in ("scale_a", "scale_b")] * lay.scaled
+    params += [f"const float* __restrict__ {name}" for name in fused.channel_inputs]
+    params += [f"const {lay.out_t}* __restrict__ residual"] * fused.residual
     return "".join(f"\n                                        {param}," for param in params)
 
 
@@ -77,8 +80,23 @@ def store(lay: BlockLayout, indent: str) -> str:
 
 
 def declare(lay: BlockLayout) -> str:
-    """What the store keeps across tiles, declared before them: tma_store's count of chunks."""
-    return "\n  int chunk = 0;  // C chunks this warpgroup has stored (tma_store)" if lay.c_box else ""
+    """What the store keeps across tiles, declared before them: tma_store's count of chunks; fp8's
+    product of the per-tensor scales (torch._scaled_mm's alpha, in fp32: scale_a * scale_b)."""
+    chunk = "\n  int chunk = 0;  // C chunks this warpgroup has stored (tma_store)" if lay.c_box else ""
+    if not lay.scaled:
+        return chunk
+    return chunk + "\n  const float scale_ab = __ldg(scale_a) * __ldg(scale_b);  // fp8's per-tensor scales"
+
+
+def _scale(lay: BlockLayout, indent: str) -> str:
+    """fp8: the pair times the per-tensor scales, before the fused epilogue (bias after scaling, as
+    torch._scaled_mm adds its bias)."""
+    return f"\n{indent}v0 *= scale_ab; v1 *= scale_ab;" if lay.scaled else ""
+
+
+def _pair_float(lay: BlockLayout) -> str:
+    """The pair's type: mutable where the scales or the epilogue update it."""
+    return "float" if lay.view.epilogue or lay.scaled else "const float"
 
 
 def end(lay: BlockLayout) -> str:
@@ -130,7 +148,7 @@ def _from_registers(lay: BlockLayout, indent: str) -> str:
 {i}      const int m = m0 + {rows}s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + lane / 4;
 {i}      const int n = n0 + {cols}f * 16 + 8 * (p / 4) + 2 * (lane % 4);
 {i}      if (m < m_end && n < {n}) {{
-{i}        {_pair_value(lay, i + "        ")}{fused_pair(fused, n, lay.out_t, i + "        ")}{_pair_store(lay, i + "        ")}
+{i}        {_pair_value(lay, i + "        ")}{_scale(lay, i + "        ")}{fused_pair(fused, n, lay.out_t, i + "        ")}{_pair_store(lay, i + "        ")}
 {i}      }}
 {i}    }}
 {i}  }}
@@ -143,8 +161,7 @@ def _pair_value(lay: BlockLayout, indent: str) -> str:
     j % split == r.  The fused epilogue updates the pair."""
     i, frags, split = indent, lay.frags, lay.split
     if split == 1:
-        pair_float = "float" if lay.view.epilogue else "const float"
-        return f"{pair_float} v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
+        return f"{_pair_float(lay)} v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
     threads = lay.consumers * 128
     return f"""const int j = (s * {frags} + f) * 8 + p;
 {i}if ((s * {frags} + f) % {split} != split_rank) continue;
@@ -178,7 +195,7 @@ def _staged(lay: BlockLayout, indent: str) -> str:
     chunk_frags = width // 16
     buffer_bytes = WS_STAGING_ROWS * WS_ROW_BYTES
     rows, cols = _offsets(lay)
-    pair_float = "float" if lay.view.epilogue else "const float"
+    pair_float = _pair_float(lay)
     return f"""
 {i}{{  // C through this warpgroup's staging buffers, a TMA store a chunk of {WS_STAGING_ROWS} rows x {width} columns
 {i}  unsigned char* staging = smem + STAGES * STAGE_BYTES + wg * {buffers * buffer_bytes};
@@ -197,7 +214,7 @@ def _staged(lay: BlockLayout, indent: str) -> str:
 {i}        for (int p = 0; p < 8; p += 2) {{
 {i}          const int r = warp * 16 + 8 * (p % 4 / 2) + lane / 4;
 {i}          const int byte = (f * 16 + 8 * (p / 4) + 2 * (lane % 4)) * {WS_ROW_BYTES // width};
-{i}          {pair_float} v0 = acc[s * {frags} + j * {chunk_frags} + f].x[p], v1 = acc[s * {frags} + j * {chunk_frags} + f].x[p + 1];{_staged_fused(lay, i + "          ")}
+{i}          {pair_float} v0 = acc[s * {frags} + j * {chunk_frags} + f].x[p], v1 = acc[s * {frags} + j * {chunk_frags} + f].x[p + 1];{_scale(lay, i + "          ")}{_staged_fused(lay, i + "          ")}
 {i}          *reinterpret_cast<{lay.pair_t}*>(buf + r * {WS_ROW_BYTES} + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15)) = {lay.pair};
 {i}        }}
 {i}      }}

@@ -97,7 +97,7 @@ def _head(lay: BlockLayout) -> str:
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {a_by}, B by TMA; block {lay.bm} x {lay.bn}, {shares},
 // {config.stages} stages, B {b_order}{variant}.
-__device__ __forceinline__ void {NAME}(const {lay.in_t}* __restrict__ A, const {lay.in_t}* __restrict__ B,{epilogue.params(fused, lay.out_t)}
+__device__ __forceinline__ void {NAME}(const {lay.in_t}* __restrict__ A, const {lay.b_t}* __restrict__ B,{epilogue.params(lay)}
                                         {lay.out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b{map_c}) {{{start}
   const int tid = threadIdx.x;"""

@@ -16,14 +16,15 @@ from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
 from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
 
-ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 (bf16) row: the swizzle span
+ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 (bf16) row, a 128-element fp8 one: the swizzle span
 ATOM_BYTES = WGMMA_K * ROW_BYTES  # a (64 k, 64 n) atom of a (K, N) B
 # C's element type, the type of two adjacent elements (a store), and the pair made of v0, v1
 C_TYPES = {"float32": ("float", "float2", "make_float2(v0, v1)"),
            "float16": ("half", "__half2", "__floats2half2_rn(v0, v1)"),
            "bfloat16": ("__nv_bfloat16", "__nv_bfloat162", "__floats2bfloat162_rn(v0, v1)")}
-# A's and B's element type, by the GEMM's operand dtype (``GemmView.operand_dtype``)
-IN_TYPES = {"float16": "half", "bfloat16": "__nv_bfloat16"}
+# A's and B's element type, by the GEMM's operand dtypes (``GemmView.operand_dtype``, ``b_operand_dtype``)
+IN_TYPES = {"float16": "half", "bfloat16": "__nv_bfloat16", "float8_e4m3fn": "__nv_fp8_e4m3",
+            "float8_e5m2": "__nv_fp8_e5m2"}
 
 
 @functools.cache
@@ -65,9 +66,15 @@ class BlockLayout:
         return self.n_wg // 16
 
     @property
+    def k_step(self) -> int:
+        """K elements of a k-step: a 128-byte swizzled row, ``WGMMA_K`` 16-bit elements or twice as
+        many of fp8."""
+        return ROW_BYTES // self.view.element_bytes
+
+    @property
     def kt(self) -> int:
-        """The GEMM's k-steps (``WGMMA_K`` each)."""
-        return math.ceil(self.view.k / WGMMA_K)
+        """The GEMM's k-steps (``k_step`` each)."""
+        return math.ceil(self.view.k / self.k_step)
 
     @property
     def split(self) -> int:
@@ -115,6 +122,16 @@ class BlockLayout:
     @property
     def in_t(self) -> str:
         return IN_TYPES[self.view.operand_dtype]
+
+    @property
+    def b_t(self) -> str:
+        return IN_TYPES[self.view.b_operand_dtype]
+
+    @property
+    def scaled(self) -> bool:
+        """fp8: the kernel takes the per-tensor scales, and multiplies the accumulators by their
+        product before the epilogue."""
+        return self.view.fp8
 
     @property
     def bf16(self) -> bool:

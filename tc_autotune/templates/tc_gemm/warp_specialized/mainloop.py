@@ -18,7 +18,7 @@ def device_functions(lay: BlockLayout) -> str:
     drain = _drain_source(lay)[1] if lay.in_flight else ""
     return f"""
 #include <mma.h>
-{wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight, lay.view.operand_dtype)}
+{wgmma_source(lay.n_wg, lay.view.b.layout, lay.in_flight, lay.view.operand_dtype, lay.view.b_dtype)}
 {drain}
 """
 
@@ -77,7 +77,7 @@ def _issue(lay: BlockLayout, step: str, indent: str, release) -> str:
     """The step's calls, one per slab, then the release of the stage its wgmmas no longer read:
     with groups in flight, the previous step's (its groups are done once this step's calls return)."""
     i = indent
-    call = wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight, lay.view.operand_dtype)
+    call = wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight, lay.view.operand_dtype, lay.view.b_dtype)
     if lay.in_flight:
         done = f"if (kt > 0) {release(lay, f'({step} - 1) % STAGES')}  // step kt - 1's groups are done"
     else:

@@ -13,7 +13,6 @@ stages, and a stage is free once both blocks' consumer warps have released it.""
 
 from __future__ import annotations
 
-from ..wgmma_source import WGMMA_K
 from ..knobs import PRODUCER_THREADS
 from .boxes import Im2colBox, TmaBox, _element
 from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout, fixed_cuda
@@ -122,7 +121,7 @@ def _fill(lay: BlockLayout, first_k: str, indent: str) -> str:
     return f"""
 {i}unsigned char* a_s = smem + stage * STAGE_BYTES;
 {i}unsigned char* b_s = a_s + A_BYTES;
-{i}const int k0 = {first_k} * {WGMMA_K};{_tma_issue(lay, i)}{_gather(lay, i)}"""
+{i}const int k0 = {first_k} * {lay.k_step};{_tma_issue(lay, i)}{_gather(lay, i)}"""
 
 
 def _tma_issue(lay: BlockLayout, indent: str) -> str:
