@@ -127,13 +127,9 @@ def device_times(kernel, workload, arrays) -> tuple[float | None, float | None]:
     import torch
 
     *inputs, reference = arrays
-<<<<<<< HEAD
-    tensors = [baseline.device_tensor(a, getattr(torch, str(a.dtype))) for a in inputs]  # bf16 too
-=======
     # ml_dtypes' arrays (bf16, fp8: user-defined numpy dtypes) go through fp32, which torch.from_numpy takes
     tensors = [baseline.device_tensor(a, getattr(torch, a.dtype.name)) if a.dtype.isbuiltin == 2
                else torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in inputs]
->>>>>>> fp8
     out = torch.full(workload.out_shape, float("nan"), dtype=getattr(torch, workload.out_dtype), device="cuda")
     kernel(*tensors, out)
     torch.cuda.synchronize()
