@@ -212,7 +212,9 @@ def test_a_bf16_im2col_kernel_encodes_its_map_as_bf16_and_keys_the_encoder(monke
     assert config.tma_im2col
     script = kernel_module(view_of(workload), config).script()
     assert f'"{tensormap_bf16.ENCODE_IM2COL}"' in script and f'"{tensormap.ENCODE_IM2COL}"' not in script
-    assert script.count("force_cu_dtype=9") == 1  # B's tiled map, named bf16 (A's is im2col)
+    # B's tiled map described as bf16, its CUtensorMapDataType derived by TVM's runtime (which
+    # refuses force_cu_dtype=BFLOAT16); A's is im2col
+    assert script.count('descriptor_dtype="bfloat16"') == 1 and "force_cu_dtype=-1" in script
     assert tvm_ffi.get_global_func(tensormap_bf16.ENCODE_IM2COL, allow_missing=True) is not None
     calls = []
 
