@@ -96,11 +96,14 @@ def test_the_shipped_logs_hold_what_the_readme_says():
                       r"`tuning_logs/resnet50-fused-b32.toml` on each GPU, and on the H100 the (\d+) LLM dense shapes "
                       r"of `tuning_logs/llm-dense.toml` and (\d+) of them fused \([^)]*\), and the (\d+) fp16-output\s+"
                       r"fused layers of ResNet-50 at each of batch 1 and 32 \(`tuning_logs/resnet50-fp16-b1.toml` and\s+"
-                      r"`tuning_logs/resnet50-fp16-b32.toml`, written by `tc.extract_workloads`\); every record current "
+                      r"`tuning_logs/resnet50-fp16-b32.toml`, written by `tc.extract_workloads`\), and on the H100 every\s+"
+                      r"workload of ((?:`tuning_logs/[\w.-]+`(?:,\s+|\s+and\s+))+)`tuning_logs/([\w.-]+)`; every record current "
                       r"\(stamped with the hash of the code it timed, checked by `tc-records --restamp`\)",
                       _text(README_PATH))
     assert match, "the README's sentence on the shipped logs changed (update this test with it)"
-    plain, fused, llm, llm_fused, model_layers = map(int, match.groups())
+    plain, fused, llm, llm_fused, model_layers = map(int, match.groups()[:5])
+    more_jobs = re.findall(r"`tuning_logs/([\w.-]+)`", match.group(6)) + [match.group(7)]
+    assert len(more_jobs) == 4, more_jobs
 
     def shapes(job):
         return {e.workload for e in jobs.load_job(ROOT / "tuning_logs" / job).entries}
@@ -111,7 +114,8 @@ def test_the_shipped_logs_hold_what_the_readme_says():
     assert len(model_b1) == len(model_b32) == model_layers
     assert all(w.out_dtype == "float16" and w.epilogue != "none" for w in model_b1 | model_b32)
     for log, expected in (("nvidia-h200.jsonl", nightly | resnet_fused),
-                          ("nvidia-h100-80gb-hbm3.jsonl", nightly | resnet_fused | dense | model_b1 | model_b32)):
+                          ("nvidia-h100-80gb-hbm3.jsonl", nightly | resnet_fused | dense | model_b1 | model_b32
+                           | set().union(*map(shapes, more_jobs)))):
         held = list(records.load(ROOT / "tuning_logs" / log))
         assert not [str(r.workload) for r in held if r.stale], f"{log}: not every record is current"
         assert all(r.code_hash for r in held), f"{log}: a record without the hash of its code"
