@@ -44,16 +44,13 @@ class TreeEnsemble:
         leaf = left < 0
         base = np.repeat(self.offsets, sizes)
         own = np.arange(len(left), dtype=np.int64)
-        self.left = np.where(leaf, own, left + base)
-        self.right = np.where(leaf, own, right + base)
-        self.feature = np.where(leaf, 0, cat("split_indices", np.int64))
-        self.threshold = cat("split_conditions", np.float32)  # a leaf's value, at a leaf
-        self.default_left = cat("default_left", bool)
-        self.leaf = leaf
         # One gather per level: a node's children interleaved [right, left], indexed by
         # 2 * node + (went left); int32 halves the index traffic of the big candidate batches.
-        self._children = np.stack([self.right, self.left], axis=1).ravel().astype(np.int32)
-        self._feature32 = self.feature.astype(np.int32)
+        self.children = np.stack([np.where(leaf, own, right + base), np.where(leaf, own, left + base)],
+                                 axis=1).ravel().astype(np.int32)
+        self.feature = np.where(leaf, 0, cat("split_indices", np.int64)).astype(np.int32)
+        self.threshold = cat("split_conditions", np.float32)  # a leaf's value, at a leaf
+        self.default_left = cat("default_left", bool)
         self.num_features = int(num_features) if num_features is not None else int(self.feature.max(initial=-1)) + 1
         self.depth = max((_depth(t) for t in trees), default=0)
 
@@ -116,11 +113,11 @@ class TreeEnsemble:
         row_start = (np.arange(rows, dtype=np.int32) * columns)[None, :]
         missing = bool(np.isnan(flat).any())  # rare: the default directions only then
         for _ in range(self.depth):
-            value = flat[row_start + self._feature32[node]]
+            value = flat[row_start + self.feature[node]]
             go_left = value < self.threshold[node]
             if missing:
                 go_left = np.where(np.isnan(value), self.default_left[node], go_left)
-            node = self._children[2 * node + go_left]
+            node = self.children[2 * node + go_left]
         return self.threshold[node]
 
     def predict(self, x: np.ndarray) -> np.ndarray:
