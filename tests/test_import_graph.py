@@ -111,18 +111,30 @@ def _imports(name: str, path: Path):
     return out
 
 
+def _package_module(target: str, modules) -> str | None:
+    """The package's module an import names (a name imported from a module: the module), or
+    None for a third-party import."""
+    if not (target == PACKAGE or target.startswith(PACKAGE + ".")):
+        return None
+    while target not in modules:
+        target = target.rpartition(".")[0]
+    return target
+
+
+def _optional(module: str) -> bool:
+    return any(module == sub or module.startswith(sub + ".") for sub in OPTIONAL_SUBPACKAGES)
+
+
 def _graph():
     modules = _modules()
     edges, lazy = {}, []
     for name, path in modules.items():
         edges[name] = set()
         for target, line, in_function in _imports(name, path):
-            if target == PACKAGE or target.startswith(PACKAGE + "."):
-                while target not in modules:  # a name imported from a module: the module
-                    target = target.rpartition(".")[0]
+            if module := _package_module(target, modules):
+                target = module
                 edges[name].add(target)
-                optional = any(target == sub or target.startswith(sub + ".") for sub in OPTIONAL_SUBPACKAGES)
-                if in_function and not _entry_point(name) and not optional:
+                if in_function and not _entry_point(name) and not _optional(target):
                     lazy.append(f"{path.name}:{line} imports {target} inside a function")
             elif in_function and target.split(".")[0] not in LAZY and not _entry_point(name):
                 lazy.append(f"{path.name}:{line} imports {target} inside a function (not in LAZY)")
@@ -200,13 +212,9 @@ def _role_graph() -> dict:
         role = _role(name)
         roles.setdefault(role, set())
         for target, _, in_function in _imports(name, path):
-            if not (target == PACKAGE or target.startswith(PACKAGE + ".")):
-                continue
-            while target not in modules:
-                target = target.rpartition(".")[0]
-            optional = any(target == sub or target.startswith(sub + ".") for sub in OPTIONAL_SUBPACKAGES)
-            if _role(target) != role and not (in_function and optional):
-                roles[role].add(_role(target))
+            module = _package_module(target, modules)
+            if module and _role(module) != role and not (in_function and _optional(module)):
+                roles[role].add(_role(module))
     return roles
 
 
