@@ -90,16 +90,19 @@ def test_gpu_the_runner_times_with_the_timer_and_its_records_say_so():
 
     space = conv2d_space(WL)
     config = space.default_config()
-    with LocalMeasurer(space, MeasureOptions(build_workers=1, repeat=5, min_repeat_ms=10)) as measure:
+    with LocalMeasurer(space, MeasureOptions(build_workers=1, repeat=9, min_repeat_ms=10)) as measure:
         (result,) = measure([config])
-    assert result.ok and result.timer == CUDA_TIMER and len(result.costs) == 5, result.error_msg
+    assert result.ok and result.timer == CUDA_TIMER and len(result.costs) == 9, result.error_msg
     record = records.Record.from_measurement(f"cuda -arch={space.gpu.arch}", space, config, result,
                                              records.make_provenance(space.gpu))
     assert json.loads(record.to_json())["timer"] == CUDA_TIMER
     kernel = build_conv2d(WL, config)
     args, _ = _arguments(kernel, WL)
-    here = statistics.median(kernel.time(*args, number=1, repeat=5, min_repeat_ms=10))
-    assert 0.8 < result.seconds / here < 1.25, (result.seconds, here)  # the same timer in both processes
+    here = kernel.time(*args, number=1, repeat=9, min_repeat_ms=10)
+    # The same timer in both processes.  The fastest repeat of each side: under pytest-xdist other
+    # workers share the GPU, and their kernels can only add to a repeat's time (medians of a 7 us
+    # kernel were seen 1.4x apart that way).
+    assert 0.8 < min(result.costs) / min(here) < 1.25, (sorted(result.costs), sorted(here))
 
 
 def test_gpu_benchmark_retime_and_baseline_all_time_with_the_one_timer(cuda_torch, monkeypatch):
