@@ -168,6 +168,7 @@ class GemmView:
     epilogue: Epilogue = Epilogue()  # applied to C on its way to the output (none: a cast only)
     groups: int = 1  # GEMMs of this shape side by side (a grouped conv's), the maps take the group
     b_dtype: str | None = None  # B's tensor dtype where it is not ``dtype`` (fp8: an e5m2 B)
+    swapped: bool = False  # the C^T = B^T A^T of a task's GEMM (``swap``): C is stored transposed
 
     @property
     def shape(self) -> tuple[int, int, int]:

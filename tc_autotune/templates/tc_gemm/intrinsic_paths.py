@@ -18,9 +18,10 @@ import numpy as np
 
 from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, ChannelsOuter, a_is_matrix, box_tile, c_rows_aligned,
                    im2col_window)
-from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
-                    storing_warpgroups)
-from .rules import Rule, per_block_m, requires_rule
+from .knobs import (KNOBS, PRODUCER_THREADS, SWAP_MAX_M, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N,
+                    WS_PRODUCER_REGS, storing_warpgroups)
+from .rules import Rule, per_block_m, requires_rule, round_up
+from .swap import swappable
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ _WGMMA_KNOBS = {
     "tma_im2col": "loads a warp-specialized kernel's A with TMA's im2col mode",
     "tma_store": "stores a warp-specialized kernel's C with TMA",
     "setmaxnreg": "moves registers from a warp-specialized kernel's producer to its consumers",
+    "swap_ab": "swaps a warp-specialized kernel's operands (C^T = B^T A^T)",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -223,6 +225,32 @@ _WARP_SPECIALIZED_RULES = (
                            f"{c.gpu.max_registers_per_block} per block"),
 )
 
+# swap_ab (``swap``): the warp-specialized kernel of a small-M dense with an (N, K) weight computes C^T;
+# swap_ab is the block's rows of M (the wgmma's n), so warp_col_tiles stays at 4 (no second name for
+# one kernel) and a second consumer warpgroup splits the weight rows (consumers_along_m).
+_SWAP_RULES = (
+    Rule("swap_ab", lambda v, c: (v["swap_ab"] == 0) | ((v["warp_specialized"] > 0) & swappable(c.view)
+                                                        & (c.m <= SWAP_MAX_M)),
+         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} needs the warp-specialized kernel (warp_specialized > 0) and "
+                           f"a dense with an (N, K) weight (b=nk) of M <= {SWAP_MAX_M} rows, not "
+                           f"warp_specialized={cfg.warp_specialized}, M={c.m}"
+                           + ("" if swappable(c.view) else ", and this GEMM is not such a dense")),
+    Rule("swap_ab_rows", lambda v, c: (v["swap_ab"] == 0) | (v["swap_ab"] < 2 * round_up(c.m, 8)),
+         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} rows of M a block are more than twice M={c.m} rounded up to "
+                           "8: a smaller swap_ab tiles it"),
+    Rule("swap_ab_tiling", lambda v, c: (v["swap_ab"] == 0) | ((v["warp_col_tiles"] == 4)
+                                                               & ((v["block_col_warps"] == 1) | (v["consumers_along_m"] == 1))),
+         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} sets the block's rows of M (the wgmma's n) itself: it needs "
+                           "warp_col_tiles=4 and one consumer warpgroup or two along M (consumers_along_m=1), not "
+                           f"warp_col_tiles={cfg.warp_col_tiles}, block_col_warps={cfg.block_col_warps}, "
+                           f"consumers_along_m={cfg.consumers_along_m}"),
+    Rule("swap_ab_variants", lambda v, c: (v["swap_ab"] == 0) | ((v["ping_pong"] == 0) & (v["multicast_b"] == 0)
+                                                                 & (v["tma_store"] == 0)),
+         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} stores C transposed from registers and pairs no blocks: it takes "
+                           f"no ping_pong, multicast_b or tma_store, not ping_pong={cfg.ping_pong}, "
+                           f"multicast_b={cfg.multicast_b}, tma_store={cfg.tma_store}"),
+)
+
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte
 # swizzled row of 64 fp16 (chunk 4); the operands stay in shared memory (no fragments to
 # double-buffer); warpgroup tiles are whole 64-column swizzle atoms (warp_col_tiles 4 or 8).
@@ -251,6 +279,7 @@ WGMMA = IntrinsicPath(
              lambda cfg, v, c: f"wgmma_in_flight=1 needs stages >= 2, not {cfg.stages}: the next k-step's "
                                "copy must fill another buffer than the one the wgmma in flight reads"),
         *_WARP_SPECIALIZED_RULES,
+        *_SWAP_RULES,
     )))
 
 # WMMA fragments on padded shared tiles: any shape, sm_70+

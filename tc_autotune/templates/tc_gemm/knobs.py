@@ -73,13 +73,20 @@ KNOBS: dict[str, tuple] = {
     # (setmaxnreg.inc to WS_CONSUMER_REGS), as CUTLASS's warp-specialized kernels do: ptxas may give
     # the consumers' code 232 registers instead of the 168 a 384-thread launch allows each thread.
     "setmaxnreg": (0, 1),
+    # > 0 (warp_specialized, a dense with an (N, K) weight, M <= SWAP_MAX_M): swap-AB, the kernel
+    # computes C^T = B^T A^T: the weight's N rows are the wgmma's M side (64-row slabs, warp_row_tiles
+    # of them), the activations' M rows its N side, swap_ab of them a block (the wgmma's n: 8-64), and
+    # the tile is stored into C transposed (cuBLAS's nvjet *_64x8_* small-M kernels).  Its ring is
+    # SWAP_STAGE_FACTOR x stages deep: a 64 x 8 stage is 9 KB, so a GEMV-like dense keeps 8-16 k-steps
+    # in flight (the stages candidates are part of the log format and stay).
+    "swap_ab": (0, 8, 16, 32, 64),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
                  "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
-                 "tma_store": 0, "setmaxnreg": 0}
+                 "tma_store": 0, "setmaxnreg": 0, "swap_ab": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -96,6 +103,14 @@ WS_STAGING_BYTES = WS_STAGING_BUFFERS * WS_STAGING_ROWS * WS_ROW_BYTES
 # setmaxnreg: registers per thread of the producer and of the two consumer warpgroups, which must fit
 # the 65536 of an SM: 128 x 40 + 256 x 232 = 64512, the 384 x 168 a launch of three warpgroups holds
 WS_PRODUCER_REGS, WS_CONSUMER_REGS = 40, 232
+# swap_ab: the ring's stages per step of the stages knob (2, 3, 4 -> 8, 12, 16), and the largest M swapped
+SWAP_STAGE_FACTOR, SWAP_MAX_M = 4, 128
+
+
+def ring_stages(stages, swap_ab):
+    """The warp-specialized kernel's ring depth (ints or numpy columns): ``stages``, or with swap_ab
+    SWAP_STAGE_FACTOR times as many."""
+    return stages * (1 + (SWAP_STAGE_FACTOR - 1) * (swap_ab > 0))
 
 
 def warp_specialized_tiles(stages, block_m, block_n):
@@ -154,6 +169,7 @@ class TcGemmConfig:
     tma_im2col: int = 0
     tma_store: int = 0
     setmaxnreg: int = 0
+    swap_ab: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -165,6 +181,9 @@ class TcGemmConfig:
 
     @property
     def block_n(self) -> int:
+        """The kernel's block columns; with swap_ab the swapped GEMM's (rows of the task's M)."""
+        if self.swap_ab:
+            return self.swap_ab
         return self.block_col_warps * self.warp_col_tiles * self.wmma_mnk[1]
 
     @property
@@ -184,7 +203,7 @@ class TcGemmConfig:
         warp-specialized kernel: ``warp_specialized_smem``)."""
         if self.warp_specialized:
             staging = self.tma_store * storing_warpgroups(self.block_col_warps, self.ping_pong)
-            return warp_specialized_smem(self.stages, self.block_m, self.block_n, staging)
+            return warp_specialized_smem(ring_stages(self.stages, self.swap_ab), self.block_m, self.block_n, staging)
         a = self.block_m * (self.block_k + self.offset_a) * 2
         b = self.block_k * (self.block_n + self.offset_b) * 2
         c = self.block_m * (self.block_n + self.offset_c) * 4

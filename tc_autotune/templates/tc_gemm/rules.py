@@ -19,7 +19,7 @@ import numpy as np
 
 from .gemm import GemmView
 from .operand_layout import COL_MAJOR
-from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, storing_warpgroups,
+from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, ring_stages, storing_warpgroups,
     warp_specialized_smem, warp_specialized_tiles)
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
@@ -63,6 +63,11 @@ class Rule:
     path: str | None = None
 
 
+def _select(cond, a, b):
+    """``np.where``, keeping one config's values (``why_invalid``'s) plain ints."""
+    return np.where(cond, a, b) if np.ndim(cond) else (a if cond else b)
+
+
 def derive(v: dict, ctx: Context) -> dict:
     """Add what a config implies to its knob values ``v`` (ints or int64 columns; named knobs
     as positions in KNOBS, with ``wm``, ``wn``, ``wk`` the fragment shape): the block tile,
@@ -70,9 +75,13 @@ def derive(v: dict, ctx: Context) -> dict:
     row in shared memory, which ``offset_b`` pads: N, or K for a column-major B (stored
     [n][k], contiguous along K as its tensor).  ``warps`` compute and store C; a
     warp-specialized kernel adds a producer warpgroup, which alone copies A and B
-    (``copy_threads``; else every thread copies)."""
-    v["bm"] = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
-    v["bn"] = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
+    (``copy_threads``; else every thread copies).  swap_ab: ``bm`` and ``bn`` stay the task's (M
+    rows, N columns of a block: swap_ab rows, the kernel's 64-row slabs of weight rows as columns),
+    ``frags`` and the ring (``ring``) are the swapped kernel's."""
+    swap = v["swap_ab"] > 0
+    slab_rows = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
+    cols = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
+    v["bm"], v["bn"] = _select(swap, v["swap_ab"], slab_rows), _select(swap, slab_rows, cols)
     # K elements of a k-step: chunk x 16 16-bit elements, or as many bytes of fp8 (twice the
     # elements: a k-step is the same 128-byte swizzled row, ``warp_specialized``)
     v["bk"] = v["chunk"] * v["wk"] * (2 // ctx.view.element_bytes)
@@ -82,16 +91,19 @@ def derive(v: dict, ctx: Context) -> dict:
     specialized = v["warp_specialized"] > 0
     v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
     v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
-    v["frags"] = v["warp_row_tiles"] * v["warp_col_tiles"]
+    # swap_ab: a consumer's slabs (all, or half along M) x the swap_ab columns' 16-column fragments
+    v["frags"] = _select(swap, v["warp_row_tiles"] * (-(-v["swap_ab"] // 16)) // v["block_col_warps"],
+                          v["warp_row_tiles"] * v["warp_col_tiles"])
+    v["ring"] = ring_stages(v["stages"], v["swap_ab"])
     # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages
-    v["stage_bytes"] = warp_specialized_tiles(v["stages"], v["bm"], v["bn"])
+    v["stage_bytes"] = warp_specialized_tiles(v["ring"], v["bm"], v["bn"])
     v["split_partial_bytes"] = v["compute_threads"] * v["frags"] * 8 * 4
     b_rows, v["b_row"] = (v["bn"], v["bk"]) if ctx.view.b.layout == COL_MAJOR else (v["bk"], v["bn"])
     a = v["bm"] * (v["bk"] + v["offset_a"]) * 2
     b = b_rows * (v["b_row"] + v["offset_b"]) * 2
     c = v["bm"] * (v["bn"] + v["offset_c"]) * 4
     staging = v["tma_store"] * storing_warpgroups(v["block_col_warps"], v["ping_pong"])  # tma_store's buffers
-    v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["stages"], v["bm"], v["bn"], staging),
+    v["smem"] = np.where(v["warp_specialized"] > 0, warp_specialized_smem(v["ring"], v["bm"], v["bn"], staging),
                          np.maximum(v["stages"] * (a + b), c))
     # The grid: blocks along M and N, k-steps per K slice, and every block of every slice (of
     # every group's GEMM: M, N and K are a group's).

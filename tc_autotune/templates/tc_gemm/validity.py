@@ -35,11 +35,12 @@ def draw_pinned(space) -> frozenset | dict:
     knobs: tma_im2col where TMA's im2col mode cannot load A (dense, 1x1 stride-1 convs, channels
     not a multiple of 64) or the table has no warp-specialized kernel; tma_store and setmaxnreg
     always (their 1 is valid only on that kernel, a sliver of a uniform draw: free, tma_store
-    halved a conv's valid draws again).  The tuner reaches their 1 through the starting tilings
-    (tma_store) and its annealing moves, which change any knob.  An fp8 space's draws stay at the
+    halved a conv's valid draws again), and swap_ab (valid only there, for a small-M dense).  The
+    tuner reaches their 1 through the starting tilings (tma_store, swap_ab) and its annealing moves,
+    which change any knob.  An fp8 space's draws stay at the
     knob values of its only kernel too (``FP8_DRAWS``: a mapping, knob -> value)."""
     im2col = any(space.knobs["warp_specialized"]) and im2col_window(space.view) is not None
-    pinned = frozenset({"tma_store", "setmaxnreg"} | (set() if im2col else {"tma_im2col"}))
+    pinned = frozenset({"tma_store", "setmaxnreg", "swap_ab"} | (set() if im2col else {"tma_im2col"}))
     if space.view.fp8:  # draws stay in the warp-specialized kernel's corner: the only one fp8 takes
         return {**dict.fromkeys(pinned, 0), **FP8_DRAWS}
     return pinned
@@ -108,7 +109,7 @@ def default_config(space):
     # Never the warp-specialized kernel (but for fp8): a default must be a kernel measured across
     # many shapes.
     for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
-                 "setmaxnreg"):
+                 "setmaxnreg", "swap_ab"):
         if knob in grid and 0 in space.knobs[knob] and knob not in fp8:
             grid[knob] = [space.knobs[knob].index(0)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]

@@ -76,6 +76,8 @@ def fused_pair(fused: Epilogue, n_cols: int, out_t: str, indent: str) -> str:
 
 def store(lay: BlockLayout, indent: str) -> str:
     """A consumer warpgroup's store of its tile's accumulators (the fused epilogue included)."""
+    if lay.swapped:
+        return _swapped_from_registers(lay, indent)
     return _staged(lay, indent) if lay.c_box else _from_registers(lay, indent)
 
 
@@ -163,8 +165,10 @@ def _pair_value(lay: BlockLayout, indent: str) -> str:
     if split == 1:
         return f"{_pair_float(lay)} v0 = acc[s * {frags} + f].x[p], v1 = acc[s * {frags} + f].x[p + 1];"
     threads = lay.consumers * 128
+    # swap_ab's few fragments are shared out by pairs (j / 2: still the same for the whole warp)
+    share = "j / 2" if lay.swapped else f"(s * {frags} + f)"
     return f"""const int j = (s * {frags} + f) * 8 + p;
-{i}if ((s * {frags} + f) % {split} != split_rank) continue;
+{i}if ({share} % {split} != split_rank) continue;
 {i}float v0 = 0.0f, v1 = 0.0f;
 {i}#pragma unroll
 {i}for (int r = 0; r < {split}; ++r) {{  // every block's partial, this one's included
@@ -173,9 +177,43 @@ def _pair_value(lay: BlockLayout, indent: str) -> str:
 {i}}}"""
 
 
-def _pair_store(lay: BlockLayout, indent: str) -> str:
-    """Two adjacent columns a store; with an odd N element by element (pairs are misaligned)."""
-    n, out_t = lay.view.n, lay.out_t
+def _swapped_from_registers(lay: BlockLayout, indent: str) -> str:
+    """swap_ab: the tile's element [r, c] is the task's C[c, r] (row r of the tile a weight row: an
+    output feature; column c a token).  A lane's pair holds columns c, c + 1 of row r; the lane
+    four further (lane ^ 4) the same columns of row r ^ 1.  One exchange makes each lane's pair two
+    adjacent output features of one token, even lanes (r even) token c, odd ones token c + 1: the
+    task's C[m, n], C[m, n + 1], which the fused epilogue (per feature n) and the pair store take as
+    unswapped.  The exchange runs on every lane (bounds are checked after); an 8-column wgmma fills
+    half a fragment (slots 0-3)."""
+    i, fused, tokens, features = indent, lay.view.epilogue, lay.view.n, lay.view.m
+    rows, _ = _offsets(lay)
+    assert lay.n_wg % 16 == 0 or lay.n_wg == 8, lay.n_wg
+    slots = 8 if lay.n_wg % 16 == 0 else 4
+    return f"""
+{i}const int odd = (lane >> 2) & 1;  // this lane's tile row is odd: it takes the pair's second column
+{i}#pragma unroll
+{i}for (int s = 0; s < {lay.slabs}; ++s) {{
+{i}  #pragma unroll
+{i}  for (int f = 0; f < {lay.frags}; ++f) {{
+{i}    #pragma unroll
+{i}    for (int p = 0; p < {slots}; p += 2) {{
+{i}      {_pair_value(lay, i + "      ")}{_scale(lay, i + "      ")}
+{i}      const float o0 = __shfl_xor_sync(0xffffffffu, v0, 4), o1 = __shfl_xor_sync(0xffffffffu, v1, 4);
+{i}      const float x0 = odd ? o1 : v0, x1 = odd ? v1 : o0;  // features n, n + 1 of token m
+{i}      const int m = n0 + f * 16 + 8 * (p / 4) + 2 * (lane % 4) + odd;  // the token (the task's row)
+{i}      const int n = m0 + {rows}s * {WGMMA_M} + warp * 16 + 8 * (p % 4 / 2) + (lane / 4 & ~1);  // the feature
+{i}      if (m < {tokens} && n < {features}) {{
+{i}        {_pair_float(lay)} v0 = x0, v1 = x1;  // the task's pair (shadowing the tile's){fused_pair(fused, features, lay.out_t, i + "        ")}{_pair_store(lay, i + "        ", features)}
+{i}      }}
+{i}    }}
+{i}  }}
+{i}}}"""
+
+
+def _pair_store(lay: BlockLayout, indent: str, n_cols: int | None = None) -> str:
+    """Two adjacent columns a store; with an odd N element by element (pairs are misaligned).
+    ``n_cols``: the task's N where it is not the view's (swap_ab)."""
+    n, out_t = n_cols or lay.view.n, lay.out_t
     if n % 2 == 0:
         return f"\n{indent}*reinterpret_cast<{lay.pair_t}*>(C + (long long)m * {n} + n) = {lay.pair};"
     return f"""

@@ -35,6 +35,7 @@ class KernelPlan:
     cluster: int = 1  # blocks of a cluster along x (split-K)
     c_box: TmaBox | None = None  # tma_store: C's tensor map and box (``c_store_box``)
     persistent: bool = False  # warp_specialized=2: blocks walk the tiles (blockIdx.x, + gridDim.x, ...)
+    swapped: bool = False  # swap_ab: a_box is the task's B's (the weight's), b_box its A's
 
     def launch_grid(self, sm_count: int) -> tuple[int, int]:
         """The grid launched on a GPU of ``sm_count`` SMs: a persistent kernel's is a block per SM
@@ -64,7 +65,7 @@ def plan(view: GemmView, config: TcGemmConfig) -> KernelPlan:
     source += pipeline.init(lay) + _producer(lay) + _consumer_start(lay) + consumer
     return KernelPlan(NAME, source, tile_scheduler.grid(lay), PRODUCER_THREADS * (1 + lay.warpgroups),
                       smem_bytes(config), lay.a_box, lay.b_boxes[0], 2 if lay.multicast else lay.split, lay.c_box,
-                      lay.persistent)
+                      lay.persistent, lay.swapped)
 
 
 def kernel_module(view: GemmView, config: TcGemmConfig):
@@ -86,18 +87,20 @@ def _head(lay: BlockLayout) -> str:
         (lay.ping_pong, ", ping-pong (2 consumer warpgroups, whole tiles in turn)"),
         (lay.split > 1, f", split-K over a cluster of {lay.split}"), (lay.multicast, ", B multicast to a pair along M"),
         (lay.c_box, ", C by TMA stores"), (config.setmaxnreg, ", registers moved to the consumers (setmaxnreg)"),
+        (lay.swapped, ", swap-AB: the task's C^T = B^T A^T, stored into C transposed"),
         (fused, f", epilogue {fused}")) if on)
     along = " along M" if lay.along_m else ""
     shares = f"{lay.consumers} consumer warpgroup(s){along} of {lay.slabs} slab(s) x {lay.n_wg} columns"
     b_order = "[n][k]" if view.b.layout == COL_MAJOR else "[k][n] in 64-column atoms"
     map_c = ", unsigned long long map_c" if lay.c_box else ""
+    a_t, b_t = (lay.b_t, lay.in_t) if lay.swapped else (lay.in_t, lay.b_t)  # the task's A and B (swapped: unread)
     functions = mainloop.device_functions(lay) + pipeline.helpers(lay) + epilogue.helpers(lay)
     start = tile_scheduler.k_steps(lay) + pipeline.ring(lay, epilogue.staging_bytes(lay))
     return f"""{functions}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
 // A by {a_by}, B by TMA; block {lay.bm} x {lay.bn}, {shares},
-// {config.stages} stages, B {b_order}{variant}.
-__device__ __forceinline__ void {NAME}(const {lay.in_t}* __restrict__ A, const {lay.b_t}* __restrict__ B,{epilogue.params(lay)}
+// {lay.stages} stages, B {b_order}{variant}.
+__device__ __forceinline__ void {NAME}(const {a_t}* __restrict__ A, const {b_t}* __restrict__ B,{epilogue.params(lay)}
                                         {lay.out_t}* __restrict__ C, unsigned char* smem_raw,
                                         unsigned long long map_a, unsigned long long map_b{map_c}) {{{start}
   const int tid = threadIdx.x;"""

@@ -13,7 +13,8 @@ from importlib import resources
 from ..gemm import GemmView, RowMajor, RowTile, SpatialTile, box_tile
 from ..operand_layout import COL_MAJOR
 from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
-from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig
+from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig, ring_stages
+from ..swap import swapped
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
 
 ROW_BYTES = WS_ROW_BYTES  # a 64-element fp16 (bf16) row, a 128-element fp8 one: the swizzle span
@@ -62,8 +63,18 @@ class BlockLayout:
 
     @property
     def frags(self) -> int:
-        """16-column accumulator fragments of a slab."""
-        return self.n_wg // 16
+        """16-column accumulator fragments of a slab (swap_ab's 8-column wgmma: half of one)."""
+        return -(-self.n_wg // 16)
+
+    @property
+    def stages(self) -> int:
+        """The ring's depth (``knobs.ring_stages``: swap_ab's is deeper than the stages knob)."""
+        return ring_stages(self.config.stages, self.config.swap_ab)
+
+    @property
+    def swapped(self) -> bool:
+        """swap_ab: the view is the task's C^T = B^T A^T (``swap``), stored into C transposed."""
+        return self.view.swapped
 
     @property
     def k_step(self) -> int:
@@ -159,14 +170,21 @@ class BlockLayout:
 
 
 def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
-    """The block of one GEMM view and warp-specialized config; ValueError where the kernel cannot
-    run it."""
+    """The block of one GEMM view and warp-specialized config (swap_ab: of the view swapped,
+    ``swap.swapped``); ValueError where the kernel cannot run it."""
+    if config.swap_ab:
+        view = swapped(view)
+        if (config.ping_pong or config.multicast_b or config.tma_store
+                or (config.block_col_warps > 1 and not config.consumers_along_m)):
+            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong, multicast_b or tma_store, and 2 "
+                             f"consumer warpgroups only along M (consumers_along_m=1): {config}")
     ping_pong, along_m, split = bool(config.ping_pong), bool(config.consumers_along_m), config.split_k
     consumers = 1 if ping_pong else config.block_col_warps
     warpgroups = 2 if ping_pong else consumers
     slabs = config.warp_row_tiles // consumers if along_m else config.warp_row_tiles
-    n_wg = config.block_n if along_m or ping_pong else config.warp_col_tiles * 16
-    if (config.block_m != config.warp_row_tiles * WGMMA_M or n_wg % WGMMA_ATOM or n_wg > WS_MAX_WGMMA_N
+    n_wg = config.block_n if along_m or ping_pong or config.swap_ab else config.warp_col_tiles * 16
+    atom = 8 if config.swap_ab else WGMMA_ATOM  # swap_ab: a K-major B' of 8-row swizzle groups, wgmma's n % 8
+    if (config.block_m != config.warp_row_tiles * WGMMA_M or n_wg % atom or n_wg > WS_MAX_WGMMA_N
             or view.dtype != view.operand_dtype or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
@@ -174,7 +192,7 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
             or (config.setmaxnreg and warpgroups != 2)):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     C_TYPES[view.out_dtype]  # KeyError: a C of another type
-    if not isinstance(view.c.map, RowMajor):
+    if not (isinstance(view.c.map, RowMajor) or view.swapped):
         raise ValueError("the warp-specialized kernel writes a row-major C")
     a_box, b_boxes = tma_boxes(view, config)
     tile = box_tile(view, config.block_m) if isinstance(a_box, TmaBox) and len(a_box.box) == 4 else None

@@ -34,9 +34,9 @@ def k_steps(lay: BlockLayout) -> str:
     """The ring's depth and the k-steps KT this block runs: all of them, or its cluster rank's K slice."""
     kt = lay.kt
     if lay.split == 1:
-        return f"\n  constexpr int STAGES = {lay.config.stages}, KT = {kt};"
+        return f"\n  constexpr int STAGES = {lay.stages}, KT = {kt};"
     return f"""
-  constexpr int STAGES = {lay.config.stages}, SLICE = {-(-kt // lay.split)};  // k-steps per K slice
+  constexpr int STAGES = {lay.stages}, SLICE = {-(-kt // lay.split)};  // k-steps per K slice
   const int split_rank = blockIdx.x % {lay.split}, kt_begin = split_rank * SLICE, KT = min(SLICE, {kt} - kt_begin);"""
 
 

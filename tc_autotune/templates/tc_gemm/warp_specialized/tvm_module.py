@@ -53,13 +53,16 @@ def ir_module(kp, view: GemmView):
         tensormap_bf16.register()
     (gx, gy), threads, smem = (blocks_x(kp), kp.grid[1]), kp.threads, kp.smem_bytes
     a_shape, b_shape, c_shape, out_dtype = view.a.shape, view.b.shape, view.c.shape, view.out_dtype
-    operand_boxes = [(view.a, kp.a_box), (view.b, kp.b_box)] + [(view.c, kp.c_box)] * (kp.c_box is not None)
+    # the maps in the kernel's order (map_a, map_b, map_c); swap_ab: its A' is the task's B, its B' the task's A
+    order = (1, 0) if kp.swapped else (0, 1)
+    operand_boxes = [((view.a, view.b)[i], box) for i, box in zip(order, (kp.a_box, kp.b_box))]
+    operand_boxes += [(view.c, kp.c_box)] * (kp.c_box is not None)
     maps = [T.Var(f"{operand.tensor}_tensormap", ty=T.handle("tensormap").ty) if box else None
             for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
     # fp16, bf16 or fp8 (B's its own: an e5m2 B): the producer copies the tensors as they are
     in_dtype, b_dtype = view.operand_dtype, view.b_operand_dtype
-    map_dtypes = [in_dtype, b_dtype, out_dtype]  # what the maps' elements are
+    map_dtypes = [(in_dtype, b_dtype)[i] for i in order] + [out_dtype]  # what the maps' elements are
     scaled = 2 if view.fp8 else 0  # fp8's per-tensor scales, after B
     # fp8's two scales, then the epilogue's inputs (up to 3): the function takes 5 slots, the unused
     # ones are dropped below.
@@ -91,7 +94,7 @@ def ir_module(kp, view: GemmView):
 
     main = tvm.tirx.PrimFunc([*main.params[:2 + used], main.params[-1]], main.body, attrs=main.attrs)
     host = []
-    operand_params = [main.params[0], main.params[1], main.params[-1]]
+    operand_params = [main.params[i] for i in order] + [main.params[-1]]
     for tmap, (_, box), param, dtype in zip(maps, operand_boxes, operand_params, map_dtypes):
         if tmap is None:
             continue
