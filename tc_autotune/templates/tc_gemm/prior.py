@@ -26,6 +26,10 @@ _WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
 # fp32 output, 1.24-1.37x with fp16 (from registers an fp16 pair is a 4-byte store: TMA gains more);
 # bf16 output taken as fp16's (its pairs are 4-byte stores too; not measured apart)
 _TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3, "bfloat16": 1.3}
+# swap_ab by the stages knob (its ring: 8, 12, 16 stages): a GEMV-like dense streams its weights, so
+# the deepest ring that fits keeps most bytes in flight (cuBLAS's 64x8 fp8 kernel: 16 stages).
+# Unmeasured when written; its padding (M rows to swap_ab instead of 64) counts in ``padding``.
+_SWAP_STAGES_WEIGHT = {2: 0.9, 3: 0.95, 4: 1.0}
 
 
 def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
@@ -77,7 +81,8 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     swizzled = _SWIZZLE_WEIGHT[v["intrinsic"]]
     offsets = np.where(swizzled > 0, swizzled,
                        _lookup({0: 0.85}, v["offset_a"]) * _lookup({0: 0.8}, v["offset_b"]))
-    stages = _lookup({1: 0.8, 4: 0.85}, v["stages"])  # H100 sweep: 2-3 stages best, 4 costs occupancy
+    stages = np.where(v["swap_ab"] > 0, _lookup(_SWAP_STAGES_WEIGHT, v["stages"]),
+                      _lookup({1: 0.8, 4: 0.85}, v["stages"]))  # H100 sweep: 2-3 stages best, 4 costs occupancy
     # wgmma_in_flight: the Tensor Cores work through the barrier and cp.async wait between k-steps
     # (predicted 1.05-1.1x; measured a wash at 3 stages and a loss at 2).
     in_flight = np.where(v["wgmma_in_flight"] == 1, _lookup(_IN_FLIGHT_WEIGHT, v["stages"]), 1.0)

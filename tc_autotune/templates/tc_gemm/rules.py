@@ -78,7 +78,8 @@ def derive(v: dict, ctx: Context) -> dict:
     (``copy_threads``; else every thread copies).  swap_ab: ``bm`` and ``bn`` stay the task's (M
     rows, N columns of a block: swap_ab rows, the kernel's 64-row slabs of weight rows as columns),
     ``frags`` and the ring (``ring``) are the swapped kernel's."""
-    swap = v["swap_ab"] > 0
+    # (swap_ab elsewhere: a rule refuses it, by the knobs' tile)
+    v["swapped"] = swap = (v["swap_ab"] > 0) & (v["warp_specialized"] > 0)
     slab_rows = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
     cols = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
     v["bm"], v["bn"] = _select(swap, v["swap_ab"], slab_rows), _select(swap, slab_rows, cols)
@@ -94,7 +95,7 @@ def derive(v: dict, ctx: Context) -> dict:
     # swap_ab: a consumer's slabs (all, or half along M) x the swap_ab columns' 16-column fragments
     v["frags"] = _select(swap, v["warp_row_tiles"] * (-(-v["swap_ab"] // 16)) // v["block_col_warps"],
                           v["warp_row_tiles"] * v["warp_col_tiles"])
-    v["ring"] = ring_stages(v["stages"], v["swap_ab"])
+    v["ring"] = ring_stages(v["stages"], swap)
     # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages
     v["stage_bytes"] = warp_specialized_tiles(v["ring"], v["bm"], v["bn"])
     v["split_partial_bytes"] = v["compute_threads"] * v["frags"] * 8 * 4
@@ -214,7 +215,8 @@ def _vector_rules(knob: str, operand: str, tile: Callable, threads: str) -> tupl
         Rule(f"{knob}_alignment", lambda v, c: held(c).run % v[knob] == 0,
              lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {held(c).run} {held(c).run_name} "
                                "(misaligned vector access)"),
-        Rule(f"{knob}_threads", lambda v, c: tile(v) % (v[threads] * v[knob]) == 0,
+        # (swap_ab's kernel loads both tiles with TMA, none of it split over threads)
+        Rule(f"{knob}_threads", lambda v, c: (tile(v) % (v[threads] * v[knob]) == 0) | v["swapped"],
              lambda cfg, v, c: f"{knob}={v[knob]}: the {tile(v)}-element tile does not split evenly "
                                f"over {v[threads]} threads"),
     )

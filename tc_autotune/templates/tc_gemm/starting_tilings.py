@@ -61,14 +61,25 @@ FP8_STARTING_TILINGS: tuple[dict, ...] = (
 )
 
 
+# swap_ab (a dense of M <= 128 with an (N, K) weight, fp16, bf16 or fp8; invalid elsewhere): 64 weight
+# rows x 8, 16 or 64 tokens a block on a 16-stage ring (the stages knob's 4; fewer where the shared memory
+# runs out), as cuBLAS's nvjet *_64x8_* fp8 kernels; and 8 tokens in 2 K slices for the grid.  Unmeasured
+# when written.
+SWAP_STARTING_TILINGS: tuple[dict, ...] = tuple(
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=1, warp_col_tiles=4, warp_specialized=1,
+         consumers_along_m=0, multicast_b=0, ping_pong=0, setmaxnreg=0, **changes)
+    for changes in (dict(swap_ab=8), dict(swap_ab=16), dict(swap_ab=64), dict(swap_ab=8, split_k=2)))
+
+
 def starting_configs(space) -> list[TcGemmConfig]:
-    """``STARTING_TILINGS`` (fp8: and ``FP8_STARTING_TILINGS``) made of the space's default config,
+    """``STARTING_TILINGS`` (fp8: and ``FP8_STARTING_TILINGS``; then ``SWAP_STARTING_TILINGS``) made of
+    the space's default config,
     those valid in ``space`` (none off Hopper), each with fewer stages where the K loop is shorter
     than 4 steps, and with C stored from registers where the workload cannot take TMA stores
     (spatial boxes of A)."""
     base = space.default_config().as_dict()
     found = []
-    for changes in STARTING_TILINGS + FP8_STARTING_TILINGS * space.view.fp8:
+    for changes in STARTING_TILINGS + FP8_STARTING_TILINGS * space.view.fp8 + SWAP_STARTING_TILINGS:
         for store in sorted({changes.get("tma_store", 0), 0}, reverse=True):
             config = _first_valid(space, [TcGemmConfig(**{**base, **changes, "stages": stages, "tma_store": store})
                                           for stages in range(changes["stages"], 1, -1)])
