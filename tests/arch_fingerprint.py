@@ -67,7 +67,7 @@ VARIANTS = {
 # above; variants that use them.
 LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in (
     "wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col",
-    "tma_store", "setmaxnreg")}
+    "tma_store", "setmaxnreg", "swap_ab")}
 LATER_VARIANTS = {
     "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
     "warp-specialized": {**VARIANTS["wgmma"], "warp_specialized": (1,)},
@@ -80,7 +80,7 @@ LATER_VARIANTS = {
                    "setmaxnreg": (1,)},
 }
 LATER_FEATURES = ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b",
-                  "ping_pong", "tma_im2col", "tma_store", "setmaxnreg")  # later knobs' features
+                  "ping_pong", "tma_im2col", "tma_store", "setmaxnreg", "swap_ab")  # later knobs' features
 # Feature hashes: entry -> the later knobs free in its space, whose features it keeps (the others
 # pinned to their default and left out), as each entry was first written.
 FEATURE_ENTRIES = {
@@ -95,6 +95,8 @@ FEATURE_ENTRIES = {
                            "tma_im2col", "tma_store"),
     "features+setmaxnreg": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
                             "tma_im2col", "tma_store", "setmaxnreg"),
+    "features+swap_ab": ("wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong",
+                         "tma_im2col", "tma_store", "setmaxnreg", "swap_ab"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
 MASK_SAMPLE = 200_000  # indices per full space

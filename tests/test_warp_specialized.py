@@ -456,9 +456,10 @@ def test_rules_of_tma_im2col():
         wl = workloads.get(name)
         other = tasks.of(wl).space(wl, gpu)
         assert "this workload's A is none" in other.why_invalid(im2col), name
-        # random draws stay where the knob is 0 (and tma_store and setmaxnreg too): the draws from before them
-        assert 8 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
-    assert 4 * space.draw_bound == len(space)
+        # random draws stay where the knob is 0 (and tma_store, setmaxnreg and swap_ab's 5 values too): the
+        # draws from before them
+        assert 40 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
+    assert 20 * space.draw_bound == len(space)
     mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
     assert "tma_im2col=1 loads" in space.why_invalid(mma)
 
@@ -631,12 +632,13 @@ def test_random_draws_keep_tma_store_setmaxnreg_and_an_im2col_that_cannot_apply_
         return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
 
     conv, one_by_one = space("tutorial"), space("rfc-1x1-b32")
-    assert 4 * conv.draw_bound == len(conv) and 8 * one_by_one.draw_bound == len(one_by_one)
-    assert 8 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
-    # tma_im2col is the third knob from the end: a conv's draws reach both its values, never
-    # tma_store=1 or setmaxnreg=1
+    # (swap_ab's 5 values: draws stay at 0)
+    assert 20 * conv.draw_bound == len(conv) and 40 * one_by_one.draw_bound == len(one_by_one)
+    assert 40 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
+    # tma_im2col is the fourth knob from the end: a conv's draws reach both its values, never
+    # tma_store=1, setmaxnreg=1 or swap_ab > 0
     drawn = [conv.get(int(i)) for i in conv.drawn(np.arange(0, conv.draw_bound, 9_999_991))]
-    assert {c.tma_im2col for c in drawn} == {0, 1} and not any(c.tma_store or c.setmaxnreg for c in drawn)
+    assert {c.tma_im2col for c in drawn} == {0, 1} and not any(c.tma_store or c.setmaxnreg or c.swap_ab for c in drawn)
     assert np.array_equal(conv.drawn(np.arange(100)), np.arange(100))
     sampled = conv.sample(20, seed=1)  # as many valid configs as the draws found before tma_store
     assert len(sampled) == 20 and not any(c.tma_store or c.setmaxnreg for c in sampled)

@@ -38,7 +38,7 @@ FEATURE_NAMES = (
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
     "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", *_OTHER_PATHS,
     "wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
-    "setmaxnreg", "swap_ab", "log2_ring_stages", "prior",
+    "setmaxnreg", "swap_ab", "prior",
 )
 
 
@@ -83,7 +83,7 @@ def features_of(space, v: dict, prior_of) -> np.ndarray:
         f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
         *(f(v["intrinsic"] == code("intrinsic", name)) for name in _OTHER_PATHS), f(v["wgmma_in_flight"]),
         f(v["warp_specialized"]), f(v["consumers_along_m"]), f(v["multicast_b"]), f(v["ping_pong"]), f(v["tma_im2col"]),
-        f(v["tma_store"]), f(v["setmaxnreg"]), f(v["swap_ab"] > 0), np.log2(f(v["ring"])),
+        f(v["tma_store"]), f(v["setmaxnreg"]), f(v["swap_ab"] > 0),
         prior_of(space, v),
     ]
     return np.stack(cols, axis=1).astype(np.float32)

@@ -100,6 +100,22 @@ FP8_PROBES: tuple[tuple[str, dict], ...] = (
 )
 
 
+# swap_ab (a small-M dense computed as C^T = B^T A^T, the weight's rows the wgmma's M side): fp8 and
+# 16-bit operands, 8-64 tokens a block (a half-fragment wgmma at 8), the deep ring, split-K, persistent,
+# two consumers along the weight rows, an e5m2 B, a batch, an odd N, fused epilogues (sm_90a).
+_SWAP = dict(_WS_FP8, warp_col_tiles=4, swap_ab=8)
+SWAP_PROBES: tuple[tuple[str, dict], ...] = (
+    ("dense:m=16,n=4096,k=4096,b=nk,dtype=float8_e4m3,out_dtype=bfloat16,epilogue=bias", _SWAP),
+    ("dense:m=40,n=1088,k=1024,b=nk,out_dtype=float16,epilogue=bias", dict(_SWAP, swap_ab=16, split_k=2)),
+    ("dense:m=1,n=4096,k=4096,b=nk,dtype=float8_e4m3,b_dtype=float8_e5m2,out_dtype=float32",
+     dict(_SWAP, warp_specialized=2)),
+    ("dense:batch=2,m=20,n=520,k=1040,b=nk,dtype=bfloat16,out_dtype=bfloat16,epilogue=bias_residual_gelu",
+     dict(_SWAP, swap_ab=64, block_col_warps=2, warp_row_tiles=2, consumers_along_m=1, stages=2)),
+    ("dense:m=40,n=99,k=208,b=nk,dtype=float8_e4m3,out_dtype=float16,epilogue=scale_bias_relu",
+     dict(_SWAP, swap_ab=16, wgmma_in_flight=0, stages=2)),
+)
+
+
 def probe_kernels(probes):
     """The probes as (workload, config) pairs: each probe's knobs are changes from ``_BASE``."""
     return [(get(name), TcGemmConfig(**{**_BASE, **changes})) for name, changes in probes]

@@ -18,10 +18,9 @@ import numpy as np
 
 from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, ChannelsOuter, a_is_matrix, box_tile, c_rows_aligned,
                    im2col_window)
-from .knobs import (KNOBS, PRODUCER_THREADS, SWAP_MAX_M, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N,
-                    WS_PRODUCER_REGS, storing_warpgroups)
+from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
+                    storing_warpgroups)
 from .rules import Rule, per_block_m, requires_rule, round_up
-from .swap import swappable
 
 
 @dataclass(frozen=True)
@@ -225,16 +224,10 @@ _WARP_SPECIALIZED_RULES = (
                            f"{c.gpu.max_registers_per_block} per block"),
 )
 
-# swap_ab (``swap``): the warp-specialized kernel of a small-M dense with an (N, K) weight computes C^T;
-# swap_ab is the block's rows of M (the wgmma's n), so warp_col_tiles stays at 4 (no second name for
+# swap_ab (``swap``; which kernels and GEMMs take it: the first rule of all, ``rules.HEAD``):
+# the warp-specialized kernel of a small-M dense with an (N, K) weight computes C^T; swap_ab is the block's rows of M (the wgmma's n), so warp_col_tiles stays at 4 (no second name for
 # one kernel) and a second consumer warpgroup splits the weight rows (consumers_along_m).
 _SWAP_RULES = (
-    Rule("swap_ab", lambda v, c: (v["swap_ab"] == 0) | ((v["warp_specialized"] > 0) & swappable(c.view)
-                                                        & (c.m <= SWAP_MAX_M)),
-         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} needs the warp-specialized kernel (warp_specialized > 0) and "
-                           f"a dense with an (N, K) weight (b=nk) of M <= {SWAP_MAX_M} rows, not "
-                           f"warp_specialized={cfg.warp_specialized}, M={c.m}"
-                           + ("" if swappable(c.view) else ", and this GEMM is not such a dense")),
     Rule("swap_ab_rows", lambda v, c: (v["swap_ab"] == 0) | (v["swap_ab"] < 2 * round_up(c.m, 8)),
          lambda cfg, v, c: f"swap_ab={cfg.swap_ab} rows of M a block are more than twice M={c.m} rounded up to "
                            "8: a smaller swap_ab tiles it"),

@@ -19,8 +19,9 @@ import numpy as np
 
 from .gemm import GemmView
 from .operand_layout import COL_MAJOR
-from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, WMMA_SHAPES, code, ring_stages, storing_warpgroups,
-    warp_specialized_smem, warp_specialized_tiles)
+from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, SWAP_MAX_M, WMMA_SHAPES, code, ring_stages,
+    storing_warpgroups, warp_specialized_smem, warp_specialized_tiles)
+from .swap import swappable
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 
@@ -174,6 +175,13 @@ def requires_rule(path: str, knob: str, value, message=None) -> Rule:
 # Rules every config obeys, before those of its intrinsic path (HEAD) and after (TAIL);
 # the order decides which reason ``why_invalid`` gives for a config that breaks several.
 HEAD = (
+    # swap_ab first: elsewhere derive keeps the knobs' unswapped tile, which other rules would name instead
+    Rule("swap_ab", lambda v, c: (v["swap_ab"] == 0) | (v["swapped"] & (v["intrinsic"] == code("intrinsic", "wgmma"))
+                                                        & swappable(c.view) & (c.m <= SWAP_MAX_M)),
+         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} needs the warp-specialized wgmma kernel (intrinsic=wgmma, "
+                           f"warp_specialized > 0) and a dense with an (N, K) weight (b=nk) of M <= {SWAP_MAX_M} "
+                           f"rows, not intrinsic={cfg.intrinsic}, warp_specialized={cfg.warp_specialized}, M={c.m}"
+                           + ("" if swappable(c.view) else ", and this GEMM is not such a dense")),
     Rule("threads", lambda v, c: v["threads"] <= c.gpu.max_threads_per_block,
          lambda cfg, v, c: f"{v['threads']} threads per block exceed the GPU's {c.gpu.max_threads_per_block}"),
     Rule("shared_memory", lambda v, c: v["smem"] <= c.gpu.max_smem_per_block,
