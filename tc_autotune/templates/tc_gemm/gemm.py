@@ -364,6 +364,14 @@ def im2col_window(view: GemmView) -> Im2colWindow | None:
     return Im2colWindow(lower, upper, (sw, sh), (dw, dh))
 
 
+def swappable(view: GemmView) -> bool:
+    """``swap_ab`` takes it (``swap``): a dense (row-major A and C) with an (N, K) weight (``b=nk``:
+    K-major, as wgmma's A must be), one GEMM, not already swapped."""
+    return (view.groups == 1 and isinstance(view.a.map, RowMajor) and isinstance(view.c.map, RowMajor)
+            and isinstance(view.b.map, Transposed) and len(view.b.shape) == 2 and view.b.layout != ROW_MAJOR
+            and not view.swapped)
+
+
 def a_is_matrix(view: GemmView) -> bool:
     """A is its tensor as a row-major matrix: dense, or a 1x1, stride-1, unpadded conv2d (not a
     grouped one: each group's A is a slice of the data's channels)."""

@@ -17,11 +17,10 @@ from typing import Callable
 
 import numpy as np
 
-from .gemm import GemmView
+from .gemm import GemmView, swappable
 from .operand_layout import COL_MAJOR
 from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, SWAP_MAX_M, WMMA_SHAPES, code, ring_stages,
     storing_warpgroups, warp_specialized_smem, warp_specialized_tiles)
-from .swap import swappable
 
 MAX_ACCUMULATOR_FRAGMENTS = 16  # per warp: 16 x 8 fp32 registers per thread
 

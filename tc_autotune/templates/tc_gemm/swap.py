@@ -13,16 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .gemm import GemmView, Operand, RowMajor, Transposed
+from .gemm import GemmView, Operand, RowMajor, Transposed, swappable
 from .operand_layout import COL_MAJOR, ROW_MAJOR
-
-
-def swappable(view: GemmView) -> bool:
-    """A dense (row-major A and C) with an (N, K) weight (``b=nk``: K-major, as wgmma's A must be):
-    one GEMM, 16-bit or fp8 operands."""
-    return (view.groups == 1 and isinstance(view.a.map, RowMajor) and isinstance(view.c.map, RowMajor)
-            and isinstance(view.b.map, Transposed) and len(view.b.shape) == 2 and view.b.layout == COL_MAJOR
-            and not view.swapped)
 
 
 def swapped(view: GemmView) -> GemmView:

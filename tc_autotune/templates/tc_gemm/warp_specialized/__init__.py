@@ -40,6 +40,13 @@ the roles are split and meet only on mbarriers:
   tiles, take the block's tiles in turn: one stores its tile while the other's wgmmas run, and a
   named barrier hands the main loop over, which also keeps each one's mbarrier phases in step.
 
+- with ``swap_ab`` (a small-M dense with an (N, K) weight) the kernel is given the task's GEMM
+  swapped, C^T = B^T A^T (``swap.swapped``: a ``GemmView`` transformation): the weight rows are
+  the wgmma's M side, swap_ab tokens its n, on a ring 4 x stages deep; the layout, boxes, pipeline
+  and main loop are the same code, the tensor maps are encoded from the task's tensors in the
+  kernel's order (``tvm_module``), and only the epilogue's store knows (one lane exchange makes
+  each pair two adjacent output features of one token, stored into C as unswapped).
+
 A gathered A's addresses come from the task's ``GemmView`` index map evaluated on C
 expressions (``boxes.CExpr``), so conv2d's im2col and dense are one generator.
 Shared tiles use the 128-byte swizzle: 16-byte chunk c of 128-byte row r at c ^ (r % 8).
