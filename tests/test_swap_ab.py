@@ -188,3 +188,23 @@ def test_swapped_kernels_generate_code_that_nvcc_compiles_for_sm90a(index):
     report = _ptxas_report(kernel.cuda_source)
     assert "(C75" not in report and "serialized" not in report, report
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
+
+
+@pytest.mark.parametrize("name", [FP8_M16, "llm-4096x4096-m128", "dense:batch=2,m=20,n=520,k=1040,b=nk"])
+def test_vectorised_validity_agrees_on_swap_ab(name):
+    """swap_ab free around the warp-specialized kernel's values, where its rules and the others interact."""
+    from tc_autotune.search.cost_model import positions_from_indices, valid_mask
+    from tc_autotune.templates.registry import ConfigSpace
+
+    knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
+             "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
+             "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "swap_ab": KNOBS["swap_ab"][1:]}
+    space = ConfigSpace(workloads.get(name), HOPPER, knobs)
+    indices = np.random.default_rng(4).integers(0, len(space), 3000)
+    mask = valid_mask(space, positions_from_indices(space, indices))
+    configs = [space.get(int(i)) for i in indices]
+    expected = np.array([space.is_valid(c) for c in configs])
+    assert (mask == expected).all() and expected.any() and not expected.all()
+    valid = [c for c, ok in zip(configs, expected) if ok]
+    assert any(c.split_k > 1 for c in valid) and any(c.warp_specialized == 2 for c in valid)
+    assert any(c.consumers_along_m for c in valid) == ("batch" not in name)  # (N = 520: rare, none drawn)
