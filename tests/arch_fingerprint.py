@@ -97,10 +97,10 @@ FEATURE_ENTRIES = {
                             "tma_im2col", "tma_store", "setmaxnreg"),
 }
 ARCHS = ("sm_90", "sm_80", "sm_75")
-MASK_SAMPLE = 200_000  # indices per full space
-VARIANT_MASK_SAMPLE = 40_000  # indices per pinned-variant space
-REASON_SAMPLE = 1500
-FEATURE_SAMPLE = 50_000
+MASK_SAMPLE = 50_000  # indices per full space (200,000 until 2026-11-25: CI time)
+VARIANT_MASK_SAMPLE = 10_000  # indices per pinned-variant space (40,000 until 2026-11-25)
+REASON_SAMPLE = 300  # (1,500 until 2026-11-25: CI time)
+FEATURE_SAMPLE = 20_000  # (50,000 until 2026-11-25: CI time)
 DEFAULTS = (("tutorial", "sm_90"), ("1x1", "sm_90"), ("c3-7x7-s2", "sm_90"), ("odd-channels", "sm_90"),
             ("fp32-in", "sm_90"), ("small-grid", "sm_90"), ("tutorial", "sm_80"), ("dilation2", "sm_75"))
 
