@@ -88,8 +88,8 @@ def test_the_te_compute_of_packed_groups_on_llvm_matches_the_reference():
 
     base = TcGemmConfig(block_row_warps=1, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=1, chunk=1,
                         wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=1, vec_b=1, vec_c=1)
-    for spec, changes in ((PACKED + ",epilogue=bias_relu", dict(group_pack=2)),
-                          ("n=2,h=6,w=5,c=16,k=16,r=3,pad=1,groups=8,weight_layout=OIHW", dict(group_pack=4, split_k=2))):
+    oihw = "n=2,h=6,w=5,c=16,k=16,r=3,pad=1,groups=8,weight_layout=OIHW"
+    for spec, changes in ((PACKED + ",epilogue=bias_relu", dict(group_pack=2)), (oihw, dict(group_pack=4, split_k=2))):
         workload, config = wl(spec), replace(base, **changes)
         func = tvm.compile(gemm_schedule(conv2d_view(workload), config).mod, tvm.target.Target({"kind": "llvm"}))
         arrays = random_inputs(workload, seed=1)
