@@ -141,8 +141,9 @@ WS = dict(intrinsic="wgmma", wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=
 
 
 def _why(spec, gpu=SM90, **changes):
-    space = conv2d_space(wl(spec), gpu)
-    return space.why_invalid(replace(space.default_config(), **changes))
+    space = conv2d_space(wl(spec), gpu)  # the prior's best config of the pack asked for (default: unpacked)
+    return space.why_invalid(replace(space.template.default_config(space, group_pack=changes.get("group_pack", 1)),
+                                     **changes))
 
 
 def test_each_path_takes_what_it_can_read():

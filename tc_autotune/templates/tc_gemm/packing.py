@@ -14,7 +14,8 @@ compute reads as an ``if_then_else`` of the weight and 0: a predicated copy (cp.
 a select), whose zeros the Tensor Cores multiply.  C is the output's P*K/G channels of the packed
 groups, contiguous in NHWC.  The packed view is an ordinary grouped view (G/P groups) with those
 maps, so the rules, the TE compute and every path's schedule read it as they read any grouped one;
-``group_pack=1`` is the view itself, today's kernel.  No TVM.
+``group_pack=1`` is the view itself, today's kernel.  No TVM; nor an import of ``gemm``, whose
+types it reads and writes as any view's (``rules`` imports this module: one level, not two).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
-from .gemm import ChannelsOuter, GemmView, Im2col, Operand, RowMajor, Transposed
 from .operand_layout import COL_MAJOR
 
 # Packing is for narrow groups only: both a group's input and output channels at most this many
@@ -37,7 +37,7 @@ class BlockDiagonal:
     ``ChannelsOuter`` with ``group_cols`` = K/G) read where row k' and column n' are of the same
     packed group, 0 elsewhere (an in-bounds condition that is false)."""
 
-    inner: RowMajor | Transposed | ChannelsOuter
+    inner: object  # the unpacked B's map
     pack: int  # P
     channels: int  # C/G: a group's input channels (rows per filter tap and group)
     columns: int  # K/G: a group's output channels
@@ -52,20 +52,21 @@ class BlockDiagonal:
         return index, (*inside, within // c == col // self.columns)
 
 
-def packable(view: GemmView) -> bool:
-    """Whether the view's groups may be packed at all: a grouped conv of narrow groups."""
-    if view.groups == 1 or view.group_pack != 1 or not isinstance(view.a.map, Im2col):
+def packable(view) -> bool:
+    """Whether the ``gemm.GemmView``'s groups may be packed at all: a grouped conv (its A an
+    ``Im2col`` of a group's ``channels``) of narrow groups."""
+    if view.groups == 1 or view.group_pack != 1:
         return False
     return max(view.a.map.channels, view.n) <= MAX_PACKED_CHANNELS
 
 
-def pack_values(view: GemmView, candidates) -> tuple[int, ...]:
+def pack_values(view, candidates) -> tuple[int, ...]:
     """The ``group_pack`` candidates valid for the view: 1, and where its groups are narrow each
     P > 1 that divides G into at least 2 GEMMs (the packed view stays a grouped one)."""
     return tuple(p for p in candidates if p == 1 or (packable(view) and view.groups % p == 0 and view.groups > p))
 
 
-def why_not_packed(view: GemmView, pack: int) -> str | None:
+def why_not_packed(view, pack: int) -> str | None:
     """None where ``group_pack=pack`` is valid for the view, else why not (one line)."""
     if pack == 1 or pack in pack_values(view, (pack,)):
         return None
@@ -78,7 +79,7 @@ def why_not_packed(view: GemmView, pack: int) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def pack_groups(view: GemmView, pack: int) -> GemmView:
+def pack_groups(view, pack: int):
     """The GEMM view of ``pack`` consecutive groups per GEMM: the view itself for 1 (or a view
     already packed ``pack``), else the block-diagonal GEMM (see the module).  ValueError where
     ``pack`` is not valid for the view."""
@@ -103,7 +104,7 @@ def pack_groups(view: GemmView, pack: int) -> GemmView:
                    group_pack=pack)
 
 
-def packed_or_view(view: GemmView, pack: int) -> GemmView:
+def packed_or_view(view, pack: int):
     """``pack_groups`` where ``pack`` is valid for the view, else the view itself (what the rules
     read of a row whose group_pack a rule rejects anyway)."""
     return pack_groups(view, pack) if why_not_packed(view, pack) is None else view

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from .knobs import TcGemmConfig
 from .packing import why_not_packed
-from .validity import default_config
 
 # The tilings cuBLAS's and cuDNN's own Hopper kernels use (their profiles say which) and the ones
 # that measured best on the H100, as knob changes: a first batch measures them
@@ -91,6 +90,6 @@ def _packings(space, chosen: int) -> list[TcGemmConfig]:
     found = []
     for pack in space.knobs["group_pack"]:
         if pack != chosen and why_not_packed(space.view, pack) is None:
-            config = default_config(space, group_pack=pack)
+            config = space.template.default_config(space, group_pack=pack)  # ``validity.default_config``
             found += [config] if config.group_pack == pack and config not in found else []
     return found
