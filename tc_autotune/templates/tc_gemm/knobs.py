@@ -73,13 +73,17 @@ KNOBS: dict[str, tuple] = {
     # (setmaxnreg.inc to WS_CONSUMER_REGS), as CUTLASS's warp-specialized kernels do: ptxas may give
     # the consumers' code 232 registers instead of the 168 a 384-thread launch allows each thread.
     "setmaxnreg": (0, 1),
+    # P > 1 (a grouped conv of narrow groups, ``packing``): P consecutive groups are one GEMM of
+    # P*K/G columns whose B is block diagonal (zeros between the groups' blocks): fuller Tensor
+    # Core tiles, wider A loads and fewer, larger GEMMs than one GEMM of 4 or 8 columns per group.
+    "group_pack": (1, 2, 4, 8),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
                  "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
-                 "tma_store": 0, "setmaxnreg": 0}
+                 "tma_store": 0, "setmaxnreg": 0, "group_pack": 1}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -154,6 +158,7 @@ class TcGemmConfig:
     tma_im2col: int = 0
     tma_store: int = 0
     setmaxnreg: int = 0
+    group_pack: int = 1
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
