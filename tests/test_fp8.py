@@ -321,3 +321,18 @@ def test_the_torch_face_takes_fp8_tensors_with_their_scales():
                                           torch.empty(16, 32, dtype=torch.float8_e4m3fn), None, None, None, "none",
                                           torch.float16, torch.empty(1), torch.empty(1))
         assert out.dtype == torch.float16 and out.shape == (3, 16)
+
+
+def test_a_shape_scaled_mm_refuses_has_no_baseline_and_says_why_once(caplog):
+    """torch._scaled_mm takes K and N that are multiples of 16: for any other fp8 shape the baseline
+    is (None, None) and one log line says why, before any tensor is made (no PyTorch needed)."""
+    from tc_autotune.measure import baseline
+
+    wl = workloads.get("dense:m=200,n=136,k=272,b=nk,dtype=float8_e4m3,out_dtype=bfloat16")
+    assert "N=136" in baseline.scaled_mm_refusal(wl)
+    assert baseline.scaled_mm_refusal(workloads.get("dense:m=200,n=144,k=272,b=nk,dtype=float8_e4m3")) is None
+    assert baseline.scaled_mm_refusal(workloads.get("dense:m=200,n=136,k=272,b=nk")) is None  # cuBLAS takes it
+    with caplog.at_level("WARNING", logger="tc_autotune.measure.baseline"):
+        assert baseline.checked_cublas_time(wl, None, None, None, None, None) == (None, None)
+    assert [r.message for r in caplog.records if "no baseline" in r.message] == [
+        f"{wl}: no baseline: torch._scaled_mm takes K and N that are multiples of 16, not K=272, N=136"]

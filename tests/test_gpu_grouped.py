@@ -104,6 +104,79 @@ def test_resnext50_grouped_3x3_layers_match_the_reference(index):
         check(small, config, seed=1)
 
 
+# Packed groups (group_pack): odd widths (C/G, K/G) of (3, 5), (2, 4) OIHW with a fused epilogue, (4, 4)
+# OHWI strided, ResNeXt's (8, 8) with fp32 input; each pack's prior pick and a seeded config of
+# each path with the pack pinned, against the reference and the unpacked kernel.
+PACKED_GROUPS = [
+    "n=3,h=9,w=11,c=12,k=20,r=3,pad=1,groups=4",
+    "n=2,h=12,w=10,c=16,k=32,r=3,pad=1,groups=8,weight_layout=OIHW,out_dtype=float16,epilogue=bias_residual_relu",
+    "n=2,h=15,c=32,k=32,r=3,stride=2,pad=1,groups=8,weight_layout=OHWI",
+    "n=1,h=10,c=64,k=64,r=3,pad=1,groups=8,dtype=float32",
+]
+
+
+def packed_configs(space, seed: int = 0) -> list:
+    """Per valid group_pack > 1: the prior's best config of that pack, then a seeded one of each
+    path (wmma, mma, wgmma without warp specialization) with the pack pinned."""
+    from tc_autotune.templates.registry import ConfigSpace
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
+    from tc_autotune.templates.tc_gemm.packing import why_not_packed
+    from tc_autotune.templates.tc_gemm.validity import INTRINSIC_REQUIRES, default_config
+
+    picked = []
+    for pack in KNOBS["group_pack"][1:]:
+        if why_not_packed(space.view, pack) is not None:
+            continue
+        picked.append(default_config(space, group_pack=pack))
+        for name in KNOBS["intrinsic"]:
+            pinned = {"intrinsic": (name,), "group_pack": (pack,), "warp_specialized": (0,),
+                      **{knob: (value,) for knob, value in INTRINSIC_REQUIRES.get(name, {}).items()}}
+            sub = ConfigSpace(space.workload, space.gpu, knobs={**KNOBS, **pinned})
+            picked += [c for c in sub.sample(1, seed=seed) if c not in picked]
+    return picked
+
+
+def run(workload, config, inputs):
+    import tvm
+
+    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, workload.out_dtype), device=tvm.cuda(0))
+    build_conv2d(workload, config)(*inputs, out)
+    return out.numpy().astype(np.float32)
+
+
+@pytest.mark.parametrize("spec", PACKED_GROUPS)
+def test_packed_groups_match_the_reference_and_the_unpacked_kernel(spec):
+    from tc_autotune.templates.tc_gemm.validity import default_config
+
+    workload = workloads.get(spec)
+    space = conv2d_space(workload)
+    configs = packed_configs(space)
+    assert len({c.group_pack for c in configs}) >= 1 and all(c.group_pack > 1 for c in configs)
+    inputs = random_inputs(workload, 4)
+    unpacked = run(workload, default_config(space, group_pack=1), inputs)
+    for config in configs:
+        check(workload, config, seed=4)
+        # the same sums in another order (fp32 accumulation), the block-diagonal zeros adding nothing
+        err = relative_l2_error(run(workload, config, inputs), unpacked)
+        assert err < 2e-3, f"{err:.3g} from the unpacked kernel: {config}"
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 4])
+def test_packed_resnext50_grouped_layers_match_the_reference(index):
+    """The 4-, 8- and 16-channel-group layers: at batch 32 each pack's prior pick, at batch 2 a
+    seeded config of each path with each pack."""
+    from tc_autotune.templates.tc_gemm.validity import default_config
+
+    workload = _resnext_layers()[index]
+    space = conv2d_space(workload)
+    for config in [default_config(space, group_pack=p) for p in (2, 4, 8)]:
+        assert config.group_pack > 1
+        check(workload, config)
+    small = workload.replace(batch=2)
+    for config in packed_configs(conv2d_space(small), seed=index):
+        check(small, config, seed=1)
+
+
 @pytest.mark.parametrize("layout", ["OIHW", "OHWI"])
 @pytest.mark.parametrize("spec", LAYOUTS)
 def test_oihw_and_ohwi_weights_match_the_reference_on_every_path(spec, layout):

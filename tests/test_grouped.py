@@ -141,8 +141,9 @@ WS = dict(intrinsic="wgmma", wmma="m16n16k16", offset_a=0, offset_b=0, offset_c=
 
 
 def _why(spec, gpu=SM90, **changes):
-    space = conv2d_space(wl(spec), gpu)
-    return space.why_invalid(replace(space.default_config(), **changes))
+    space = conv2d_space(wl(spec), gpu)  # the prior's best config of the pack asked for (default: unpacked)
+    return space.why_invalid(replace(space.template.default_config(space, group_pack=changes.get("group_pack", 1)),
+                                     **changes))
 
 
 def test_each_path_takes_what_it_can_read():
@@ -167,17 +168,20 @@ def test_each_path_takes_what_it_can_read():
 
 def test_the_grouped_rules_read_a_groups_channels_and_count_every_groups_blocks():
     spec = "n=2,h=14,c=96,k=64,r=3,pad=1,groups=8"  # 12 input and 8 output channels a group
-    assert "vec_a=8 does not divide the 12 input channels per group" in _why(spec, vec_a=8)
-    assert "vec_c=4" not in (_why(spec, vec_c=4) or "")
+    assert "vec_a=8 does not divide the 12 input channels per group" in _why(spec, vec_a=8, group_pack=1)
+    assert "vec_c=4" not in (_why(spec, vec_c=4, group_pack=1) or "")
     space = conv2d_space(wl(spec), SM90)
     from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
 
-    config = replace(space.default_config(), split_k=1)
+    config = replace(space.default_config(), split_k=1, group_pack=1)
     v = derive(values_of_config(config), space.context)
     assert v["blocks"] == v["gm"] * v["gn"] * 8
-    # the odd widths (K/G = 5, C/G = 3) have a default config, every vector width 1
-    odd = conv2d_space(wl("n=3,h=9,w=11,c=12,k=20,r=3,pad=1,groups=4"), SM80).default_config()
-    assert (odd.vec_a, odd.vec_b, odd.vec_c) == (1, 1, 1)
+    # the odd widths (K/G = 5, C/G = 3) have a default config, every vector width 1 (packed in
+    # pairs: A's runs are 6 channels, B's blocks still 5 columns wide)
+    odd = conv2d_space(wl("n=3,h=9,w=11,c=12,k=20,r=3,pad=1,groups=4"), SM80)
+    unpacked = odd.template.default_config(odd, group_pack=1)
+    assert (unpacked.vec_a, unpacked.vec_b, unpacked.vec_c, unpacked.group_pack) == (1, 1, 1, 1)
+    assert odd.template.default_config(odd, group_pack=2).vec_b == 1
 
 
 def test_zero_shot_distance_and_siblings_know_groups_and_layouts():
@@ -211,27 +215,38 @@ CODEGEN = [
     ("n=2,h=14,c=64,k=64,r=3,pad=1,groups=4", "sm_80", dict(MMA, split_k=1)),
     ("n=2,h=14,c=64,k=64,r=3,pad=1,weight_layout=OIHW", "sm_80", dict(MMA, stages=3, split_k=1, vec_b=1)),
     ("n=2,h=14,c=64,k=128,r=3,pad=1,weight_layout=OIHW", "sm_90", dict(WGMMA, wgmma_in_flight=1, split_k=1, vec_b=1)),
+    # packed groups (group_pack): ResNeXt's 4-channel groups 4 and 8 a GEMM on mma (sm_80) and
+    # wgmma (sm_90), and an odd OIHW pair with split-K on WMMA
+    ("n=2,h=14,c=128,k=128,r=3,pad=1,groups=32,epilogue=bias_relu", "sm_80",
+     dict(MMA, split_k=1, group_pack=4, vec_a=8, vec_b=4)),
+    ("n=2,h=14,c=128,k=128,r=3,pad=1,groups=32", "sm_90", dict(WGMMA, split_k=1, group_pack=8, vec_a=8, vec_b=4)),
+    ("n=2,h=14,w=5,c=12,k=8,r=3,pad=1,groups=4,weight_layout=OIHW", "sm_80",
+     dict(intrinsic="wmma", wmma="m32n8k16", block_col_warps=1, warp_col_tiles=1, chunk=1, stages=2, split_k=2,
+          group_pack=2, vec_a=2, vec_b=1)),
 ]
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
-@pytest.mark.parametrize("spec,arch,changes", CODEGEN, ids=[f"{c[2]['intrinsic']}-{c[1]}" for c in CODEGEN])
+@pytest.mark.parametrize("spec,arch,changes", CODEGEN,
+                         ids=[f"{c[2]['intrinsic']}-{c[1]}" + ("-packed" * ("group_pack" in c[2])) for c in CODEGEN])
 def test_grouped_convs_and_weight_layouts_compile(spec, arch, changes):
     from tc_autotune import build_conv2d
 
     workload = wl(spec)
     space = conv2d_space(workload, gpu_for_arch(arch))
-    config = replace(space.default_config(), **changes)
+    config = replace(space.template.default_config(space, group_pack=changes.get("group_pack", 1)), **changes)
     assert space.why_invalid(config) is None
     kernel = build_conv2d(workload, config, target=arch)
     src = kernel.cuda_source
     assert kernel.cubin[:4] == b"\x7fELF" and len(kernel.cubin) > 1000
+    pack = config.group_pack  # a GEMM's groups: its channels are theirs
     if workload.groups > 1:  # a group's GEMM per blockIdx.z (its split-K slices: z // split), its channels offset
-        assert re.search(r"blockIdx\.z\)(?: >> 1\))? \* %d\)" % (workload.in_channels // workload.groups), src)
+        cg = workload.in_channels // workload.groups * pack
+        assert re.search(r"blockIdx\.z\)(?: >> 1\))? \* %d\)" % cg, src)
     if workload.groups > 1 and config.split_k == 1:
         # The C tile's stores are bounded by the group's width (K/G < block_n: its padded columns
         # would be the next group's channels), not only by the output's channels.
         store = src.rindex("out_ptr")  # the store from the C tile (after the signature's and loads' names)
         guard = src[src.rindex("if (", 0, store):store]
-        kg = workload.out_channels // workload.groups  # in elements, or in vectors of vec_c
+        kg = workload.out_channels // workload.groups * pack  # in elements, or in vectors of vec_c
         assert re.search(r"\) < (%d|%d)\)" % (kg, kg // config.vec_c), guard) or kg % config.block_n == 0, guard

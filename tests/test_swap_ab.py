@@ -199,7 +199,8 @@ def test_vectorised_validity_agrees_on_swap_ab(name):
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
              "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "swap_ab": KNOBS["swap_ab"][1:],
-             "warp_col_tiles": (4,), "multicast_b": (0,), "ping_pong": (0,), "tma_im2col": (0,), "tma_store": (0,)}
+             "warp_col_tiles": (4,), "multicast_b": (0,), "ping_pong": (0,), "tma_im2col": (0,), "tma_store": (0,),
+             "group_pack": (1,)}
     space = ConfigSpace(workloads.get(name), HOPPER, knobs)
     indices = np.random.default_rng(4).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))

@@ -42,11 +42,14 @@ def space_of(name: str) -> ConfigSpace:
 
 def plain_space_of(name: str) -> ConfigSpace:
     """``space_of`` without warp-specialized configs: the synthetic objective has no model of that
-    kernel, so they would time as their warp_specialized=0 twins (duplicates a GPU tells apart); nor
-    swap_ab, that kernel's only."""
+    kernel, so they would time as their warp_specialized=0 twins (duplicates a GPU tells apart); and
+    group_pack at 1, the only value an ungrouped conv takes (annealing moves onto the others are
+    refused: free, they change which moves the chains make, not what they can find); nor swap_ab,
+    that kernel's only."""
     from tc_autotune.templates.tc_gemm.knobs import KNOBS
 
-    return ConfigSpace(workloads.get(name), GPU, {**KNOBS, "warp_specialized": (0,), "swap_ab": (0,)})
+    return ConfigSpace(workloads.get(name), GPU, {**KNOBS, "warp_specialized": (0,), "group_pack": (1,),
+                                                   "swap_ab": (0,)})
 
 
 def synthetic_seconds(space: ConfigSpace, config: TcGemmConfig) -> float | None:
@@ -182,7 +185,8 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
 
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
-             "tma_im2col": (0,), "tma_store": (0,), "setmaxnreg": (0,), "swap_ab": (0,)}  # the warp-specialized kernel's: below
+             "tma_im2col": (0,), "tma_store": (0,), "setmaxnreg": (0,), "swap_ab": (0,),  # the warp-specialized kernel's: below
+             "group_pack": (1,)}  # a grouped conv's (test_group_pack.py)
     space = ConfigSpace(workloads.get("tutorial"), gpu_for_arch(arch), knobs)
     indices = np.random.default_rng(2).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))
@@ -200,7 +204,8 @@ def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
 
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
-             "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "swap_ab": (0,)}  # swap_ab: test_swap_ab
+             "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "group_pack": (1,),
+             "swap_ab": (0,)}  # swap_ab: test_swap_ab
     space = ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs)
     indices = np.random.default_rng(3).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))

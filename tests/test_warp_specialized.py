@@ -456,10 +456,10 @@ def test_rules_of_tma_im2col():
         wl = workloads.get(name)
         other = tasks.of(wl).space(wl, gpu)
         assert "this workload's A is none" in other.why_invalid(im2col), name
-        # random draws stay where the knob is 0 (and tma_store, setmaxnreg and swap_ab's 5 values too): the
-        # draws from before them
-        assert 40 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
-    assert 20 * space.draw_bound == len(space)
+        # random draws stay where the knob is 0 (and tma_store and setmaxnreg too, and an ungrouped conv's
+        # group_pack at 1, 4 values, and swap_ab at 0, 5 values): the draws from before them
+        assert 160 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
+    assert 80 * space.draw_bound == len(space)
     mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
     assert "tma_im2col=1 loads" in space.why_invalid(mma)
 
@@ -632,9 +632,9 @@ def test_random_draws_keep_tma_store_setmaxnreg_and_an_im2col_that_cannot_apply_
         return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
 
     conv, one_by_one = space("tutorial"), space("rfc-1x1-b32")
-    # (swap_ab's 5 values: draws stay at 0)
-    assert 20 * conv.draw_bound == len(conv) and 40 * one_by_one.draw_bound == len(one_by_one)
-    assert 40 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
+    # (x 4: group_pack, which an ungrouped conv's draws keep at 1; x 5: swap_ab, kept at 0)
+    assert 80 * conv.draw_bound == len(conv) and 160 * one_by_one.draw_bound == len(one_by_one)
+    assert 160 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
     # tma_im2col is the fourth knob from the end: a conv's draws reach both its values, never
     # tma_store=1, setmaxnreg=1 or swap_ab > 0
     drawn = [conv.get(int(i)) for i in conv.drawn(np.arange(0, conv.draw_bound, 9_999_991))]

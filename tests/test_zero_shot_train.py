@@ -200,8 +200,10 @@ def test_spearman():
 def test_leave_one_workload_out_ranks_measured_configs():
     """Trained without a seed workload, the model still orders that workload's measured H100
     configs (a loose bound: the figures themselves are in the module's report)."""
-    results = zero_shot_eval.leave_one_out()
-    assert [r.workload for r in results] == list(zero_shot_eval.SEED_WORKLOADS)
+    chosen = ("rfc-1x1-b32", "rfc-3x3-b256", "rfc-3x3-b1")  # a 1x1, a large batch, batch 1: three
+    # trainings, not the six seeds' (CI time; the module's report covers all six)
+    results = zero_shot_eval.leave_one_out(chosen)
+    assert [r.workload for r in results] == list(chosen)
     assert all(r.measured >= 32 for r in results)
     assert np.mean([r.spearman for r in results]) > 0.3
     assert np.median([r.top_ratio for r in results]) > 0.5

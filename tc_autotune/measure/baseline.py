@@ -15,6 +15,7 @@ optional: ``available()`` says whether it can run here.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import replace
 
@@ -26,6 +27,8 @@ from ..workloads.conv_weights import TO_HWIO
 from ..core.results import TOLERANCE, check_then_time
 from ..workloads.dense import DenseWorkload
 from ..workloads.conv2d import Conv2dWorkload
+
+log = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -184,10 +187,23 @@ def scaled_mm_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarra
     return run, out.float().cpu().numpy().reshape(workload.out_shape)
 
 
+def scaled_mm_refusal(workload) -> str | None:
+    """Why ``torch._scaled_mm`` cannot run ``workload`` (it takes a K and an N that are multiples of
+    16 only), or None: asked before any tensor is made, so a benchmark says it in one line."""
+    if getattr(workload, "scaled", False) and (workload.k % 16 or workload.n % 16):
+        return f"torch._scaled_mm takes K and N that are multiples of 16, not K={workload.k}, N={workload.n}"
+    return None
+
+
 def checked_cublas_time(workload: DenseWorkload, *arrays, number: int = 20, repeat: int = 30,
-                        min_repeat_ms: float = 10) -> tuple[float | None, float]:
+                        min_repeat_ms: float = 10) -> tuple[float | None, float | None]:
     """(median seconds or None, relative error) of ``cublas_dense`` on ``arrays`` (the task's
-    inputs, then the reference): cuBLAS is timed only when its result is right."""
+    inputs, then the reference): cuBLAS is timed only when its result is right.  A shape the
+    baseline cannot take: (None, None), said once in the log."""
+    why = scaled_mm_refusal(workload)
+    if why is not None:
+        log.warning("%s: no baseline: %s", workload, why)
+        return None, None
     *inputs, reference = arrays
     return _checked_time(cublas_dense(workload, *inputs), reference, number, repeat, min_repeat_ms)
 

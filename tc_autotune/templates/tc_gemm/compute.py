@@ -30,6 +30,7 @@ from tvm import te
 from ...workloads.epilogue import input_specs as epilogue_input_specs
 from .gemm import GemmView, Operand
 from .operand_layout import COL_MAJOR, ROW_MAJOR
+from .packing import pack_groups
 from .knobs import TcGemmConfig
 from .rules import round_up as _round_up
 from .views import conv2d_view
@@ -39,6 +40,7 @@ from ...workloads.conv2d import Conv2dWorkload
 def gemm_schedule(view: GemmView, config: TcGemmConfig):
     """A TensorIR schedule of ``gemm_compute``'s PrimFunc, whose arguments are the task's tensors:
     a grouped view's (group, row, col) output is laid out as the task's tensor (C's map inverted)."""
+    view = pack_groups(view, config.group_pack)
     inputs, out, extra = gemm_compute(view, config)
     sch = tvm.s_tir.Schedule(te.create_prim_func([*inputs, out, *extra]))
     c_op = view.c
@@ -56,7 +58,9 @@ def conv2d_compute(workload: Conv2dWorkload, config: TcGemmConfig):
 
 def gemm_compute(view: GemmView, config: TcGemmConfig):
     """TE definition from the view's index maps: (input tensors in argument order, C's
-    tensor, workspace tensors in ``workspaces`` order), the GEMM padded to the tile."""
+    tensor, workspace tensors in ``workspaces`` order), the GEMM padded to the tile (of the
+    config's packed groups: ``packing``)."""
+    view = pack_groups(view, config.group_pack)
     m, n, k = view.shape
     mp, np_ = _round_up(m, config.block_m), _round_up(n, config.block_n)
     kp = _round_up(k, config.block_k * config.split_k)

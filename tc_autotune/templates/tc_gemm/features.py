@@ -38,7 +38,7 @@ FEATURE_NAMES = (
     "resident_blocks", "occupancy_waves", "padding_efficiency", "log2_flops_per_block",
     "log2_k_trips", "log2_M", "log2_N", "log2_K", "stages", "frag_buffers", "log2_split_k", *_OTHER_PATHS,
     "wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
-    "setmaxnreg", "swap_ab", "prior",
+    "setmaxnreg", "log2_group_pack", "log2_gemm_groups", "swap_ab", "prior",
 )
 
 
@@ -56,7 +56,8 @@ def _fragment_load_conflicts(v: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
 def features_of(space, v: dict, prior_of) -> np.ndarray:
     """The features of rows already through ``rules.derive``; ``prior_of(space, v)``: the prior
     on those rows (passed in so that this module does not import ``prior``: one level lower)."""
-    m, n, k = space.view.shape
+    # the GEMM of each row (group_pack's: N, K and the GEMMs of its packed groups)
+    m, n, k = space.view.m, v["gemm_n"], v["gemm_k"]
     sm = space.gpu.sm_count
     f = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731
     gm, gn, gk, blocks = v["gm"], v["gn"], v["gk"], v["blocks"]
@@ -79,11 +80,12 @@ def features_of(space, v: dict, prior_of) -> np.ndarray:
         f(v["frags"]), bm * bn / (bm + bn), np.log2(f(blocks)), waves, last_wave,
         f(resident), blocks / (sm * resident), (m * n * k) / padded,
         np.log2(2.0 * bm * bn * f(gk * v["bk"])), np.log2(f(gk)),
-        *(np.full(blocks.shape, np.log2(x)) for x in (m, n, k)),
+        np.full(blocks.shape, np.log2(m)), np.log2(f(n)), np.log2(f(k)),
         f(v["stages"]), f(v["frag_buffers"]), np.log2(f(v["split_k"])),
         *(f(v["intrinsic"] == code("intrinsic", name)) for name in _OTHER_PATHS), f(v["wgmma_in_flight"]),
         f(v["warp_specialized"]), f(v["consumers_along_m"]), f(v["multicast_b"]), f(v["ping_pong"]), f(v["tma_im2col"]),
-        f(v["tma_store"]), f(v["setmaxnreg"]), f(v["swap_ab"] > 0),
+        f(v["tma_store"]), f(v["setmaxnreg"]), np.log2(f(v["group_pack"])), np.log2(f(v["gemm_groups"])),
+        f(v["swap_ab"] > 0),
         prior_of(space, v),
     ]
     return np.stack(cols, axis=1).astype(np.float32)

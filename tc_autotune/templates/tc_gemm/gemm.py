@@ -168,6 +168,7 @@ class GemmView:
     epilogue: Epilogue = Epilogue()  # applied to C on its way to the output (none: a cast only)
     groups: int = 1  # GEMMs of this shape side by side (a grouped conv's), the maps take the group
     b_dtype: str | None = None  # B's tensor dtype where it is not ``dtype`` (fp8: an e5m2 B)
+    group_pack: int = 1  # a grouped conv's groups in each of these GEMMs (``packing``: B block diagonal)
     swapped: bool = False  # the C^T = B^T A^T of a task's GEMM (``swap``): C is stored transposed
 
     @property
@@ -208,7 +209,8 @@ class GemmView:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.groups
+        """The task's: a packed view's block-diagonal zeros are not counted."""
+        return 2 * self.m * self.n * self.k * self.groups // self.group_pack
 
 
 # ---- A tiles as TMA boxes (the warp-specialized kernel, and the prior's view of it) -------------

@@ -73,6 +73,10 @@ KNOBS: dict[str, tuple] = {
     # (setmaxnreg.inc to WS_CONSUMER_REGS), as CUTLASS's warp-specialized kernels do: ptxas may give
     # the consumers' code 232 registers instead of the 168 a 384-thread launch allows each thread.
     "setmaxnreg": (0, 1),
+    # P > 1 (a grouped conv of narrow groups, ``packing``): P consecutive groups are one GEMM of
+    # P*K/G columns whose B is block diagonal (zeros between the groups' blocks): fuller Tensor
+    # Core tiles, wider A loads and fewer, larger GEMMs than one GEMM of 4 or 8 columns per group.
+    "group_pack": (1, 2, 4, 8),
     # > 0 (warp_specialized, a dense with an (N, K) weight, M <= SWAP_MAX_M): swap-AB, the kernel
     # computes C^T = B^T A^T: the weight's N rows are the wgmma's M side (64-row slabs, warp_row_tiles
     # of them), the activations' M rows its N side, swap_ab of them a block (the wgmma's n: 8-64), and
@@ -86,7 +90,7 @@ KNOBS: dict[str, tuple] = {
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
                  "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
-                 "tma_store": 0, "setmaxnreg": 0, "swap_ab": 0}
+                 "tma_store": 0, "setmaxnreg": 0, "group_pack": 1, "swap_ab": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -169,6 +173,7 @@ class TcGemmConfig:
     tma_im2col: int = 0
     tma_store: int = 0
     setmaxnreg: int = 0
+    group_pack: int = 1
     swap_ab: int = 0
 
     @property

@@ -6,10 +6,12 @@ batch, and the cost model sees it as a feature and starts from it (zero-shot).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .intrinsic_paths import PATHS
-from .gemm import a_is_matrix, spatial_tile
+from .gemm import OUT_BYTES, a_is_matrix, spatial_tile
 from .knobs import code
 from .rules import derive_rows, per_block_m
 
@@ -26,6 +28,11 @@ _WARP_SPECIALIZED_WEIGHT = {True: 1.1, False: 0.9}
 # fp32 output, 1.24-1.37x with fp16 (from registers an fp16 pair is a 4-byte store: TMA gains more);
 # bf16 output taken as fp16's (its pairs are 4-byte stores too; not measured apart)
 _TMA_STORE_WEIGHT = {"float32": 1.05, "float16": 1.3, "bfloat16": 1.3}
+# group_pack=P multiplies P times the task's flops (B's block-diagonal zeros), which costs time only
+# where that makes the kernel compute-bound: past this many flops per byte of the input and output
+# tensors (about where a kernel of this template, ~500 TFLOP/s of Tensor Core work over ~3.3 TB/s,
+# turns compute-bound on an H100; a guess, unmeasured when written).
+_RIDGE_FLOPS_PER_BYTE = 150.0
 # swap_ab by the stages knob (its ring: 8, 12, 16 stages): a GEMV-like dense streams its weights, so
 # the deepest ring that fits keeps most bytes in flight (cuBLAS's 64x8 fp8 kernel: 16 stages).
 # Unmeasured when written; its padding (M rows to swap_ab instead of 64) counts in ``padding``.
@@ -39,6 +46,16 @@ def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
     if a_is_matrix(view):
         return np.full(len(block_m), _WARP_SPECIALIZED_WEIGHT[True])
     return per_block_m(block_m, lambda bm: _WARP_SPECIALIZED_WEIGHT[spatial_tile(view, bm) is not None], float)
+
+
+def _block_diagonal_weight(view, packs: np.ndarray) -> np.ndarray:
+    """group_pack's factor per row: the roofline time of the task's flops over that of P times as
+    many (1 where both are memory-bound, and for P = 1)."""
+    moved = (math.prod(view.a.shape) * view.element_bytes
+             + math.prod(view.c.shape) * OUT_BYTES.get(view.out_dtype, view.element_bytes))
+    intensity = view.flops / moved
+    packs = np.asarray(packs, dtype=np.float64)
+    return np.minimum(1.0, _RIDGE_FLOPS_PER_BYTE / (packs * intensity)) / min(1.0, _RIDGE_FLOPS_PER_BYTE / intensity)
 
 
 def _lookup(table: dict, values: np.ndarray, default: float = 1.0) -> np.ndarray:
@@ -64,11 +81,13 @@ def prior_score(space, pos: np.ndarray) -> np.ndarray:
 
 def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     """``prior_score`` of rows already through ``rules.derive``."""
-    m, n, k = space.view.shape
+    # the GEMM each row computes (group_pack's: its block-diagonal zeros count as work here, and
+    # in the roofline factor below)
+    m, n, k, groups = space.view.m, v["gemm_n"], v["gemm_k"], v["gemm_groups"]
     bm, bn, bk, split, gm, gn, gk = (v[x].astype(np.float64)
                                      for x in ("bm", "bn", "bk", "split_k", "gm", "gn", "gk"))
     padding = (m * n * k) / (gm * bm * gn * bn * gk * bk * split)
-    waves = gm * gn * split * space.view.groups / space.gpu.sm_count  # every group's GEMM
+    waves = gm * gn * split * groups / space.gpu.sm_count  # every group's GEMM
     wave_use = waves / np.ceil(waves)
     intensity = bm * bn / (bm + bn)
     reuse = np.minimum(1.0, intensity / 48.0) * np.where(bm * bn > 256 * 128, 0.6, 1.0)
@@ -93,5 +112,6 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     specialized = np.where(v["warp_specialized"] > 0, boxed * stored, 1.0)
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
+    packing = np.where(v["group_pack"] > 1, _block_diagonal_weight(space.view, v["group_pack"]), 1.0)
     return (padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * in_flight * specialized
-            * splitting)
+            * splitting * packing)

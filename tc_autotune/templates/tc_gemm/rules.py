@@ -19,6 +19,7 @@ import numpy as np
 
 from .gemm import GemmView, swappable
 from .operand_layout import COL_MAJOR
+from .packing import PACKED_VALUES, packed_or_view, why_not_packed
 from .knobs import (KNOBS, NAMED_KNOBS, PRODUCER_THREADS, SWAP_MAX_M, WMMA_SHAPES, code, ring_stages,
     storing_warpgroups, warp_specialized_smem, warp_specialized_tiles)
 
@@ -78,6 +79,9 @@ def derive(v: dict, ctx: Context) -> dict:
     (``copy_threads``; else every thread copies).  swap_ab: ``bm`` and ``bn`` stay the task's (M
     rows, N columns of a block: swap_ab rows, the kernel's 64-row slabs of weight rows as columns),
     ``frags`` and the ring (``ring``) are the swapped kernel's."""
+    # The GEMM a row computes (N, K, groups, the operands' runs): the view's, or with group_pack > 1
+    # that of its packed groups (``packing``).
+    v.update(_packed_values(ctx.view, v["group_pack"]))
     # (swap_ab elsewhere: a rule refuses it, by the knobs' tile)
     v["swapped"] = swap = (v["swap_ab"] > 0) & (v["warp_specialized"] > 0)
     slab_rows = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
@@ -108,21 +112,44 @@ def derive(v: dict, ctx: Context) -> dict:
                          np.maximum(v["stages"] * (a + b), c))
     # The grid: blocks along M and N, k-steps per K slice, and every block of every slice (of
     # every group's GEMM: M, N and K are a group's).
-    v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-ctx.n // v["bn"])
-    v["gk"] = -(-ctx.k // (v["bk"] * v["split_k"]))
-    v["blocks"] = v["gm"] * v["gn"] * v["split_k"] * ctx.view.groups
+    v["gm"], v["gn"] = -(-ctx.m // v["bm"]), -(-v["gemm_n"] // v["bn"])
+    v["gk"] = -(-v["gemm_k"] // (v["bk"] * v["split_k"]))
+    v["blocks"] = v["gm"] * v["gn"] * v["split_k"] * v["gemm_groups"]
     return v
 
 
-def per_block_m(block_m, value_of: Callable[[int], object], dtype) -> np.ndarray:
-    """``value_of(bm)`` for each row's block_m (an int or an int column), called once per distinct
-    value: what a rule or the prior asks of the block's rows alone (its TMA tiling of A).  Zero
-    rows give an empty array of ``dtype``."""
-    block_m = np.asarray(block_m, dtype=np.int64)
-    present = np.flatnonzero(np.bincount(block_m.ravel(), minlength=1))
+def per_value(values, value_of: Callable[[int], object], dtype) -> np.ndarray:
+    """``value_of(x)`` for each row's value x of a small non-negative int knob or derived value (an
+    int or an int column), called once per distinct value.  Zero rows give an empty array of
+    ``dtype``."""
+    values = np.asarray(values, dtype=np.int64)
+    present = np.flatnonzero(np.bincount(values.ravel(), minlength=1))
     table = np.zeros(present[-1] + 1 if present.size else 1, dtype=dtype)
-    table[present] = [value_of(int(bm)) for bm in present]
-    return table[block_m]
+    table[present] = [value_of(int(x)) for x in present]
+    return table[values]
+
+
+def per_block_m(block_m, value_of: Callable[[int], object], dtype) -> np.ndarray:
+    """``per_value`` of each row's block_m: what a rule or the prior asks of the block's rows alone
+    (its TMA tiling of A)."""
+    return per_value(block_m, value_of, dtype)
+
+
+def _packed_values(view: GemmView, packs) -> dict:
+    """``packing.PACKED_VALUES`` of the GEMM of each row's group_pack (an int or an int column):
+    the view's own where group_pack is 1 or invalid for it (the group_pack rule rejects that row)."""
+    if np.ndim(packs) == 0:
+        packed = packed_or_view(view, int(packs))
+        return {name: value(packed) for name, value in PACKED_VALUES}
+    return {name: per_value(packs, lambda p, value=value: value(packed_or_view(view, p)), np.int64)
+            for name, value in PACKED_VALUES}
+
+
+def _packs_ok(v: dict, c: "Context"):
+    packs = v["group_pack"]
+    if np.ndim(packs) == 0:
+        return why_not_packed(c.view, int(packs)) is None
+    return per_value(packs, lambda p: why_not_packed(c.view, p) is None, bool)
 
 
 def values_of_config(config) -> dict:
@@ -156,12 +183,17 @@ def _smallest_tile(dim: str, v: dict, c):
     return np.where(v["intrinsic"] == code("intrinsic", "wgmma"), _WGMMA_SLAB, 0) if dim == "m" else 0
 
 
-def _tile_rule(dim: str, tile: str, size: str, what: str) -> Rule:
+def _size(dim: str, v: dict, c):
+    """M of the GEMM, or each row's N or K (``derive``: group_pack's GEMM)."""
+    return c.m if dim == "m" else v[f"gemm_{dim}"]
+
+
+def _tile_rule(dim: str, tile: str, what: str) -> Rule:
     # Tiles far larger than the problem are pure padding: the kernel computes zeros.
     return Rule(f"{dim}_tile_size",
-                lambda v, c: v[tile] <= np.maximum(2 * round_up(getattr(c, size), 16), _smallest_tile(dim, v, c)),
+                lambda v, c: v[tile] <= np.maximum(2 * round_up(_size(dim, v, c), 16), _smallest_tile(dim, v, c)),
                 lambda cfg, v, c: f"block_{dim}={v[tile]} is more than twice the padded "
-                                  f"{what}={round_up(getattr(c, size), 16)}")
+                                  f"{what}={round_up(_size(dim, v, c), 16)}")
 
 
 def requires_rule(path: str, knob: str, value, message=None) -> Rule:
@@ -174,7 +206,8 @@ def requires_rule(path: str, knob: str, value, message=None) -> Rule:
 # Rules every config obeys, before those of its intrinsic path (HEAD) and after (TAIL);
 # the order decides which reason ``why_invalid`` gives for a config that breaks several.
 HEAD = (
-    # swap_ab first: elsewhere derive keeps the knobs' unswapped tile, which other rules would name instead
+    Rule("group_pack", _packs_ok, lambda cfg, v, c: why_not_packed(c.view, cfg.group_pack)),
+    # swap_ab early: elsewhere derive keeps the knobs' unswapped tile, which other rules would name instead
     Rule("swap_ab", lambda v, c: (v["swap_ab"] == 0) | (v["swapped"] & (v["intrinsic"] == code("intrinsic", "wgmma"))
                                                         & swappable(c.view) & (c.m <= SWAP_MAX_M)),
          lambda cfg, v, c: f"swap_ab={cfg.swap_ab} needs the warp-specialized wgmma kernel (intrinsic=wgmma, "
@@ -189,9 +222,9 @@ HEAD = (
     Rule("accumulators", lambda v, c: v["frags"] <= MAX_ACCUMULATOR_FRAGMENTS,
          lambda cfg, v, c: f"{v['frags']} accumulator fragments per warp exceed "
                            f"{MAX_ACCUMULATOR_FRAGMENTS} (register spills)"),
-    _tile_rule("m", "bm", "m", "M"),
-    _tile_rule("n", "bn", "n", "N"),
-    _tile_rule("k", "bk", "k", "reduction K"),
+    _tile_rule("m", "bm", "M"),
+    _tile_rule("n", "bn", "N"),
+    _tile_rule("k", "bk", "reduction K"),
     # bf16 Tensor Core instructions (WMMA's __nv_bfloat16 fragments, mma.sync's .bf16) came with
     # sm_80: every config of a bf16 GEMM breaks this rule on older GPUs.
     Rule("bf16_arch", lambda v, c: (c.view.operand_dtype != "bfloat16") | (c.sm >= 80),
@@ -202,11 +235,12 @@ HEAD = (
     # else fp8, which has no other kernel, would take no K of one k-step, 128)
     Rule("stages", lambda v, c: (v["stages"] <= v["gk"]) | (c.view.fp8 & (v["warp_specialized"] > 0)),
          lambda cfg, v, c: f"stages={cfg.stages} exceed the {v['gk']} k-steps of block_k={v['bk']}"),
-    Rule("split_k_slices", lambda v, c: (v["split_k"] == 1) | ((v["split_k"] - 1) * v["gk"] * v["bk"] < c.k),
-         lambda cfg, v, c: f"split_k={cfg.split_k} leaves a K slice empty (K={c.k}, block_k={v['bk']})"),
-    Rule("split_k_grid", lambda v, c: (v["split_k"] == 1) | (v["gm"] * v["gn"] * c.view.groups < 2 * c.gpu.sm_count),
-         lambda cfg, v, c: f"split_k={cfg.split_k}: {v['gm'] * v['gn'] * c.view.groups} blocks already fill the GPU "
-                           "twice over"),
+    Rule("split_k_slices", lambda v, c: (v["split_k"] == 1) | ((v["split_k"] - 1) * v["gk"] * v["bk"] < v["gemm_k"]),
+         lambda cfg, v, c: f"split_k={cfg.split_k} leaves a K slice empty (K={v['gemm_k']}, block_k={v['bk']})"),
+    Rule("split_k_grid",
+         lambda v, c: (v["split_k"] == 1) | (v["gm"] * v["gn"] * v["gemm_groups"] < 2 * c.gpu.sm_count),
+         lambda cfg, v, c: f"split_k={cfg.split_k}: {v['gm'] * v['gn'] * v['gemm_groups']} blocks already fill the "
+                           "GPU twice over"),
 )
 
 
@@ -215,12 +249,12 @@ def _vector_rules(knob: str, operand: str, tile: Callable, threads: str) -> tupl
     memory (the width divides the operand's contiguous runs) and evenly shared by the
     ``threads`` (a ``derive`` value) that copy it."""
 
-    def held(c: Context):  # the operand as the task's tensor holds it
-        return getattr(c.view, operand)
+    def held(cfg, c: Context):  # the operand as the task's tensor holds it (in the config's GEMM)
+        return getattr(packed_or_view(c.view, cfg.group_pack), operand)
 
     return (
-        Rule(f"{knob}_alignment", lambda v, c: held(c).run % v[knob] == 0,
-             lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {held(c).run} {held(c).run_name} "
+        Rule(f"{knob}_alignment", lambda v, c: v[f"run_{operand}"] % v[knob] == 0,
+             lambda cfg, v, c: f"{knob}={v[knob]} does not divide the {held(cfg, c).run} {held(cfg, c).run_name} "
                                "(misaligned vector access)"),
         # (swap_ab's kernel loads both tiles with TMA, none of it split over threads)
         Rule(f"{knob}_threads", lambda v, c: (tile(v) % (v[threads] * v[knob]) == 0) | v["swapped"],

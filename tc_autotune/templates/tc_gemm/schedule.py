@@ -23,6 +23,7 @@ from .compute import gemm_compute, gemm_schedule  # noqa: F401 (gemm_compute: th
 from .gemm import GemmView
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import TcGemmConfig
+from .packing import pack_groups
 from .path_schedules import drain_after
 from .template import TC_GEMM
 from .views import conv2d_view, dense_view
@@ -51,7 +52,9 @@ def schedule_conv2d(workload: Conv2dWorkload, config: TcGemmConfig) -> tvm.IRMod
 def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
     the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload.
-    A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``)."""
+    A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``).
+    group_pack > 1: the GEMMs of the view's packed groups (``packing``)."""
+    view = pack_groups(view, config.group_pack)
     if config.warp_specialized:
         return kernel_module(view, config)
     sch = gemm_schedule(view, config)

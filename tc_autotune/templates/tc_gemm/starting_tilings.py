@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from .knobs import TcGemmConfig
+from .packing import why_not_packed
 
 # The tilings cuBLAS's and cuDNN's own Hopper kernels use (their profiles say which) and the ones
 # that measured best on the H100, as knob changes: a first batch measures them
@@ -76,9 +77,11 @@ def starting_configs(space) -> list[TcGemmConfig]:
     the space's default config,
     those valid in ``space`` (none off Hopper), each with fewer stages where the K loop is shorter
     than 4 steps, and with C stored from registers where the workload cannot take TMA stores
-    (spatial boxes of A)."""
+    (spatial boxes of A).  Narrow groups (``packing``): first the prior's best config of each
+    other valid group_pack value, so a tune measures every packing (the prior's guess of what
+    the block-diagonal zeros cost is unmeasured)."""
     base = space.default_config().as_dict()
-    found = []
+    found = _packings(space, base["group_pack"])
     for changes in STARTING_TILINGS + FP8_STARTING_TILINGS * space.view.fp8 + SWAP_STARTING_TILINGS:
         for store in sorted({changes.get("tma_store", 0), 0}, reverse=True):
             config = _first_valid(space, [TcGemmConfig(**{**base, **changes, "stages": stages, "tma_store": store})
@@ -91,3 +94,13 @@ def starting_configs(space) -> list[TcGemmConfig]:
 
 def _first_valid(space, configs: list[TcGemmConfig]) -> TcGemmConfig | None:
     return next((config for config in configs if space.why_invalid(config) is None), None)
+
+
+def _packings(space, chosen: int) -> list[TcGemmConfig]:
+    """The prior's best config of each valid group_pack value but ``chosen`` (the default's)."""
+    found = []
+    for pack in space.knobs["group_pack"]:
+        if pack != chosen and why_not_packed(space.view, pack) is None:
+            config = space.template.default_config(space, group_pack=pack)  # ``validity.default_config``
+            found += [config] if config.group_pack == pack and config not in found else []
+    return found

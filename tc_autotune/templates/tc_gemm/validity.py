@@ -15,6 +15,7 @@ from .gemm import im2col_window
 from .intrinsic_paths import PATHS, WGMMA
 from .intrinsic_paths import get as intrinsic_path
 from .knobs import code
+from .packing import packable, why_not_packed
 from .rules import FRAG_BUFFERS, HEAD, TAIL, VECTOR_KNOBS, VECTOR_RULES, Context, derive, derive_rows, values_of_config
 from .views import view_of
 
@@ -37,13 +38,21 @@ def draw_pinned(space) -> frozenset | dict:
     always (their 1 is valid only on that kernel, a sliver of a uniform draw: free, tma_store
     halved a conv's valid draws again), and swap_ab (valid only there, for a small-M dense).  The
     tuner reaches their 1 through the starting tilings (tma_store, swap_ab) and its annealing moves,
-    which change any knob.  An fp8 space's draws stay at the
-    knob values of its only kernel too (``FP8_DRAWS``: a mapping, knob -> value)."""
+    which change any knob.  group_pack stays at 1 where the
+    view's groups cannot be packed (``packing.packable``: every task but a grouped conv of narrow
+    groups), so those spaces' draws are what they were before the knob (a mapping then: its first
+    value is 1).  An fp8 space's draws stay at the knob values of its only kernel too
+    (``FP8_DRAWS``: a mapping, knob -> value)."""
     im2col = any(space.knobs["warp_specialized"]) and im2col_window(space.view) is not None
     pinned = frozenset({"tma_store", "setmaxnreg", "swap_ab"} | (set() if im2col else {"tma_im2col"}))
+    if packable(space.view):
+        return pinned
+    # as a mapping: the set's knobs where their first value is 0 (what a set pins), group_pack at 1
+    pins = {knob: 0 for knob in pinned if space.knobs[knob][0] == 0}
+    pins["group_pack"] = 1
     if space.view.fp8:  # draws stay in the warp-specialized kernel's corner: the only one fp8 takes
-        return {**dict.fromkeys(pinned, 0), **FP8_DRAWS}
-    return pinned
+        return {**dict.fromkeys(pinned, 0), **FP8_DRAWS, "group_pack": 1}
+    return pins
 
 
 # fp8: the knob values of every fp8 config (the wgmma path's requirements and the warp-specialized
@@ -85,9 +94,10 @@ def _scales(space) -> np.ndarray:
     return np.cumprod([1] + [len(c) for c in space.knobs.values()][:-1])
 
 
-def default_config(space):
+def default_config(space, group_pack: int | None = None):
     """The valid config the prior rates highest among those with the usual shared-memory
-    offsets (ties to the lowest index), without enumerating the ~10M offset-fixed configs.
+    offsets (ties to the lowest index), without enumerating the ~10M offset-fixed configs
+    (``group_pack``: among those of that value only).
 
     Only the vector rules involve the vector widths (besides a warp-specialized kernel's rule,
     which asks for the widest), each width's rules only itself and the tile, and the prior
@@ -112,6 +122,9 @@ def default_config(space):
                  "setmaxnreg", "swap_ab"):
         if knob in grid and 0 in space.knobs[knob] and knob not in fp8:
             grid[knob] = [space.knobs[knob].index(0)]
+    # group_pack: the values valid for the view (1 alone but for narrow groups)
+    grid["group_pack"] = [j for j, p in enumerate(space.knobs["group_pack"])
+                          if why_not_packed(space.view, p) is None and group_pack in (None, p)]
     blocks = [np.zeros((0, len(names)), dtype=np.int64)]
     for i, intrinsic in enumerate(space.knobs["intrinsic"]):
         if fp8 and intrinsic != fp8["intrinsic"]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .knobs import TcGemmConfig
 from .rules import round_up as _round_up
+from .packing import pack_groups
 from .views import view_of
 
 
@@ -16,7 +17,7 @@ def workspace_shape(workload, config: TcGemmConfig) -> tuple[int, int, int] | No
     ``workload``: a task's workload or its GemmView."""
     if config.split_k == 1 or config.warp_specialized:
         return None
-    view = view_of(workload)  # a grouped view's slices are each group's
+    view = pack_groups(view_of(workload), config.group_pack)  # a grouped view's slices are each GEMM's
     return (config.split_k * view.groups, _round_up(view.m, config.block_m), _round_up(view.n, config.block_n))
 
 
