@@ -1,4 +1,9 @@
-"""The workload x Tensor Core variant x config matrix shared by the codegen (CPU) and GPU tests."""
+"""The workload x Tensor Core variant x config matrix shared by the codegen (CPU) and GPU tests, and
+an operand's matrix read through its index map (``operand_matrix``)."""
+
+import math
+
+import numpy as np
 
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
@@ -49,3 +54,17 @@ def cases(configs_per_variant, seed=0):
             for i, config in enumerate(sample_configs(spec, variant, configs_per_variant, seed)):
                 out.append((f"{name}-{variant}-{i}", spec, config))
     return out
+
+
+def operand_matrix(operand, tensor, rows: int, cols: int, group=None):
+    """An input's matrix (of one group, for a grouped view) through its index map, evaluated on
+    numpy index arrays: the element at the row-major address of the map's tensor index, 0 where
+    the map says outside."""
+    row, col = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    index, inside = operand.map.element(row, col, group) if group is not None else operand.map.element(row, col)
+    ok = np.ones(row.shape, dtype=bool)
+    for cond in inside:
+        ok &= cond
+    strides = [math.prod(tensor.shape[d + 1:]) for d in range(tensor.ndim)]
+    address = sum(np.asarray(i) * stride for i, stride in zip(index, strides))
+    return np.where(ok, tensor.reshape(-1)[np.where(ok, address, 0)], 0)

@@ -1,11 +1,11 @@
 """The GEMM view: conv2d's M, N, K and index maps, and a dense-like view (identity maps)
 that the space, its rules, the default config, the features and the template take as is."""
 
-import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from matrix import operand_matrix
 
 from tc_autotune.search import cost_model
 from tc_autotune.core import tasks
@@ -47,17 +47,6 @@ def test_conv2d_view_has_the_implicit_gemms_m_n_k(spec, mnk):
     assert conv2d_space(wl, SM90).view == view
 
 
-def _matrix(operand: Operand, tensor: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """An input's matrix through its index map, evaluated on numpy index arrays: the element
-    at the row-major address of the map's tensor index, 0 where the map says outside."""
-    row, col = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    index, inside = operand.map.element(row, col)
-    ok = np.ones(row.shape, dtype=bool)
-    for cond in inside:
-        ok &= cond
-    strides = [math.prod(tensor.shape[d + 1:]) for d in range(tensor.ndim)]
-    address = sum(np.asarray(i) * stride for i, stride in zip(index, strides))
-    return np.where(ok, tensor.reshape(-1)[np.where(ok, address, 0)], 0)
 
 
 @pytest.mark.parametrize("spec", [
@@ -71,8 +60,8 @@ def test_conv2d_index_maps_compute_the_reference_conv(spec):
     wl = workloads.get(spec)
     view = conv2d_view(wl)
     data, weight = random_inputs(wl, seed=3)
-    a = _matrix(view.a, data.astype(np.float32), view.m, view.k)
-    b = _matrix(view.b, weight.astype(np.float32), view.k, view.n)
+    a = operand_matrix(view.a, data.astype(np.float32), view.m, view.k)
+    b = operand_matrix(view.b, weight.astype(np.float32), view.k, view.n)
     c = a @ b
     index = np.indices(wl.out_shape)
     row, col = view.c.map.matrix_index(*index)

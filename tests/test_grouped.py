@@ -3,12 +3,12 @@ the grouped host reference (each group's conv), the GEMM view's maps and the TE 
 against it for every layout, the rules of each path, and CUDA that nvcc compiles for sm_80 and
 sm_90 on each path a layout is valid for."""
 
-import math
 import re
 from dataclasses import replace
 
 import numpy as np
 import pytest
+from matrix import operand_matrix
 
 from tc_autotune.api import apply
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
@@ -70,16 +70,6 @@ def test_the_grouped_reference_is_each_groups_own_conv(layout):
 
 
 # ---- the GEMM view and the TE compute ---------------------------------------------------------------
-def _matrix(operand, tensor, rows, cols, group):
-    """An input's matrix of one group through its index map, on numpy index arrays."""
-    row, col = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    index, inside = operand.map.element(row, col, group) if group is not None else operand.map.element(row, col)
-    ok = np.ones(row.shape, dtype=bool)
-    for cond in inside:
-        ok &= cond
-    strides = [math.prod(tensor.shape[d + 1:]) for d in range(tensor.ndim)]
-    address = sum(np.asarray(i) * stride for i, stride in zip(index, strides))
-    return np.where(ok, tensor.reshape(-1)[np.where(ok, address, 0)], 0)
 
 
 @pytest.mark.parametrize("spec", [
@@ -95,7 +85,7 @@ def test_the_views_maps_multiply_to_the_reference(spec):
     index = np.indices(workload.out_shape)
     mapped = view.c.map.matrix_index(*index)
     groups = range(view.groups) if view.groups > 1 else [None]
-    c = np.stack([_matrix(view.a, data, view.m, view.k, g) @ _matrix(view.b, weight, view.k, view.n, g)
+    c = np.stack([operand_matrix(view.a, data, view.m, view.k, g) @ operand_matrix(view.b, weight, view.k, view.n, g)
                   for g in groups])
     got = c[mapped] if view.groups > 1 else c[0][mapped]
     np.testing.assert_allclose(got, conv2d_reference(workload, data, weight), rtol=1e-5, atol=1e-5)
