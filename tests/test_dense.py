@@ -24,7 +24,7 @@ from tc_autotune.templates.tc_gemm.knobs import KNOB_NAMES
 from tc_autotune.templates.registry import dense_space
 
 from synthetic import SyntheticMeasurer
-from test_gemm import _matrix
+from matrix import operand_matrix
 
 SM90 = gpu_for_arch("sm_90")
 
@@ -96,8 +96,8 @@ def test_the_dense_views_maps_compute_numpys_matmul(spec):
     assert isinstance(view.b.map, Transposed) == (wl.b_layout == "nk")
     assert view.a.layout == view.c.layout == ROW_MAJOR
     data, weight = dense_inputs(wl, seed=2)
-    a = _matrix(view.a, data.astype(np.float32), view.m, view.k)
-    b = _matrix(view.b, weight.astype(np.float32), view.k, view.n)
+    a = operand_matrix(view.a, data.astype(np.float32), view.m, view.k)
+    b = operand_matrix(view.b, weight.astype(np.float32), view.k, view.n)
     c = a @ b
     row, col = view.c.map.matrix_index(*np.indices(wl.out_shape))
     reference = dense_reference(wl, data, weight)

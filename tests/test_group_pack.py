@@ -18,7 +18,7 @@ from tc_autotune.templates.tc_gemm.views import conv2d_view
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 
-from test_grouped import _matrix
+from matrix import operand_matrix
 
 SM80, SM90 = gpu_for_arch("sm_80"), gpu_for_arch("sm_90")
 PACKED = "n=2,h=6,w=5,c=16,k=8,r=3,pad=1,groups=4"  # 4 input and 2 output channels a group
@@ -43,7 +43,7 @@ def test_the_packed_views_maps_multiply_to_the_reference(spec, pack):
     assert view.k == workload.kernel_h * workload.kernel_w * pack * cg and view.a.run == pack * cg
     assert view.flops == workload.flops  # the zeros are not the task's work
     data, weight = (x.astype(np.float32) for x in random_inputs(workload, seed=3))
-    c = np.stack([_matrix(view.a, data, view.m, view.k, z) @ _matrix(view.b, weight, view.k, view.n, z)
+    c = np.stack([operand_matrix(view.a, data, view.m, view.k, z) @ operand_matrix(view.b, weight, view.k, view.n, z)
                   for z in range(view.groups)])
     got = c[view.c.map.matrix_index(*np.indices(workload.out_shape))]
     np.testing.assert_allclose(got, conv2d_reference(workload, data, weight), rtol=1e-5, atol=1e-5)
@@ -57,14 +57,14 @@ def test_the_packed_b_is_block_diagonal_with_each_groups_b_on_its_diagonal(layou
     weight = random_inputs(workload, seed=4)[1].astype(np.float32)
     taps, cg, kg = 9, 4, 2
     for z in range(view.groups):
-        b = _matrix(view.b, weight, view.k, view.n, z).reshape(taps, pack, cg, pack, kg)
+        b = operand_matrix(view.b, weight, view.k, view.n, z).reshape(taps, pack, cg, pack, kg)
         for p in range(pack):
             for q in range(pack):
                 block = b[:, p, :, q, :].reshape(taps * cg, kg)
                 if p != q:  # input channels of one group, output channels of another: 0
                     assert not block.any(), (z, p, q)
                 else:  # group z * pack + p's own B
-                    np.testing.assert_array_equal(block, _matrix(unpacked.b, weight, unpacked.k, unpacked.n,
+                    np.testing.assert_array_equal(block, operand_matrix(unpacked.b, weight, unpacked.k, unpacked.n,
                                                                  z * pack + p))
 
 
