@@ -93,7 +93,9 @@ def test_the_benchmark_times_our_kernels_as_it_times_the_baseline(name, torch):
     args = [tvm.runtime.tensor(a, device=dev) for a in arrays[:-1]]
     args.append(tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev))
     evaluator = kernel.time_evaluator(number=20, repeat=10, min_repeat_ms=10)  # TVM's own, eager
-    eager = float(np.median(list(evaluator(*args).results)))
-    assert 0.25 * eager < graph <= 1.05 * eager, (graph, eager)
+    eager = list(evaluator(*args).results)
+    # The lower bound only has to catch an empty graph (~0 per launch): eager launches are host-bound
+    # for a few-microsecond kernel, and 4x slower than the graph under a loaded host (xdist workers).
+    assert 0.1 * min(eager) < graph <= 1.05 * float(np.median(eager)), (graph, eager)
     wrong, wrong_err = checked_kernel_time(kernel, wl, *arrays[:-1], arrays[-1] + 1.0, repeat=3)
     assert wrong is None and wrong_err > 1e-2
