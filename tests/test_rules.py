@@ -25,8 +25,11 @@ def _valid_indices(space, chunk=1 << 18):
 
 
 def _path_table(name, **pinned):
-    """The knob table with path ``name`` and the knob values it requires pinned, and ``pinned``."""
-    path = {"intrinsic": name, **intrinsic_paths.get(name).requires, **pinned}
+    """The knob table with path ``name`` and the knob values it requires pinned, and ``pinned``.
+    group_pack and swap_ab stay at their neutral values: on the tutorial's conv (ungrouped, no
+    dense) every other value is invalid by its own rule, and brute-forcing them would multiply
+    these whole-space scans by 20 for no valid config."""
+    path = {"intrinsic": name, "group_pack": 1, "swap_ab": 0, **intrinsic_paths.get(name).requires, **pinned}
     return {**KNOBS, **{knob: (value,) for knob, value in path.items()}}
 
 
