@@ -1,0 +1,66 @@
+"""Per-kernel device time (CUPTI through torch.profiler) of the applied config of an fp8 dense and of
+split-K / persistent variants, beside ``torch._scaled_mm``'s kernels: which kernels a call runs, and
+how long each.  GPU machine, PyTorch with CUDA.
+
+    python lab/probes/kernel_split.py 1 16        # M values of an fp8 4096 x 4096 (N, K) dense
+"""
+import sys
+from dataclasses import replace
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from tc_autotune.api.apply import apply_history_best, best_or_default_config
+from tc_autotune.api.kernel import compile_kernel
+from tc_autotune.backends.cuda.gpu import default_gpu
+from tc_autotune.measure import baseline
+from tc_autotune.tuning.benchmark import task_arrays
+from tc_autotune.workloads.conv2d import get
+
+VARIANTS = ({}, dict(split_k=1), dict(split_k=4), dict(split_k=1, warp_specialized=2))
+
+
+def per_kernel(fn, iters=50):
+    """[(kernel name, device us per call, launches per call)] of ``fn``."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return [(e.key[:60], e.self_device_time_total / iters, e.count / iters) for e in prof.key_averages()
+            if e.device_type == cuda and e.self_device_time_total > 0]
+
+
+def main(ms):
+    gpu = default_gpu()
+    for m in ms:
+        wl = get(f"dense:m={m},n=4096,k=4096,b=nk,dtype=float8_e4m3fn,out_dtype=bfloat16")
+        with apply_history_best(["tuning_logs"]):
+            best = best_or_default_config(wl, gpu)
+        *inputs, ref = task_arrays(wl)
+        tensors = [baseline.device_tensor(a, getattr(torch, a.dtype.name)) for a in inputs]
+        out = torch.full(wl.out_shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+        print(f"\n## m={m}  applied {dict(split_k=best.split_k, swap_ab=best.swap_ab, stages=best.stages)}")
+        for change in VARIANTS:
+            try:
+                kernel = compile_kernel(wl, replace(best, **change), gpu)
+            except ValueError as e:  # a variant the space refuses
+                print(f"- {change}: {str(e)[:120]}")
+                continue
+            out.fill_(float("nan"))
+            kernel(*tensors, out)
+            torch.cuda.synchronize()
+            err = float(np.linalg.norm(out.float().cpu().numpy() - ref) / np.linalg.norm(ref))
+            rows = per_kernel(lambda: kernel(*tensors, out))
+            print(f"- {change or 'applied'} err {err:.2e} total {sum(r[1] for r in rows):.2f} us: "
+                  + "; ".join(f"{n} {t:.2f} us x{c:.0f}" for n, t, c in rows))
+        run, _ = baseline.runner(wl, *inputs)
+        rows = per_kernel(run)
+        print(f"- _scaled_mm total {sum(r[1] for r in rows):.2f} us: " + "; ".join(f"{n} {t:.2f} us" for n, t, _ in rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["1", "16"])
