@@ -9,29 +9,22 @@ from dataclasses import replace
 
 import numpy as np
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from tc_autotune.api.apply import apply_history_best, best_or_default_config
 from tc_autotune.api.kernel import compile_kernel
 from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.measure import baseline
+from tc_autotune.measure.profiler import kernel_table
 from tc_autotune.tuning.benchmark import task_arrays
 from tc_autotune.workloads.conv2d import get
 
 VARIANTS = ({}, dict(split_k=1), dict(split_k=4), dict(split_k=1, warp_specialized=2))
 
 
-def per_kernel(fn, iters=50):
-    """[(kernel name, device us per call, launches per call)] of ``fn``."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    return [(e.key[:60], e.self_device_time_total / iters, e.count / iters) for e in prof.key_averages()
-            if e.device_type == cuda and e.self_device_time_total > 0]
+def _kernels(fn) -> str:
+    rows = kernel_table(fn)
+    return f"total {sum(r.seconds for r in rows) * 1e6:.2f} us: " + "; ".join(
+        f"{r.name[:60]} {r.seconds * 1e6:.2f} us x{r.launches:.0f}" for r in rows)
 
 
 def main(ms):
@@ -54,12 +47,9 @@ def main(ms):
             kernel(*tensors, out)
             torch.cuda.synchronize()
             err = float(np.linalg.norm(out.float().cpu().numpy() - ref) / np.linalg.norm(ref))
-            rows = per_kernel(lambda: kernel(*tensors, out))
-            print(f"- {change or 'applied'} err {err:.2e} total {sum(r[1] for r in rows):.2f} us: "
-                  + "; ".join(f"{n} {t:.2f} us x{c:.0f}" for n, t, c in rows))
+            print(f"- {change or 'applied'} err {err:.2e}: " + _kernels(lambda: kernel(*tensors, out)))
         run, _ = baseline.runner(wl, *inputs)
-        rows = per_kernel(run)
-        print(f"- _scaled_mm total {sum(r[1] for r in rows):.2f} us: " + "; ".join(f"{n} {t:.2f} us" for n, t, _ in rows))
+        print("- _scaled_mm: " + _kernels(run))
 
 
 if __name__ == "__main__":

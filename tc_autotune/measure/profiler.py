@@ -8,11 +8,20 @@ costs either side.  Needs PyTorch with CUDA (imported here, inside the function)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
-def kernel_seconds(fn, iters: int = 50) -> float:
-    """Sum of the CUDA kernels' device time per ``fn()`` call, in seconds: one warm-up call,
-    then ``iters`` calls under the profiler (every kernel they launch counts, copies and
-    casts included: a baseline's extra kernels are its cost)."""
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One CUDA kernel (by name) of a profiled call: device seconds and launches per call."""
+    name: str
+    seconds: float
+    launches: float
+
+
+def kernel_table(fn, iters: int = 50) -> list[KernelTime]:
+    """Each CUDA kernel ``fn()`` launches, with its device time per call: one warm-up call, then
+    ``iters`` calls under the profiler (every kernel counts, copies and casts included)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -23,5 +32,11 @@ def kernel_seconds(fn, iters: int = 50) -> float:
             fn()
         torch.cuda.synchronize()
     cuda = torch.autograd.DeviceType.CUDA
-    total_us = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == cuda)
-    return total_us / iters / 1e6
+    return [KernelTime(e.key, e.self_device_time_total / iters / 1e6, e.count / iters)
+            for e in prof.key_averages() if e.device_type == cuda and e.self_device_time_total > 0]
+
+
+def kernel_seconds(fn, iters: int = 50) -> float:
+    """Sum of the CUDA kernels' device time per ``fn()`` call, in seconds (``kernel_table``'s
+    rows: a baseline's extra kernels are its cost)."""
+    return sum(k.seconds for k in kernel_table(fn, iters))
