@@ -38,21 +38,26 @@ class TreeEnsemble:
         self.base_score = float(base_score)
         sizes = [len(t["left_children"]) for t in trees]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if trees else np.zeros(0, np.int64)
-        cat = (lambda key, dtype: np.concatenate([np.asarray(t[key], dtype=dtype) for t in trees])
+        # One numpy conversion per key of the joined lists, not one per tree (a stored model's
+        # 360 trees are read on a build's first zero-shot pick).
+        cat = (lambda key, dtype: np.array([x for t in trees for x in t[key]], dtype=dtype)
                if trees else np.zeros(0, dtype))
         left, right = cat("left_children", np.int64), cat("right_children", np.int64)
         leaf = left < 0
         base = np.repeat(self.offsets, sizes)
         own = np.arange(len(left), dtype=np.int64)
         # One gather per level: a node's children interleaved [right, left], indexed by
-        # 2 * node + (went left); int32 halves the index traffic of the big candidate batches.
+        # 2 * node + (went left).  Indices are intp: np.take with them is the fastest gather of
+        # both the annealing's 64-row batches and the candidates' thousands of rows.
         self.children = np.stack([np.where(leaf, own, right + base), np.where(leaf, own, left + base)],
-                                 axis=1).ravel().astype(np.int32)
-        self.feature = np.where(leaf, 0, cat("split_indices", np.int64)).astype(np.int32)
+                                 axis=1).ravel().astype(np.intp)
+        self.feature = np.where(leaf, 0, cat("split_indices", np.int64)).astype(np.intp)
         self.threshold = cat("split_conditions", np.float32)  # a leaf's value, at a leaf
         self.default_left = cat("default_left", bool)
         self.num_features = int(num_features) if num_features is not None else int(self.feature.max(initial=-1)) + 1
         self.depth = max((_depth(t) for t in trees), default=0)
+        # The roots: every row's first split, read without a per-row node array.
+        self._roots = self.offsets.astype(np.intp)
 
     # ---- reading and writing ----------------------------------------------------------------
     @classmethod
@@ -109,25 +114,44 @@ class TreeEnsemble:
             raise ValueError(f"expected (rows, {self.num_features}) features, got {x.shape}")
         rows, columns = x.shape
         flat = x.ravel()
-        node = np.repeat(self.offsets.astype(np.int32)[:, None], rows, axis=1)
-        row_start = (np.arange(rows, dtype=np.int32) * columns)[None, :]
         missing = bool(np.isnan(flat).any())  # rare: the default directions only then
-        for _ in range(self.depth):
-            value = flat[row_start + self.feature[node]]
-            go_left = value < self.threshold[node]
+        roots = self._roots
+        if self.depth == 0 or rows == 0:
+            return np.take(self.threshold, np.repeat(roots[:, None], rows, axis=1))
+        # The first level: each tree's root splits on one column for all rows.
+        value = np.take(x, np.take(self.feature, roots), axis=1).T
+        go_left = value < np.take(self.threshold, roots)[:, None]
+        if missing:
+            go_left = np.where(np.isnan(value), np.take(self.default_left, roots)[:, None], go_left)
+        node = np.take(self.children, 2 * roots[:, None] + go_left)
+        row_start = (np.arange(rows, dtype=np.intp) * columns)[None, :]
+        for _ in range(self.depth - 1):
+            value = np.take(flat, row_start + np.take(self.feature, node))
+            go_left = value < np.take(self.threshold, node)
             if missing:
-                go_left = np.where(np.isnan(value), self.default_left[node], go_left)
-            node = self.children[2 * node + go_left]
-        return self.threshold[node]
+                go_left = np.where(np.isnan(value), np.take(self.default_left, node), go_left)
+            node = np.take(self.children, 2 * node + go_left)
+        return np.take(self.threshold, node)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(rows,) float32 predictions: the base score plus every tree's leaf, summed in float32
         tree by tree (xgboost's order)."""
         leaves = self.leaf_values(x)
-        out = np.full(leaves.shape[1], self.base_score, dtype=np.float32)
+        rows = leaves.shape[1]
+        if 0 < rows <= _ACCUMULATE_ROWS:
+            # One ufunc call instead of a Python loop over the trees: ``accumulate`` adds strictly
+            # left to right (never pairwise), so the base score, then tree after tree, as below.
+            start = np.full((1, rows), self.base_score, dtype=np.float32)
+            return np.add.accumulate(np.concatenate([start, leaves]), axis=0)[-1].copy()
+        out = np.full(rows, self.base_score, dtype=np.float32)
         for values in leaves:
             out += values
         return out
+
+
+# Up to this many rows ``predict`` sums with one ``np.add.accumulate`` (faster for the annealing's
+# 64-row batches); above, the loop over the trees writes less than the running sums' array.
+_ACCUMULATE_ROWS = 256
 
 
 def _depth(tree: dict) -> int:
