@@ -10,6 +10,7 @@ workload; a plain one's spec does not mention it, so its string is what it alway
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from dataclasses import replace as _replace
@@ -188,6 +189,10 @@ class Conv2dWorkload:
         """Parse ``key=value,...``; pairs/quads inside a value are joined by 'x' (pad=1x2)."""
         if not isinstance(spec, str) or not spec.strip():
             raise ValueError("empty workload spec")
+        return _parsed(cls, spec)
+
+    @classmethod
+    def _parse(cls, spec: str) -> "Conv2dWorkload":
         fields: dict[str, object] = {}
         for key, raw in dense_workloads.spec_items(spec, _SPEC_KEYS, "workload spec").items():
             field_name, arity = _SPEC_KEYS[key]
@@ -224,6 +229,13 @@ class Conv2dWorkload:
 
     def replace(self, **changes) -> "Conv2dWorkload":
         return _replace(self, **changes)
+
+
+# A log names each workload in every record and a stored zero-shot model in each of its best
+# lists: one parse per distinct spec (workloads are frozen, so one object serves every caller).
+@functools.lru_cache(maxsize=4096)
+def _parsed(cls, spec: str):
+    return cls._parse(spec)
 
 
 # ---- presets ------------------------------------------------------------

@@ -20,6 +20,7 @@ before the bias and activation, as ``_scaled_mm`` adds its bias after scaling.  
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -173,6 +174,10 @@ class DenseWorkload:
         """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,b_dtype=..][,out_dtype=..][,epilogue=..]"."""
         if not isinstance(spec, str) or not spec.strip().startswith(PREFIX):
             raise ValueError(f"a dense workload spec starts with {PREFIX!r}, got {spec!r}")
+        return _parsed(cls, spec)
+
+    @classmethod
+    def _parse(cls, spec: str) -> "DenseWorkload":
         fields: dict[str, object] = {}
         for key, raw in spec_items(spec.strip()[len(PREFIX):], _SPEC_KEYS, "dense spec").items():
             if key in _INT_KEYS:
@@ -186,6 +191,12 @@ class DenseWorkload:
         if missing:
             raise ValueError(f"dense spec is missing {', '.join(missing)}")
         return cls(**{_SPEC_KEYS[key]: value for key, value in fields.items()})
+
+
+# One parse per distinct spec: a log names its workload in every record (frozen: one object serves all).
+@functools.lru_cache(maxsize=4096)
+def _parsed(cls, spec: str):
+    return cls._parse(spec)
 
 
 def spec_items(body: str, known, what: str) -> dict[str, str]:
