@@ -12,6 +12,7 @@ search).  Rules every config obeys are here; an intrinsic path adds its own
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -139,17 +140,35 @@ def _packed_values(view: GemmView, packs) -> dict:
     """``packing.PACKED_VALUES`` of the GEMM of each row's group_pack (an int or an int column):
     the view's own where group_pack is 1 or invalid for it (the group_pack rule rejects that row)."""
     if np.ndim(packs) == 0:
-        packed = packed_or_view(view, int(packs))
-        return {name: value(packed) for name, value in PACKED_VALUES}
-    return {name: per_value(packs, lambda p, value=value: value(packed_or_view(view, p)), np.int64)
-            for name, value in PACKED_VALUES}
+        return dict(zip(_PACKED_NAMES, _packed_row(view, int(packs))))
+    # ``per_value`` of all of them at once: one table row per distinct group_pack
+    packs = np.asarray(packs, dtype=np.int64)
+    present = np.flatnonzero(np.bincount(packs.ravel(), minlength=1))
+    table = np.zeros((len(_PACKED_NAMES), present[-1] + 1 if present.size else 1), dtype=np.int64)
+    table[:, present] = np.array([_packed_row(view, int(p)) for p in present], dtype=np.int64).reshape(-1, len(_PACKED_NAMES)).T
+    return dict(zip(_PACKED_NAMES, np.take(table, packs, axis=1)))
+
+
+_PACKED_NAMES = tuple(name for name, _ in PACKED_VALUES)
+
+
+@functools.lru_cache(maxsize=1024)
+def _packed_row(view: GemmView, pack: int) -> tuple:
+    """``PACKED_VALUES`` of one group_pack (every derive of a space asks the same few)."""
+    packed = packed_or_view(view, pack)
+    return tuple(value(packed) for _, value in PACKED_VALUES)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pack_ok(view: GemmView, pack: int) -> bool:
+    return why_not_packed(view, pack) is None
 
 
 def _packs_ok(v: dict, c: "Context"):
     packs = v["group_pack"]
     if np.ndim(packs) == 0:
-        return why_not_packed(c.view, int(packs)) is None
-    return per_value(packs, lambda p: why_not_packed(c.view, p) is None, bool)
+        return _pack_ok(c.view, int(packs))
+    return per_value(packs, lambda p: _pack_ok(c.view, p), bool)
 
 
 def values_of_config(config) -> dict:
@@ -161,13 +180,23 @@ def values_of_config(config) -> dict:
 
 def values_of_positions(knobs: dict, pos: np.ndarray) -> dict:
     """Knob-position rows of a space with candidate table ``knobs`` as ``derive`` takes them."""
-    v = {}
-    for j, (name, cands) in enumerate(knobs.items()):
-        table = np.array([code(name, c) for c in cands], dtype=np.int64)
-        v[name] = table[pos[:, j]]
+    codes, starts = _code_table(tuple(knobs.items()))
+    # one gather for all knobs (the annealing derives 64-row batches hundreds of times): row j of
+    # the result is knob j's column, contiguous
+    columns = np.take(codes, np.ascontiguousarray(pos.T) + starts)
+    v = dict(zip(knobs, columns))
     mnk = _WMMA_MNK[v["wmma"]]
     v["wm"], v["wn"], v["wk"] = mnk[:, 0], mnk[:, 1], mnk[:, 2]
     return v
+
+
+@functools.lru_cache(maxsize=64)
+def _code_table(knob_items: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Every knob's candidates as ``code`` gives them, end to end, and where each knob's start
+    (a column vector: added to the transposed positions, it indexes the table)."""
+    codes = [code(name, c) for name, cands in knob_items for c in cands]
+    starts = np.cumsum([0] + [len(cands) for _, cands in knob_items[:-1]])
+    return np.array(codes, dtype=np.int64), starts.astype(np.intp)[:, None]
 
 
 # wgmma's smallest tile is one 64-row slab: an M of 1-32 rows can only pad it (a GEMV-like
