@@ -183,3 +183,45 @@ def test_the_default_config_is_never_warp_specialized():
     plain = indices[positions_from_indices(space, indices)[:, list(space.knobs).index("warp_specialized")] == 0]
     best_plain = space.get(int(plain[np.argmax(prior_score(space, positions_from_indices(space, plain)))]))
     assert default == best_plain
+
+
+@pytest.mark.parametrize("spec", ["tutorial", "n=32,h=28,c=256,k=256,r=3,pad=1,groups=32",
+                                  "dense:m=1,n=11008,k=4096,b=nk,dtype=float8_e4m3fn,out_dtype=bfloat16"])
+def test_the_screened_mask_of_a_large_batch_is_the_rule_tables(spec):
+    """valid_mask drops a large batch's rows that lack a value their path requires before it
+    derives the rest: the mask must be exactly the whole rule table's, on uniform draws (which
+    the screen mostly drops) and on every config one knob from a valid one (which it mostly keeps,
+    and whose moves off a required value it must drop only where a rule does)."""
+    from tc_autotune.templates.tc_gemm import validity
+    from tc_autotune.templates.tc_gemm.rules import derive_rows
+
+    space = ConfigSpace(workloads.get(spec), gpu_for_arch("sm_90"))
+    rng = np.random.default_rng(7)
+    drawn = positions_from_indices(space, space.drawn(rng.integers(0, space.draw_bound, 50_000)))
+    valid = positions_from_configs(space, space.sample(40, seed=1))
+    moved = []
+    for j, candidates in enumerate(space.knobs.values()):
+        for p in range(len(candidates)):
+            rows = valid.copy()
+            rows[:, j] = p
+            moved.append(rows)
+    for pos in (drawn, np.concatenate(moved)):
+        assert len(pos) >= validity._SCREEN_ROWS
+        mask = valid_mask(space, pos)
+        assert mask.tolist() == validity.rule_mask(derive_rows(space, pos), space.context).tolist()
+        assert 0 < mask.sum() < len(pos)
+    assert not validity.meets_requirements(space, np.concatenate(moved)).all()  # the screen had rows to drop
+
+
+def test_drawn_positions_are_the_drawn_configs_positions():
+    """The random draws' positions, read off their digits, are those of the indices ``drawn``
+    puts the pinned knobs back into (spaces with and without pinned draws)."""
+    rng = np.random.default_rng(2)
+    for spec in ("tutorial", "n=32,h=28,c=256,k=256,r=3,pad=1,groups=32",
+                 "dense:m=1,n=11008,k=4096,b=nk,dtype=float8_e4m3fn,out_dtype=bfloat16"):
+        space = ConfigSpace(workloads.get(spec), gpu_for_arch("sm_90"))
+        draws = rng.integers(0, space.draw_bound, 5000)
+        assert space.drawn_positions(draws).tolist() == positions_from_indices(space, space.drawn(draws)).tolist()
+    pinned = ConfigSpace(SPACE.workload, SPACE.gpu, {**KNOBS, "chunk": (4,)})
+    draws = rng.integers(0, pinned.draw_bound, 100)
+    assert pinned.drawn_positions(draws).tolist() == positions_from_indices(pinned, pinned.drawn(draws)).tolist()

@@ -37,12 +37,11 @@ def radices(space) -> np.ndarray:
 
 def positions_from_indices(space, indices) -> np.ndarray:
     """Mixed-radix decode (first knob fastest, as ``ConfigSpace.get``): (n, knobs) int64."""
-    rest = np.asarray(indices, dtype=np.int64).copy()
+    rest = np.asarray(indices, dtype=np.int64).ravel()
     rad = radices(space)
     pos = np.empty((rest.size, rad.size), dtype=np.int64)
-    for j, r in enumerate(rad):
-        pos[:, j] = rest % r
-        rest //= r
+    for j, r in enumerate(rad.tolist()):
+        rest, pos[:, j] = np.divmod(rest, r)  # one division for both (floor, as % and //)
     return pos
 
 
@@ -109,6 +108,18 @@ class ConfigSpace:
             index += (position + offset) * place
             place *= radix
         return index
+
+    def drawn_positions(self, draws) -> np.ndarray:
+        """``positions_from_indices(self, self.drawn(draws))`` without the round trip through
+        indices: the draws' mixed-radix digits are the positions (a pinned knob's: its value's)."""
+        draws = np.asarray(draws, dtype=np.int64).ravel()
+        pos = np.empty((len(self._radices), draws.size), dtype=np.int64)  # a knob's column per row, filled at once
+        for j, (draw_radix, offset) in enumerate(zip(self._draw_radices, self._draw_offsets)):
+            if draw_radix == 1:
+                pos[j] = offset
+            else:  # (an undrawn knob is pinned: its offset is 0 here)
+                draws, pos[j] = np.divmod(draws, draw_radix)
+        return pos.T
 
     def __iter__(self) -> Iterator[Config]:
         return (self.get(i) for i in range(len(self)))

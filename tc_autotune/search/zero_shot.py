@@ -258,7 +258,7 @@ def _random_valid(space: ConfigSpace, rng, n: int) -> np.ndarray:
     """Up to ``n`` random positions that pass the pre-filter (bounded rejection sampling)."""
     found, have = [], 0
     for _ in range(16):
-        pos = positions_from_indices(space, space.drawn(rng.integers(0, space.draw_bound, size=4096)))
+        pos = space.drawn_positions(rng.integers(0, space.draw_bound, size=4096))
         pos = pos[valid_mask(space, pos)]
         found.append(pos)
         have += len(pos)
