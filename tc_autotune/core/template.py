@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import numpy as np
+
 
 def _none(space, config):
     return None
@@ -148,7 +150,8 @@ def with_requirements(space, pos):
         for value, required in by_value.items():
             if value not in space.knobs[knob]:
                 continue
-            on_value = column == space.knobs[knob].index(value)
+            # the rows' numbers once: each of the value's requirements then assigns by them, not by a mask
+            on_value = np.flatnonzero(column == space.knobs[knob].index(value))
             for other, wanted in required.items():
                 if wanted in space.knobs[other]:
                     pos[on_value, names.index(other)] = space.knobs[other].index(wanted)
