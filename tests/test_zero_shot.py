@@ -111,6 +111,29 @@ def test_deterministic_across_calls_and_reads():
     assert all(len(p) == 8 for p in first)
 
 
+@pytest.mark.parametrize("steps", [80, 7, 1])
+def test_the_walk_two_steps_a_batch_is_the_walk_step_by_step(steps):
+    """The zero-shot walk checks and scores two steps' candidates per batch (``lookahead``): it must
+    visit the same rows with the same scores, and leave the generator where the step-by-step walk
+    does, from starts of which some are invalid (they take their first valid move)."""
+    import numpy as np
+
+    from tc_autotune.search.anneal import anneal_walk
+    from tc_autotune.search.cost_model import positions_from_indices, prior_score
+
+    space = conv2d_space(get("n=3,h=20,c=100,k=200,r=3,pad=1"), H100)
+    model, _ = zero_shot.stored_model(H100)
+    starts = np.concatenate([zero_shot._random_valid(space, np.random.default_rng(0), 40),
+                             positions_from_indices(space, np.random.default_rng(1).integers(0, len(space), 24))])
+    for score in (lambda p: model.score(space, p), lambda p: prior_score(space, p)):
+        walks = []
+        for lookahead in (False, True):
+            rng = np.random.default_rng(2)
+            pos, scores = anneal_walk(space, score, starts, rng, steps, min_scale=1e-3, lookahead=lookahead)
+            walks.append((pos.tolist(), scores.tobytes(), rng.random()))
+        assert walks[0] == walks[1] and len(walks[0][0]) > 40
+
+
 def test_k_must_be_positive():
     with pytest.raises(ValueError, match="k must be"):
         zero_shot.zero_shot_configs("tutorial", H100, k=0)

@@ -309,7 +309,7 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
         # bests, none drawn at random; the walk starts from the default config, always valid
         starts = positions_from_indices(space, np.array([space.index(space.default_config())], dtype=np.int64))
     visited, visited_scores = anneal_walk(space, lambda p: model.score(space, p), starts, rng,
-                                          ANNEAL_STEPS, min_scale=1e-3)
+                                          ANNEAL_STEPS, min_scale=1e-3, lookahead=True)
     # A row's score does not depend on the batch it was scored in: the hood's and the walk's
     # scores stand, rather than scoring the ~5,000 rows of the pool a second time.
     pool = np.concatenate([hood, visited])
