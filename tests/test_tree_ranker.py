@@ -56,11 +56,11 @@ def _walk(tree: dict, row: np.ndarray) -> np.float32:
     return np.float32(tree["split_conditions"][node])
 
 
-@pytest.mark.parametrize("rows", [0, 1, 2, 64, 300])
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 64, 154, 300, 3000])
 def test_predictions_are_the_tree_by_tree_float32_sums_bit_for_bit(rows):
-    """The vectorised traversal and sum (one accumulate for small batches, a loop for large ones)
-    give exactly the float32 sum of each row's leaves, base score first, tree after tree: the
-    order xgboost adds them in, on which a near tie between two candidates may turn."""
+    """The vectorised traversal and sum (one reduction along the trees' axis) give exactly the
+    float32 sum of each row's leaves, base score first, tree after tree: the order xgboost adds
+    them in, on which a near tie between two candidates may turn."""
     rng = np.random.default_rng(5)
     ranker = TreeEnsemble.from_booster(_fit("rank:pairwise", rng))
     test = (rng.normal(size=(rows, len(FEATURE_NAMES))) * 3).astype(np.float32)

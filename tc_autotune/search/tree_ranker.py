@@ -138,20 +138,16 @@ class TreeEnsemble:
         tree by tree (xgboost's order)."""
         leaves = self.leaf_values(x)
         rows = leaves.shape[1]
-        if 0 < rows <= _ACCUMULATE_ROWS:
-            # One ufunc call instead of a Python loop over the trees: ``accumulate`` adds strictly
-            # left to right (never pairwise), so the base score, then tree after tree, as below.
+        if rows >= 2:
+            # One ufunc call instead of a Python loop over the trees: numpy sums along an axis
+            # that is not the fast one in memory element by element, in order (pairwise only
+            # along the fast axis: np.sum's notes), so base score, then tree after tree, as below.
             start = np.full((1, rows), self.base_score, dtype=np.float32)
-            return np.add.accumulate(np.concatenate([start, leaves]), axis=0)[-1].copy()
-        out = np.full(rows, self.base_score, dtype=np.float32)
+            return np.add.reduce(np.concatenate([start, leaves]), axis=0)
+        out = np.full(rows, self.base_score, dtype=np.float32)  # (one row: axis 0 would be the fast one)
         for values in leaves:
             out += values
         return out
-
-
-# Up to this many rows ``predict`` sums with one ``np.add.accumulate`` (faster for the annealing's
-# 64-row batches); above, the loop over the trees writes less than the running sums' array.
-_ACCUMULATE_ROWS = 256
 
 
 def _depth(tree: dict) -> int:
