@@ -39,7 +39,8 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
 
     def moved(base, knob, shift):
         cand = base.copy()
-        cand[rows, knob] = (base[rows, knob] + shift) % rad[knob]
+        at = np.arange(len(base))
+        cand[at, knob] = (base[at, knob] + shift) % rad[knob]
         return with_requirements(space, cand)  # a move onto a path lands with what it requires
 
     def checked(cand):
@@ -78,7 +79,7 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
             break
         knob, shift, next_uniform = draws[step + 1]
         # the next step's candidates from where each chain is and from where it may move to
-        batch = np.concatenate([cand, moved(pos, knob, shift), moved(cand, knob, shift)])
+        batch = np.concatenate([cand, moved(np.concatenate([pos, cand]), np.tile(knob, 2), np.tile(shift, 2))])
         ok, cand_scores = checked(batch)
         accept = metropolis(step, cand, ok[:chains], cand_scores[:chains], uniform)
         pick = np.where(accept, 2 * chains, chains) + rows
