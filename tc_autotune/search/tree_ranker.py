@@ -136,6 +136,8 @@ class TreeEnsemble:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """(rows,) float32 predictions: the base score plus every tree's leaf, summed in float32
         tree by tree (xgboost's order)."""
+        if len(x) > _BLOCK_ROWS:  # a block's node arrays stay in cache (3,000 rows at once took twice as long)
+            return np.concatenate([self.predict(x[i:i + _BLOCK_ROWS]) for i in range(0, len(x), _BLOCK_ROWS)])
         leaves = self.leaf_values(x)
         rows = leaves.shape[1]
         if rows >= 2:
@@ -148,6 +150,10 @@ class TreeEnsemble:
         for values in leaves:
             out += values
         return out
+
+
+# Rows predicted at once: every level's (trees, rows) index arrays of a block fit a core's cache.
+_BLOCK_ROWS = 512
 
 
 def _depth(tree: dict) -> int:
