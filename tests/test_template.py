@@ -141,3 +141,21 @@ def test_the_search_modules_import_no_template():
     search = Path(__file__).parents[1] / "tc_autotune" / "search"
     for module in ("tuner.py", "xgb_tuner.py", "anneal.py", "cost_model.py"):
         assert not re.search(r"^from .*templates", (search / module).read_text(), re.M), module
+
+
+def test_with_requirements_for_a_few_rows_is_the_value_by_value_assignment():
+    """A few rows (an annealing step's) take their required knob values from one table lookup;
+    many rows value by value: the same rows either way, for the toy template and the GEMM one
+    (whose paths require up to twelve knob values each), in int64 and in compact positions."""
+    from tc_autotune.core.template import _with_requirements_by_value, with_requirements
+    from tc_autotune.templates.registry import ConfigSpace as GemmSpace
+    from tc_autotune.workloads import conv2d
+
+    rng = np.random.default_rng(4)
+    for space in (toy_space(), GemmSpace(conv2d.get("tutorial"), gpu_for_arch("sm_90"))):
+        for rows in (0, 1, 64, 1024):
+            pos = positions_from_indices(space, rng.integers(0, len(space), rows))
+            for dtype in (np.int64, np.int8):
+                fast = with_requirements(space, pos.astype(dtype))
+                assert fast.dtype == dtype and fast.tolist() == _with_requirements_by_value(space, pos.astype(dtype)).tolist()
+        assert (with_requirements(space, pos.copy()) != pos).any()  # some rows were moved onto a path
