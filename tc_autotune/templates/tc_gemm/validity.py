@@ -88,8 +88,11 @@ def valid_mask(space, pos: np.ndarray) -> np.ndarray:
         return rule_mask(derive_rows(space, pos), space.context)
     if len(pos) > _BLOCK_ROWS:
         return np.concatenate([valid_mask(space, pos[i:i + _BLOCK_ROWS]) for i in range(0, len(pos), _BLOCK_ROWS)])
+    keep = meets_requirements(space, pos)
+    if keep.all():  # (moves that land with their requirements: no row to drop)
+        return rule_mask(derive_rows(space, pos), space.context)
     ok = np.zeros(len(pos), dtype=bool)
-    keep = np.flatnonzero(meets_requirements(space, pos))
+    keep = np.flatnonzero(keep)
     if len(keep):
         ok[keep] = rule_mask(derive_rows(space, pos[keep]), space.context)
     return ok
