@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.config_space import radices, valid_mask
+from ..core.config_space import indices_from_positions, radices, valid_mask
 from ..core.template import with_requirements
 
 
@@ -20,10 +20,11 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
     point visited, starts included, in visiting order.
 
     ``lookahead``: the same walk, two steps per batch of rows checked and scored: a step's moves
-    and both moves the next step may make (from where a chain is, or from where it moves to).
-    Half the batches, three times the rows: faster where a batch costs mostly its numpy calls
-    (the zero-shot pick's 64 chains).  Only for a ``score`` that scores a row alike in any batch
-    and draws nothing from ``rng`` (the walk's draws are all made first, in the same order)."""
+    and both moves the next step may make (from where a chain is, or from where it moves to),
+    each distinct row once.  Half the batches, three times the rows: faster where a batch costs
+    mostly its numpy calls (the zero-shot pick's 64 chains).  Only for a ``score`` that scores a
+    row alike in any batch and draws nothing from ``rng`` (the walk's draws are all made first,
+    in the same order)."""
     rad = radices(space)
     movable = np.flatnonzero(rad > 1)
     pos = np.array(starts, dtype=np.int64)
@@ -48,6 +49,11 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
         cand_scores = np.full(len(cand), -np.inf)
         cand_scores[ok] = score(cand[ok])
         return ok, cand_scores
+
+    def checked_once(cand):  # a quarter of a lookahead batch's rows are another's (a move undone)
+        _, first, inverse = np.unique(indices_from_positions(space, cand), return_index=True, return_inverse=True)
+        ok, cand_scores = checked(cand[first])
+        return ok[inverse], cand_scores[inverse]
 
     def metropolis(step, cand, ok, cand_scores, uniform):
         temp = scale * (1.0 - step / steps)
@@ -80,7 +86,7 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
         knob, shift, next_uniform = draws[step + 1]
         # the next step's candidates from where each chain is and from where it may move to
         batch = np.concatenate([cand, moved(np.concatenate([pos, cand]), np.tile(knob, 2), np.tile(shift, 2))])
-        ok, cand_scores = checked(batch)
+        ok, cand_scores = checked_once(batch)
         accept = metropolis(step, cand, ok[:chains], cand_scores[:chains], uniform)
         pick = np.where(accept, 2 * chains, chains) + rows
         metropolis(step + 1, batch[pick], ok[pick], cand_scores[pick], next_uniform)
