@@ -271,6 +271,16 @@ def test_workload_distance():
     assert zero_shot.workload_distance(a, get("rfc-3x3-b32").replace(out_dtype="float16")) > 0
 
 
+
+def test_the_nearest_workloads_are_in_workload_distance_order():
+    """``nearest`` takes every distance in one array: the same order (ties by name) as sorting by
+    ``workload_distance`` one pair at a time, for the known workloads and random ones."""
+    model, _ = zero_shot.stored_model(H100)
+    for workload in [*list(model.best)[:20], *random_workloads(30, seed=5)]:
+        one_by_one = sorted((w for w in model.best if w != workload),
+                            key=lambda w: (zero_shot.workload_distance(workload, w), str(w)))
+        assert model.nearest(workload, len(model.best)) == one_by_one
+
 # ---- a build ----------------------------------------------------------------------------------------
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 def test_building_a_never_tuned_shape_imports_no_xgboost(tmp_path):

@@ -18,7 +18,7 @@ Without a record of a workload, ``build_conv2d`` used the analytic prior's defau
 * the model ranks all candidates, ``space.is_valid`` confirms them; the first is the pick.
 
 This module only reads: the trees are evaluated with numpy (``tree_ranker``, equal to xgboost's
-predictions), so a build never imports xgboost nor trains; a pick takes ~0.2 s.  A stored model
+predictions), so a build never imports xgboost nor trains; a pick takes ~0.12 s.  A stored model
 that is missing, unreadable or made for another template (features, knob table) is not
 used: ``apply`` then falls back to the default config and its warning says why; the tuning side
 (``tc-nightly``, ``tc-tune``, ``tc-records --train-zero-shot``) trains and stores a new one.
@@ -130,9 +130,10 @@ class ZeroShotModel:
 
     def nearest(self, workload: Conv2dWorkload, n: int = NEAREST_WORKLOADS) -> list[Conv2dWorkload]:
         """The ``n`` known workloads nearest ``workload`` (itself excluded), nearest first."""
-        known = sorted((w for w in self.best if w != workload),
-                       key=lambda w: (workload_distance(workload, w), str(w)))
-        return known[:n]
+        known = [w for w in self.best if w != workload]
+        d = np.array([_shape_vector(w) for w in known]).reshape(len(known), -1) - _shape_vector(workload)
+        far = np.sqrt(np.sum(_SHAPE_WEIGHTS * d * d, axis=1)).tolist()  # workload_distance's: a row's sum is np.sum's
+        return [known[i] for i in sorted(range(len(known)), key=lambda i: (far[i], str(known[i])))[:n]]
 
     def to_dict(self) -> dict:
         return {"scope": self.scope, "gpu": gpu_key(self.gpu), "sources": self.sources, "rows": self.rows,
@@ -234,10 +235,9 @@ def stored_model(gpu: GpuInfo, folder=None) -> tuple[ZeroShotModel | None, str |
 # ---- candidates --------------------------------------------------------------------------------
 def _unique_rows(space: ConfigSpace, pos: np.ndarray) -> np.ndarray:
     """Distinct rows of ``pos`` in index order (unique on indices: faster than on rows)."""
-    # the first row of each index (compact positions cast to int64 a block at a time), in index
-    # order: np.unique's decoded, without decoding (nor its import of numpy.ma, ~7 ms, first)
-    indices = np.concatenate([np.zeros(0, np.int64)] + [indices_from_positions(space, pos[i:i + 4096])
-                                                        for i in range(0, len(pos), 4096)])
+    # the first row of each index, in index order (np.unique's plain form imports numpy.ma: ~7 ms)
+    blocks = [indices_from_positions(space, pos[i:i + 4096]) for i in range(0, len(pos), 4096)]
+    indices = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
     order = np.argsort(indices)
     indices = indices[order]
     return pos[order[np.concatenate(([True], indices[1:] != indices[:-1]))]]
@@ -248,10 +248,10 @@ def _moves(space: ConfigSpace, pos: np.ndarray, depth: int = 2) -> np.ndarray:
     the knob values that path requires, so it lands on a valid twin)."""
     rad = radices(space)
     knobs = np.flatnonzero(rad > 1)
-    # int8 positions while ~30,000 rows are moved and deduplicated: an eighth of the memory, whose
-    # first touch was most of the time in a fresh process; every move (knob j to value v) at once
+    # int8 positions while ~30,000 rows are moved and deduplicated (indices cast a block at a time):
+    # an eighth of the memory, whose first touch was most of the time in a fresh process
     dtype = np.int8 if rad.max(initial=0) <= np.iinfo(np.int8).max else np.int64
-    move_knob = np.repeat(knobs, rad[knobs])
+    move_knob = np.repeat(knobs, rad[knobs])  # every move (knob j to value v), all rows at once
     move_value = (np.concatenate([np.arange(rad[j]) for j in knobs]) if len(knobs) else move_knob).astype(dtype)
     out = [frontier := pos.astype(dtype)]
     for _ in range(depth):

@@ -141,11 +141,12 @@ def _packed_values(view: GemmView, packs) -> dict:
     the view's own where group_pack is 1 or invalid for it (the group_pack rule rejects that row)."""
     if np.ndim(packs) == 0:
         return dict(zip(_PACKED_NAMES, _packed_row(view, int(packs))))
-    # ``per_value`` of all of them at once: one table row per distinct group_pack
+    # ``per_value`` of all six at once: a table column per group_pack value present
     packs = np.asarray(packs, dtype=np.int64)
     present = np.flatnonzero(np.bincount(packs.ravel(), minlength=1))
     table = np.zeros((len(_PACKED_NAMES), present[-1] + 1 if present.size else 1), dtype=np.int64)
-    table[:, present] = np.array([_packed_row(view, int(p)) for p in present], dtype=np.int64).reshape(-1, len(_PACKED_NAMES)).T
+    rows = [_packed_row(view, p) for p in present.tolist()]
+    table[:, present] = np.array(rows, dtype=np.int64).reshape(-1, len(_PACKED_NAMES)).T
     return dict(zip(_PACKED_NAMES, np.take(table, packs, axis=1)))
 
 
