@@ -157,8 +157,8 @@ def test_a_log_is_indexed_once_until_it_changes(tmp_path, monkeypatch):
     log = tmp_path / "indexed.jsonl"
     write_log(log, [(first, MeasureResult((2e-3,)))])
     reads = []
-    real_load = apply.load  # logs.load, as apply reads a log file
-    monkeypatch.setattr(apply, "load", lambda path: reads.append(path) or real_load(path))
+    real_index = apply.LogIndex  # logs.LogIndex, as apply reads a log file
+    monkeypatch.setattr(apply, "LogIndex", lambda path: reads.append(path) or real_index(path))
     with apply_history_best(log):
         for _ in range(3):
             assert best_config(WL, GPU)[0] == first

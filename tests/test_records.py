@@ -219,6 +219,46 @@ def test_corrupt_lines_are_skipped_with_a_warning(tmp_path, caplog):
     assert any(f"{log}:8: ignoring an unfinished last line" in r.getMessage() for r in caplog.records)
 
 
+def test_the_log_index_parses_a_line_when_its_key_is_asked_for_and_finds_what_load_reads(tmp_path, caplog):
+    """``LogIndex`` keys a line by its head (target, task, workload spec) and parses it once its
+    (workload, arch) is asked for: the successful records of every key, in file order, and the
+    keys in the order of their first successful records, as indexing all ``load`` reads gives,
+    whatever the lines: failed records, other workloads and archs, a bad record with a good head
+    (warned of once asked for), a head with escapes (parsed at once), garbage, an unfinished tail."""
+    from tc_autotune.database.logs import LogIndex
+
+    log = tmp_path / "tune.jsonl"
+    good = [make(i % 5, costs=(1e-4 * (i + 1),), workload=(WL, OTHER_WL)[i % 2], arch=("sm_90", "sm_80")[i % 3 == 0])
+            for i in range(12)]
+    failed = make(1, costs=(), error_no=MeasureErrorNo.RUN_ERROR, error_msg="boom")  # WL on sm_90: first in file
+    escaped = json.loads(good[2].to_json())
+    escaped["input"][0] = 'cuda -arch=sm_90 -note="x"'
+    bad_body = json.loads(good[4].to_json())
+    bad_body["version"] = rec.RECORD_VERSION + 1
+    lines = [failed.to_json(), good[1].to_json(), json.dumps(bad_body, separators=(",", ":")), "garbage }{",
+             *(g.to_json() for g in good),
+             json.dumps(escaped, separators=(",", ":")), "", good[5].to_json()[:80]]
+    log.write_text("\n".join(lines))
+    eager = {}
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for record in rec.load(log):
+            if record.ok:
+                eager.setdefault((record.workload, record.arch), []).append(record)
+    assert len(eager) == 4 and list(eager)[0] == (OTHER_WL, "sm_90")  # (WL, sm_90)'s first line failed
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        index = LogIndex(log)
+        assert len(warnings_of(caplog)) == 1  # the garbage; the bad record only once its key is asked for
+        assert index.items(lambda workload, arch: True) == list(eager.items())
+        assert len(warnings_of(caplog)) == 2 and f"{log}:3:" in warnings_of(caplog)[1].getMessage()
+    one_by_one = LogIndex(log)
+    for (workload, arch), records in reversed(eager.items()):
+        assert one_by_one.records(workload, arch) == records
+    assert one_by_one.records(get("rfc-3x3-b1"), "sm_90") == [] and one_by_one.records(WL, "sm_75") == []
+    on_sm80 = [item for item in eager.items() if item[0][1] == "sm_80"]
+    assert index.items(lambda workload, arch: arch == "sm_80") == on_sm80
+
+
 def test_append_fences_a_torn_line_left_by_a_dead_writer(tmp_path, caplog):
     log = tmp_path / "tune.jsonl"
     rec.append(log, [make(0)])

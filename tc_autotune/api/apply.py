@@ -30,7 +30,7 @@ from pathlib import Path
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, gpu_log_name, local_gpu
 from ..database.logs import SHIPPED_LOGS, packaged_logs_dir, shipped_log_files, shipped_logs_dir  # noqa: F401 (apply's API)
-from ..database.logs import load, stat_log_files
+from ..database.logs import LogIndex, stat_log_files
 from ..database.record import Record
 from ..database.selection import Verify, load_best
 from ..workloads.dense import FP8_DTYPES, DenseWorkload
@@ -100,23 +100,20 @@ def _shipped_log_sets(_location: str | None) -> tuple[tuple[str, bool], ...]:
 
 
 @functools.lru_cache(maxsize=128)
-def _log_index(path: str, mtime_ns: int, size: int) -> dict[tuple, list[Record]]:
+def _log_index(path: str, mtime_ns: int, size: int) -> LogIndex:
     """The successful records of one log file by (workload, arch); read once per process
-    and version of the file (its path, mtime and size key the cache)."""
-    index: dict[tuple, list[Record]] = {}
-    for record in load(path):
-        if record.ok:
-            index.setdefault((record.workload, record.arch), []).append(record)
-    return index
+    and version of the file (its path, mtime and size key the cache), a record parsed once
+    its workload is asked for (``LogIndex``)."""
+    return LogIndex(path)
 
 
 def indexed_records(logs, workload: Conv2dWorkload, arch: str) -> list[Record]:
     """The successful records of ``workload`` on ``arch`` in ``logs`` (files or folders), from
     the per-file index: a log is parsed again only after it changed."""
-    return [r for index in _indexes(logs) for r in index.get((workload, arch), [])]
+    return [r for index in _indexes(logs) for r in index.records(workload, arch)]
 
 
-def _indexes(logs) -> list[dict]:
+def _indexes(logs) -> list[LogIndex]:
     """The per-file index of each log file in ``logs``, parsed again only after it changed."""
     return [_log_index(str(file), stat.st_mtime_ns, stat.st_size) for file, stat in stat_log_files(logs)]
 
@@ -175,10 +172,12 @@ def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, st
     log set first: a model's fused fp16-output layers start from what was tuned for the plain GEMM.
     An fp8 workload then takes a valid 16-bit record of its shape (``_borrowed``)."""
     space = tasks.of(workload).space(workload, gpu)
+
+    def wanted(w, arch) -> bool:  # (the index parses the records of these keys only)
+        return arch == gpu.arch and w != workload and (same_gemm(w, workload) or _borrowed(w, workload))
+
     for path, _ in active_logs() if logs is None else logs:
-        found = [r for index in _indexes(path) for (w, arch), recs in index.items()
-                 if arch == gpu.arch and w != workload and (same_gemm(w, workload) or _borrowed(w, workload))
-                 for r in recs if not r.stale]
+        found = [r for index in _indexes(path) for _, recs in index.items(wanted) for r in recs if not r.stale]
         for record in sorted(found, key=lambda r: (not same_gemm(r.workload, workload), r.seconds)):
             try:
                 config = space.from_entity(record.config)

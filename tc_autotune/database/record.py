@@ -158,8 +158,7 @@ class Record:
 
     @property
     def arch(self) -> str | None:
-        match = _TARGET_ARCH_RE.search(self.target)
-        return match.group(1) if match else target_arch(self.target)
+        return arch_of_target(self.target)
 
     @property
     def tflops(self) -> float:
@@ -303,6 +302,12 @@ class Record:
         return cls(target, workload, config, result, provenance, tvm_ver, template, **hashes)
 
 
+def arch_of_target(target: str) -> str | None:
+    """The arch a record's target names ("cuda -arch=sm_90" -> "sm_90")."""
+    match = _TARGET_ARCH_RE.search(target)
+    return match.group(1) if match else target_arch(target)
+
+
 def inferred_timer(error_msg: str, timestamp: float) -> str:
     """The timer of a record written before records named theirs (see _GRAPH_RETIMES_SINCE)."""
     if error_msg == RETIME_MSG and timestamp >= _GRAPH_RETIMES_SINCE:
@@ -333,4 +338,4 @@ def _is_number(value) -> bool:
 
 
 __all__ = ["RECORD_VERSION", "TASK_NAME", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
-           "STALE", "RETIME_MSG", "Record", "inferred_timer"]
+           "STALE", "RETIME_MSG", "Record", "inferred_timer", "arch_of_target"]
