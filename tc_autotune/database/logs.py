@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -104,23 +105,26 @@ _HEAD = re.compile(rb'\{"input":\["([^"\\]*)","([^"\\]*)",\["([^"\\]*)"\],\{\}\]
 
 class LogIndex:
     """One log file's successful records by (workload, arch), in file order, each line parsed
-    (``Record.from_json``, as ``load`` does, warning of a bad line) only once its key is asked
-    for: a build asks for its workload and its GEMM's siblings, not for the hundreds of others a
-    log holds (a fresh process's first pick read all ~220 shipped best records: ~10 ms)."""
+    (``Record.from_json``, as ``load`` does) only once its key is asked for: a build asks for its
+    workload and its GEMM's siblings, not for the hundreds of others a log holds (a fresh
+    process's first pick read all ~220 shipped best records: ~10 ms).  A bad line is warned of
+    when it is parsed (the first few of a file; only those read at once are summarised)."""
 
     def __init__(self, path):
         self.path = str(path)
         self._bad: list[int] = []
         self._lines: dict[tuple, list[tuple[int, bytes, bool]]] = {}  # key -> lines not parsed yet
         self._found: dict[tuple, list[tuple[int, Record]]] = {}  # key -> (line number, successful record)
-        for lineno, raw, complete in journal.read_lines(self.path):
-            if raw is not None and not raw.strip():
-                continue
-            key = _head_key(raw)
-            if key is not None:
-                self._lines.setdefault(key, []).append((lineno, raw, complete))
-            else:
-                self._add(lineno, _parsed(self.path, lineno, raw, complete, self._bad))
+        self._lock = threading.Lock()  # (a key's lines are parsed once, whichever thread asks)
+        for file in log_files(self.path):  # (none where the file has gone, as ``load``)
+            for lineno, raw, complete in journal.read_lines(file):
+                if raw is not None and not raw.strip():
+                    continue
+                key = _head_key(raw)
+                if key is not None:
+                    self._lines.setdefault(key, []).append((lineno, raw, complete))
+                else:
+                    self._add(lineno, _parsed(self.path, lineno, raw, complete, self._bad))
         _summarise(self.path, self._bad)
 
     def _add(self, lineno: int, record: Record | None) -> None:
@@ -128,11 +132,12 @@ class LogIndex:
             self._found.setdefault((record.workload, record.arch), []).append((lineno, record))
 
     def _records(self, key: tuple) -> list[tuple[int, Record]]:
-        for lineno, raw, complete in self._lines.pop(key, ()):
-            self._add(lineno, _parsed(self.path, lineno, raw, complete, self._bad))
-        found = self._found.get(key, [])
-        found.sort(key=lambda pair: pair[0])  # (lines parsed at once and later, in file order)
-        return found
+        with self._lock:
+            for lineno, raw, complete in self._lines.pop(key, ()):
+                self._add(lineno, _parsed(self.path, lineno, raw, complete, self._bad))
+            found = self._found.get(key, [])
+            found.sort(key=lambda pair: pair[0])  # (lines parsed at once and later, in file order)
+            return list(found)
 
     def records(self, workload, arch: str | None) -> list[Record]:
         """The successful records of ``workload`` on ``arch``, in file order."""
@@ -141,7 +146,8 @@ class LogIndex:
     def items(self, wanted) -> list[tuple[tuple, list[Record]]]:
         """((workload, arch), its successful records) of the keys ``wanted(workload, arch)``
         takes, in the order of their first successful records (as a dict of all would be)."""
-        keys = [key for key in dict.fromkeys([*self._found, *self._lines]) if wanted(*key)]
+        with self._lock:
+            keys = [key for key in dict.fromkeys([*self._found, *self._lines]) if wanted(*key)]
         found = [(key, self._records(key)) for key in keys]
         found = sorted(((key, pairs) for key, pairs in found if pairs), key=lambda item: item[1][0][0])
         return [(key, [record for _, record in pairs]) for key, pairs in found]
