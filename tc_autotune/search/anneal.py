@@ -91,4 +91,3 @@ def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: 
         pick = np.where(accept, 2 * chains, chains) + rows
         metropolis(step + 1, batch[pick], ok[pick], cand_scores[pick], next_uniform)
     return np.concatenate(seen_pos), np.concatenate(seen_score)
-
