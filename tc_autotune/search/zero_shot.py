@@ -101,11 +101,16 @@ _SHAPE_WEIGHTS = np.array([1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25, 0.5])
 
 
 def workload_distance(a: Conv2dWorkload, b: Conv2dWorkload) -> float:
-    """How far apart two workloads are for config transfer: weighted Euclidean distance of
-    log2 M, N, K, batch, in/out channels, kernel area, stride area, a 2-byte (fp16, bf16) output
-    (0/1) and log2 groups."""
-    d = _shape_vector(a) - _shape_vector(b)
-    return float(np.sqrt(np.sum(_SHAPE_WEIGHTS * d * d)))
+    """``workload_distances`` of one pair."""
+    return float(workload_distances(a, [b])[0])
+
+
+def workload_distances(workload: Conv2dWorkload, others) -> np.ndarray:
+    """How far ``workload`` is from each of ``others`` for config transfer: weighted Euclidean
+    distance of log2 M, N, K, batch, in/out channels, kernel area, stride area, a 2-byte (fp16,
+    bf16) output (0/1) and log2 groups."""
+    d = np.array([_shape_vector(w) for w in others]).reshape(len(others), -1) - _shape_vector(workload)
+    return np.sqrt(np.sum(_SHAPE_WEIGHTS * d * d, axis=1))
 
 
 @dataclass
@@ -131,9 +136,8 @@ class ZeroShotModel:
     def nearest(self, workload: Conv2dWorkload, n: int = NEAREST_WORKLOADS) -> list[Conv2dWorkload]:
         """The ``n`` known workloads nearest ``workload`` (itself excluded), nearest first."""
         known = [w for w in self.best if w != workload]
-        d = np.array([_shape_vector(w) for w in known]).reshape(len(known), -1) - _shape_vector(workload)
-        far = np.sqrt(np.sum(_SHAPE_WEIGHTS * d * d, axis=1)).tolist()  # workload_distance's: a row's sum is np.sum's
-        return [known[i] for i in sorted(range(len(known)), key=lambda i: (far[i], str(known[i])))[:n]]
+        far = dict(zip(known, workload_distances(workload, known).tolist()))
+        return sorted(known, key=lambda w: (far[w], str(w)))[:n]
 
     def to_dict(self) -> dict:
         return {"scope": self.scope, "gpu": gpu_key(self.gpu), "sources": self.sources, "rows": self.rows,
@@ -391,9 +395,6 @@ def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None)
     return picks[0] if picks else None
 
 
-__all__ = [
-    "MODEL_FORMAT", "MODEL_FILE", "Candidates", "ZeroShotModel",
-    "zero_shot_configs", "zero_shot_config", "shipped_log_files",
-    "model_path", "signature", "stale_reason", "stored_models", "stored_model", "candidates",
-    "workload_distance", "margin",
-]
+__all__ = ["MODEL_FORMAT", "MODEL_FILE", "Candidates", "ZeroShotModel", "zero_shot_configs", "zero_shot_config",
+           "shipped_log_files", "model_path", "signature", "stale_reason", "stored_models", "stored_model",
+           "candidates", "workload_distance", "workload_distances", "margin"]

@@ -10,7 +10,6 @@ workload; a plain one's spec does not mention it, so its string is what it alway
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from dataclasses import replace as _replace
@@ -189,7 +188,7 @@ class Conv2dWorkload:
         """Parse ``key=value,...``; pairs/quads inside a value are joined by 'x' (pad=1x2)."""
         if not isinstance(spec, str) or not spec.strip():
             raise ValueError("empty workload spec")
-        return _parsed(cls, spec)
+        return dense_workloads.cached_parse(cls, spec)
 
     @classmethod
     def _parse(cls, spec: str) -> "Conv2dWorkload":
@@ -229,13 +228,6 @@ class Conv2dWorkload:
 
     def replace(self, **changes) -> "Conv2dWorkload":
         return _replace(self, **changes)
-
-
-# A log names each workload in every record and a stored zero-shot model in each of its best
-# lists: one parse per distinct spec (workloads are frozen, so one object serves every caller).
-@functools.lru_cache(maxsize=4096)
-def _parsed(cls, spec: str):
-    return cls._parse(spec)
 
 
 # ---- presets ------------------------------------------------------------

@@ -174,7 +174,7 @@ class DenseWorkload:
         """Parse "dense:m=..,n=..,k=..[,batch=..][,b=kn|nk][,dtype=..][,b_dtype=..][,out_dtype=..][,epilogue=..]"."""
         if not isinstance(spec, str) or not spec.strip().startswith(PREFIX):
             raise ValueError(f"a dense workload spec starts with {PREFIX!r}, got {spec!r}")
-        return _parsed(cls, spec)
+        return cached_parse(cls, spec)
 
     @classmethod
     def _parse(cls, spec: str) -> "DenseWorkload":
@@ -193,9 +193,11 @@ class DenseWorkload:
         return cls(**{_SPEC_KEYS[key]: value for key, value in fields.items()})
 
 
-# One parse per distinct spec: a log names its workload in every record (frozen: one object serves all).
+# One parse per distinct spec and workload class: a log names its workload in every record and a
+# stored zero-shot model in each of its best lists (workloads are frozen: one object serves all).
 @functools.lru_cache(maxsize=4096)
-def _parsed(cls, spec: str):
+def cached_parse(cls, spec: str):
+    """``cls._parse(spec)``, once per distinct (class, spec)."""
     return cls._parse(spec)
 
 
