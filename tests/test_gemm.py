@@ -10,7 +10,7 @@ from matrix import operand_matrix
 from tc_autotune.search import cost_model
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.templates.tc_gemm.gemm import GemmView, Im2col, Operand, RowMajor, Transposed
+from tc_autotune.templates.tc_gemm.gemm import GemmView, Operand, RowMajor, Transposed
 from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR
 from tc_autotune.templates.tc_gemm.views import conv2d_view, view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
@@ -45,8 +45,6 @@ def test_conv2d_view_has_the_implicit_gemms_m_n_k(spec, mnk):
     assert view_of(wl) == view and view_of(view) is view
     assert tasks.CONV2D.space(wl, SM90).view == view
     assert conv2d_space(wl, SM90).view == view
-
-
 
 
 @pytest.mark.parametrize("spec", [
