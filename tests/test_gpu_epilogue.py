@@ -103,3 +103,23 @@ def test_the_pytorch_baseline_applies_the_epilogue_and_matches_the_reference(spe
     wl = workloads.get(spec)
     seconds, err = tasks.of(wl).baseline(wl, *task_arrays(wl), number=5, repeat=3, min_repeat_ms=1)
     assert err < 1e-2 and seconds is not None and seconds > 0
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_a_dense_bias_baseline_is_nn_linears_one_gemm_and_still_right(layout):
+    """A dense's bias is added inside cuBLASLt's GEMM, as ``nn.Linear`` adds it: one kernel per call
+    (with a GELU after it, two), not the GEMM plus an add a PyTorch model never launches."""
+    from tc_autotune.measure import baseline
+    from tc_autotune.measure.profiler import kernel_table
+    from tc_autotune.tuning.benchmark import task_arrays
+
+    if not baseline.available():
+        pytest.skip("needs PyTorch with CUDA")
+    for fused, kernels in (("bias", 1), ("bias_gelu", 2)):
+        wl = workloads.get(f"dense:m=64,n=512,k=256,b={layout},out_dtype=float16,epilogue={fused}")
+        *inputs, reference = task_arrays(wl)
+        run, out = baseline.cublas_dense(wl, *inputs)
+        assert relative_l2_error(out, reference) < 1e-2
+        launched = [row for row in kernel_table(run, iters=5) if not row.name.startswith("Memset")]
+        assert not any("add" in row.name.lower() and "bias" not in row.name.lower() for row in launched), launched
+        assert sum(row.launches for row in launched) == kernels, launched

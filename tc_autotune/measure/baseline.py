@@ -4,7 +4,8 @@ output and epilogue too), every other one's in fp16 (``torch_dtype``); an fp8 de
 ``torch._scaled_mm`` (cuBLASLt's fp8 GEMM), writing the workload's output dtype.
 
 A fused workload's baseline is the conv (matmul) followed by its epilogue as PyTorch ops,
-unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplace=True)``):
+unfused, as a user writes it (torchvision's ResNet: in-place adds, ``ReLU(inplace=True)``; a
+dense's bias through ``F.linear``, as ``nn.Linear`` adds it, inside cuBLASLt's GEMM):
 ``mul_`` by scale, ``add_`` bias, ``add_`` the residual, ``relu_`` or ``gelu(approximate=
 "tanh")``, each its own kernel, in fp16 or bf16 (the conv's output dtype, with copies of the
 epilogue's inputs in it, as such a model holds them), timed with the conv as one unit.
@@ -127,7 +128,7 @@ def checked_cudnn_time(workload: Conv2dWorkload, *arrays, number: int = 20, repe
 def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
     """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 (bf16) tensors with
     fp16 (bf16) output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing),
-    then the epilogue's ops.  Reductions stay fp32, as ours (no reduced-precision split-K sums).
+    then the epilogue's ops; a bias without a scale before it through ``F.linear``, in the GEMM.  Reductions stay fp32, as ours (no reduced-precision split-K sums).
     fp8: ``scaled_mm_dense``."""
     if workload.scaled:
         return scaled_mm_dense(workload, data, weight, *epilogue_inputs)
@@ -140,14 +141,33 @@ def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, 
     if workload.b_layout == "nk":
         b = b.t()  # a transposed view: cuBLAS reads the (N, K) weight as is
 
-    finish = torch_epilogue(workload, epilogue_inputs, lambda t: t, lambda t: t)
+    fused = epilogue.parse(workload.epilogue)
+    if fused.bias and not fused.scale:
+        # nn.Linear's way (F.linear: addmm), which cuBLASLt runs with the bias added in the GEMM's
+        # epilogue; a separate add would charge the baseline a kernel no PyTorch model launches
+        rest, arrays, bias = _bias_apart(workload, epilogue_inputs, torch_dtype(workload))
+        finish = torch_epilogue(rest, arrays, lambda t: t, lambda t: t)
 
-    def run():
-        return finish(torch.matmul(a, b))
+        def run():
+            return finish(torch.nn.functional.linear(a, b.t(), bias))
+    else:
+        finish = torch_epilogue(workload, epilogue_inputs, lambda t: t, lambda t: t)
+
+        def run():
+            return finish(torch.matmul(a, b))
 
     out = run()
     torch.cuda.synchronize()
     return run, out.float().cpu().numpy()
+
+
+def _bias_apart(workload, epilogue_inputs, dtype, device="cuda"):
+    """(the workload without its epilogue's bias, the other epilogue inputs, the bias as a ``dtype``
+    device tensor): for a baseline whose GEMM adds the bias itself."""
+    fused = epilogue.parse(workload.epilogue)
+    rest = replace(workload, epilogue=str(replace(fused, bias=False)))
+    arrays = [array for name, array in zip(fused.inputs, epilogue_inputs) if name != "bias"]
+    return rest, arrays, device_tensor(epilogue_inputs[fused.inputs.index("bias")], dtype, device)
 
 
 def scaled_mm_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, scale_a: np.ndarray,
@@ -172,9 +192,8 @@ def scaled_mm_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarra
     fused = epilogue.parse(workload.epilogue)
     # what _scaled_mm fuses: a bias of a 2-byte output, unless the epilogue's scale comes before it
     fuse_bias = fused.bias and not fused.scale and out_dtype != torch.float32
-    rest = replace(workload, epilogue=str(replace(fused, bias=False))) if fuse_bias else workload
-    arrays = [a for name, a in zip(fused.inputs, epilogue_inputs) if not (fuse_bias and name == "bias")]
-    bias = device_tensor(epilogue_inputs[fused.inputs.index("bias")], out_dtype, device) if fuse_bias else None
+    rest, arrays, bias = _bias_apart(workload, epilogue_inputs, out_dtype, device) if fuse_bias else (
+        workload, epilogue_inputs, None)
     finish = torch_epilogue(rest, arrays, lambda t: t, lambda t: t.reshape(-1, workload.n), out_dtype, device)
 
     def run():
