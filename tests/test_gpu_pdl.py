@@ -8,8 +8,10 @@ workspace), TIR wmma, and the config a build chooses.  A kernel that read its in
 one before it had finished would read the NaNs each run starts with.  And the PyTorch path binds
 PDL kernels unless ``TC_AUTOTUNE_PDL=0``.
 
-Not checked here (the probe ``lab/probes/pdl_chain.py`` shows it): whether TVM's runtime really
-adds the PDL launch attribute on its cluster launch path; correctness does not depend on it."""
+Not checked here: whether the launches really overlap (hardware may start a kernel late), for
+the cluster launch of split-K too (TVM 0.27's runtime appends the PDL attribute after the cluster
+one, by its disassembly).  ``lab/probes/pdl_chain.py``'s "started early" column shows it;
+correctness does not depend on it."""
 
 import math
 import sys

@@ -5,9 +5,12 @@ the plain chain's), then the median wall time per replay (after warm-up; the two
 turn, several rounds), and the sum of the kernels' device times from the profiler
 (``measure.profiler``, eager calls).  A PDL kernel's device time counts from its early start, so
 its sum includes the time its blocks wait: compare the wall times; the gap between the plain
-chain's wall time and its device sum is what PDL can hide (launch gaps, prologues).
+chain's wall time and its device sum is what PDL can hide (launch gaps, prologues).  "started
+early" counts the kernels of one profiled replay that started before the one before them ended:
+0 without PDL; with it, the launches that really overlapped (TVM's runtime launches a cluster
+kernel, split-K's, through the same attribute list: this shows it does).
 
-    python lab/probes/pdl_chain.py                              # a 3x3 conv chain and a dense chain
+    python lab/probes/pdl_chain.py                              # two 3x3 conv chains and a dense chain
     python lab/probes/pdl_chain.py --layers 60 "n=1,h=14,w=14,c=256,k=256,r=3,s=3,pad=1,out_dtype=float16,epilogue=bias_relu"
     python lab/probes/pdl_chain.py --model resnet50 --batch 1   # the whole model, optimized (TC_AUTOTUNE_PDL)
 
@@ -29,8 +32,11 @@ from tc_autotune.core import tasks
 from tc_autotune.measure.profiler import kernel_table
 from tc_autotune.workloads.conv2d import get
 
-CHAINS = ("n=1,h=14,w=14,c=256,k=256,r=3,s=3,pad=1,out_dtype=float16,epilogue=bias_relu",
-          "dense:m=16,n=4096,k=4096,b=nk,out_dtype=float16,epilogue=bias")
+# ResNet-50 3x3 convs at batch 1 (the first's record on the H100: warp-specialized, split-K over a
+# cluster of 4), and a dense whose record there is TIR mma with split-K (two kernels a layer)
+CHAINS = ("n=1,h=28,w=28,c=128,k=128,r=3,s=3,pad=1,out_dtype=float16,epilogue=bias_relu",
+          "n=1,h=14,w=14,c=256,k=256,r=3,s=3,pad=1,out_dtype=float16,epilogue=bias_relu",
+          "dense:m=16,n=4096,k=4096,b=nk,dtype=bfloat16,out_dtype=bfloat16")
 
 
 class Chain:
@@ -108,11 +114,29 @@ def device_profile(fn) -> tuple[float, float]:
     return sum(r.seconds for r in rows) * 1e6, sum(r.launches for r in rows)
 
 
-def row(name: str, wall: dict, profiles: dict) -> str:
-    """A table row: wall times per replay, what PDL saves, the device-time sums (``device_profile``)."""
+def started_early(fn) -> str:
+    """"k/n": of the n device activities (kernels, copies) of one profiled ``fn()`` (a replay), the
+    k that started before the one before them ended."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    early = sum(start < spans[i - 1][1] for i, (start, _) in enumerate(spans) if i)
+    return f"{early}/{len(spans)}"
+
+
+def row(name: str, wall: dict, profiles: dict, early: dict) -> str:
+    """A table row: wall times per replay, what PDL saves, the device-time sums (``device_profile``)
+    and the kernels that started early (``started_early``)."""
     saved, kernels = wall[False] - wall[True], profiles[False][1]
     return (f"| {name} | {kernels:.0f} | {wall[False]:.1f} | {wall[True]:.1f} | {saved:+.1f} "
-            f"({saved / kernels:+.2f}/kernel) | {profiles[False][0]:.1f} | {profiles[True][0]:.1f} |")
+            f"({saved / kernels:+.2f}/kernel) | {profiles[False][0]:.1f} | {profiles[True][0]:.1f} | "
+            f"{early[False]} / {early[True]} |")
 
 
 def chain_row(spec: str, layers: int, iters: int, rounds: int) -> str:
@@ -130,10 +154,11 @@ def chain_row(spec: str, layers: int, iters: int, rounds: int) -> str:
     assert all(torch.equal(a, b) for a, b in zip(results[True], results[False])), "PDL's outputs differ"
     wall = median_us(replays, iters, rounds)
     profiles = {on: device_profile(lambda on=on: chain.run(on)) for on in (False, True)}
+    early = {on: started_early(replay) for on, replay in replays.items()}
     config = chain.kernels[True].config
     kind = ("warp-specialized" + (" persistent" if config.warp_specialized == 2 else "") if config.warp_specialized
             else config.intrinsic) + (f", split-K {config.split_k}" if config.split_k > 1 else "")
-    return row(f"{layers} x {spec} ({kind})", wall, profiles)
+    return row(f"{layers} x {spec} ({kind})", wall, profiles, early)
 
 
 def model_row(name: str, batch: int, iters: int, rounds: int) -> str:
@@ -156,7 +181,8 @@ def model_row(name: str, batch: int, iters: int, rounds: int) -> str:
     os.environ.pop(build_cache.PDL_ENV)
     assert torch.equal(outputs[True], outputs[False]), "the PDL model's output differs"
     wall = median_us(replays, iters, rounds)
-    return row(f"{name} batch {batch} (optimized: {len(pdl_layers)} layers on our kernels)", wall, profiles)
+    early = {on: started_early(replay) for on, replay in replays.items()}
+    return row(f"{name} batch {batch} (optimized: {len(pdl_layers)} layers on our kernels)", wall, profiles, early)
 
 
 def main() -> None:
@@ -172,8 +198,9 @@ def main() -> None:
     if not has_pdl(gpu.arch):
         raise SystemExit(f"PDL needs sm_90 or above; this GPU is {gpu.name} ({gpu.arch})")
     print(f"{gpu.name}: CUDA-graph replay, median of {args.rounds} rounds of {args.iters}; us per replay\n")
-    print("| chain | kernels per replay | wall, plain | wall, PDL | PDL saves | device sum, plain | device sum, PDL |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| chain | kernels per replay | wall, plain | wall, PDL | PDL saves | device sum, plain | device sum, PDL "
+          "| started early, plain / PDL |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for spec in args.specs:
         print(chain_row(spec, args.layers, args.iters, args.rounds), flush=True)
     if args.model:
