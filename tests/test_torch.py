@@ -128,7 +128,7 @@ def test_scale_without_bias_and_unknown_activations_are_errors():
 def test_conv2d_and_dense_pass_the_epilogue_inputs_in_kernel_order(monkeypatch):
     calls = []
     _pretend_a_gpu(monkeypatch)
-    monkeypatch.setattr(functional, "_cached_kernel", lambda wl, logs: lambda *args, out: calls.append((wl, args, out)))
+    monkeypatch.setattr(functional, "_cached_kernel", lambda wl, logs, *_: lambda *args, out: calls.append((wl, args, out)))
     data, weight, scale, bias, residual = fake((2, 4, 4, 16)), fake((1, 1, 16, 32)), "s", "b", "r"
     tc.conv2d(data, weight, out_dtype="float16", scale=scale, bias=bias, residual=residual, activation="relu")
     a, linear = fake((3, 5, 64)), fake((96, 64))

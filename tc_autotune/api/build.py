@@ -32,20 +32,23 @@ def resolve_config(workload, config, gpu: GpuInfo):
     return config
 
 
-def build_conv2d(workload, config=None, target=None) -> Kernel:
+def build_conv2d(workload, config=None, target=None, pdl: bool = False) -> Kernel:
     """Build the Tensor Core conv2d for ``workload`` (a Conv2dWorkload, preset name or spec).
 
     ``config=None`` takes the best record of the active tuning logs, else the
     space's default config.  ``target`` defaults to CUDA for the local GPU
     (sm_90 without one); a TVM target or an arch string ("sm_80") is accepted.
+    ``pdl=True``: launched with Programmatic Dependent Launch (sm_90+, ignored before), for a
+    chain of kernels in one stream; off by default, so that a kernel timed alone is the one
+    its records timed.
     """
-    return build(_of_type(workload, Conv2dWorkload), config, target)
+    return build(_of_type(workload, Conv2dWorkload), config, target, pdl)
 
 
-def build_dense(workload, config=None, target=None) -> Kernel:
+def build_dense(workload, config=None, target=None, pdl: bool = False) -> Kernel:
     """Build the Tensor Core dense for ``workload`` (a DenseWorkload, dense preset or
-    "dense:..." spec); ``config`` and ``target`` as ``build_conv2d`` takes them."""
-    return build(_of_type(workload, DenseWorkload), config, target)
+    "dense:..." spec); ``config``, ``target`` and ``pdl`` as ``build_conv2d`` takes them."""
+    return build(_of_type(workload, DenseWorkload), config, target, pdl)
 
 
 def _of_type(workload, workload_type: type):
@@ -55,7 +58,7 @@ def _of_type(workload, workload_type: type):
     return workload
 
 
-def build(workload, config=None, target=None) -> Kernel:
+def build(workload, config=None, target=None, pdl: bool = False) -> Kernel:
     """Build the kernel of any task's ``workload`` (see ``build_conv2d``)."""
     workload = get(workload)
     if target is None:
@@ -72,4 +75,4 @@ def build(workload, config=None, target=None) -> Kernel:
         gpu = local if local.arch == arch else gpu_for_arch(arch)
     if config is None:
         config = best_or_default_config(workload, gpu, verify=verify_record)
-    return compile_kernel(workload, resolve_config(workload, config, gpu), gpu)
+    return compile_kernel(workload, resolve_config(workload, config, gpu), gpu, pdl=pdl)

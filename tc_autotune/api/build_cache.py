@@ -19,6 +19,10 @@ lowering (~0.1-1 s) and nvcc (~1-3 s).  A model needs dozens, so:
 The cache is a plain folder (``TC_AUTOTUNE_CACHE_DIR``, else ``~/.cache/tc-autotune``): entries
 are written atomically (the ``.json`` last, as the commit marker), so concurrent processes can
 share it and deleting it is always safe.
+
+``pdl``: the kernel launched with Programmatic Dependent Launch (``api.kernel``; sm_90+, ignored
+elsewhere), a module of its own in the cache.  Off by default here; what models run asks for it
+(``model_pdl``: on unless ``TC_AUTOTUNE_PDL=0``).
 """
 
 from __future__ import annotations
@@ -47,12 +51,13 @@ from ..core import tasks
 from ..search import zero_shot
 from ..backends.cuda.nvcc import nvcc_version
 from ..backends.cuda.gpu import GpuInfo, default_gpu
-from .kernel import Kernel, build_arch, compile_kernel, verify_record
+from .kernel import Kernel, build_arch, compile_kernel, uses_pdl, verify_record
 from ..workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when an entry's layout changes
+PDL_ENV = "TC_AUTOTUNE_PDL"  # "0": models' kernels are built without PDL (``model_pdl``)
 
 
 def cache_dir() -> Path:
@@ -94,10 +99,18 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
                    _file_states([*log_paths.shipped_log_files(), *([model] if model else [])]), code_fingerprint())
 
 
-def module_key(workload, config, arch: str) -> str:
-    """The key of the module the template makes of (workload, config) for ``arch``."""
+def model_pdl() -> bool:
+    """Whether the kernels a PyTorch model runs are built with PDL (``pytorch``, the torch path
+    of ``tc.conv2d`` / ``tc.dense``): yes unless the environment sets ``TC_AUTOTUNE_PDL=0``.
+    Read when a layer's kernel is bound or built, never per call."""
+    return os.environ.get(PDL_ENV, "1").strip() != "0"
+
+
+def module_key(workload, config, arch: str, pdl: bool = False) -> str:
+    """The key of the module the template makes of (workload, config) for ``arch``, launched with
+    PDL or not (two modules: never one for the other)."""
     return _digest("module", FORMAT, tasks.of(workload).name, str(workload), asdict(config), arch,
-                   code_fingerprint(), *_toolchain())
+                   {"pdl": bool(pdl)}, code_fingerprint(), *_toolchain())
 
 
 # ---- the two caches ------------------------------------------------------------------------
@@ -152,7 +165,7 @@ def store_module(key: str, kernel) -> None:
     _write(folder / f"{key}.cu", kernel.cuda_source.encode())
     _write(folder / f"{key}.cubin", kernel.cubin)
     meta = {"format": FORMAT, "workload": str(kernel.workload), "config": asdict(kernel.config),
-            "arch": kernel.arch, "built": time.time()}
+            "arch": kernel.arch, "pdl": kernel.pdl, "built": time.time()}
     _write(folder / f"{key}.json", json.dumps(meta).encode())
 
 
@@ -160,7 +173,7 @@ def _load_module(path: str):
     return tvm.runtime.load_module(path)
 
 
-def cached_module(key: str, workload, config, arch: str):
+def cached_module(key: str, workload, config, arch: str, pdl: bool = False):
     """The kernel of a committed entry, or None (a miss, or a library this process cannot load)."""
     folder = cache_dir() / "modules"
     meta = _read_json(folder / f"{key}.json")
@@ -173,7 +186,7 @@ def cached_module(key: str, workload, config, arch: str):
         log.debug("build cache: cannot load %s: %s", key[:12], err)
         return None
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
-    return Kernel(workload, config, target, module, cubin, source_path=str(folder / f"{key}.cu"))
+    return Kernel(workload, config, target, module, cubin, source_path=str(folder / f"{key}.cu"), pdl=pdl)
 
 
 # ---- one kernel, many kernels --------------------------------------------------------------
@@ -189,30 +202,34 @@ def choose(workload, gpu: GpuInfo, logs: tuple) -> apply.ConfigChoice:
     return choice
 
 
-def _lookup(workload, gpu: GpuInfo, logs: tuple, choice: apply.ConfigChoice | None):
-    """(module key, cached kernel or None) of ``workload``'s chosen config."""
+def _lookup(workload, gpu: GpuInfo, logs: tuple, choice: apply.ConfigChoice | None, pdl: bool = False):
+    """(module key, cached kernel or None) of ``workload``'s chosen config (``pdl``: as
+    ``uses_pdl`` decided it)."""
     arch = build_arch(workload, choice.config, gpu)
-    key = module_key(workload, choice.config, arch)
-    return key, cached_module(key, workload, choice.config, arch)
+    key = module_key(workload, choice.config, arch, pdl)
+    return key, cached_module(key, workload, choice.config, arch, pdl)
 
 
-def kernel(workload, gpu: GpuInfo | None = None, logs: tuple | None = None, warn: bool = True):
+def kernel(workload, gpu: GpuInfo | None = None, logs: tuple | None = None, warn: bool = True,
+           pdl: bool = False):
     """The kernel ``build`` would make for ``workload`` with no config given (the best record
     of ``logs``, default the active logs; else zero-shot; else the default config), loaded from
     the disk cache when it holds it, else built now and stored.  An untuned workload warns
-    (``NoTunedConfigWarning``), cached or not."""
+    (``NoTunedConfigWarning``), cached or not.  ``pdl``: launched with Programmatic Dependent
+    Launch where the GPU has it (the same config: records are timed plain, ``api.kernel``)."""
     workload = get_workload(workload)
     gpu = gpu or default_gpu()
+    pdl = uses_pdl(pdl, gpu)  # sm_80's "PDL" build is the plain one: one module, one key
     logs = apply.active_logs() if logs is None else logs
     choice = choose(workload, gpu, logs)
     if warn and choice.source != "record":
         warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the {choice.source} "
                       "config (tune it for the best kernel)", apply.NoTunedConfigWarning, stacklevel=2)
-    key, found = _lookup(workload, gpu, logs, choice)
+    key, found = _lookup(workload, gpu, logs, choice, pdl)
     if found is not None:
         return found
     start = time.time()
-    built = compile_kernel(workload, choice.config, gpu)
+    built = compile_kernel(workload, choice.config, gpu, pdl=pdl)
     PHASES["lower+nvcc"] = PHASES.get("lower+nvcc", 0.0) + time.time() - start
     start = time.time()
     store_module(key, built)
@@ -223,13 +240,14 @@ def kernel(workload, gpu: GpuInfo | None = None, logs: tuple | None = None, warn
 PHASES: dict[str, float] = {}  # seconds this process spent in each phase of building (for reports)
 
 
-def cached_kernel(workload, gpu: GpuInfo, logs: tuple):
+def cached_kernel(workload, gpu: GpuInfo, logs: tuple, pdl: bool = False):
     """The kernel of ``workload`` if both caches hold it, else None (nothing is built)."""
     choice = cached_choice(choice_key(workload, gpu, logs), workload)
-    return None if choice is None else _lookup(workload, gpu, logs, choice)[1]
+    return None if choice is None else _lookup(workload, gpu, logs, choice, uses_pdl(pdl, gpu))[1]
 
 
-def _build_in_worker(spec: str, gpu: GpuInfo, logs: tuple, submitted: float = 0.0) -> dict[str, float]:
+def _build_in_worker(spec: str, gpu: GpuInfo, logs: tuple, submitted: float = 0.0,
+                     pdl: bool = False) -> dict[str, float]:
     """A worker process: choose, lower, compile and export one workload into the cache; returns
     the seconds of each phase (``waited``: from submission to the start, spawn and imports
     included for a worker's first workload)."""
@@ -238,34 +256,35 @@ def _build_in_worker(spec: str, gpu: GpuInfo, logs: tuple, submitted: float = 0.
     workload = get_workload(spec)
     choose(workload, gpu, logs)
     PHASES["choose"] = time.time() - start
-    kernel(workload, gpu, logs, warn=False)
+    kernel(workload, gpu, logs, warn=False, pdl=pdl)
     return {"waited": start - submitted if submitted else 0.0, **PHASES}
 
 
-def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, logs: tuple | None = None) -> dict:
+def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, logs: tuple | None = None,
+            pdl: bool = False) -> dict:
     """``{workload: kernel}`` for every workload (duplicates built once): cache hits are loaded
     here; the misses are built by ``workers`` spawned processes (default: one per core) in
     parallel, then loaded.  A workload that cannot be built is left out of the result, with a
     warning naming it and why.  No ``NoTunedConfigWarning``s: ``untuned`` tells the caller.
-    ``logs``: the active log sets (default: now's)."""
+    ``logs``: the active log sets (default: now's); ``pdl``: as ``kernel`` takes it."""
     gpu = gpu or default_gpu()
     logs = apply.active_logs() if logs is None else logs
     wanted = list(dict.fromkeys(get_workload(w) for w in workloads))
-    found = {w: k for w in wanted if (k := cached_kernel(w, gpu, logs)) is not None}
+    found = {w: k for w in wanted if (k := cached_kernel(w, gpu, logs, pdl)) is not None}
     missing = [w for w in wanted if w not in found]
     if missing:
         start = time.time()
         workers = max(1, min(len(missing), workers or os.cpu_count() or 1))
         log.info("building %d kernels in %d processes", len(missing), workers)
         phases: dict[str, list[float]] = {}
-        for workload, error, seconds in _build_all(missing, gpu, logs, workers):
+        for workload, error, seconds in _build_all(missing, gpu, logs, workers, pdl):
             for phase, value in seconds.items():
                 phases.setdefault(phase, []).append(value)
             if error is not None:
                 warnings.warn(f"cannot build the kernel of {workload}: {error}", RuntimeWarning, stacklevel=2)
                 continue
             try:
-                found[workload] = kernel(workload, gpu, logs, warn=False)
+                found[workload] = kernel(workload, gpu, logs, warn=False, pdl=pdl)
             except Exception as err:  # noqa: BLE001 (built in a worker, but not loadable here)
                 warnings.warn(f"cannot build the kernel of {workload}: {err}", RuntimeWarning, stacklevel=2)
         log.info("built %d kernels in %.1f s (%s)", len(missing), time.time() - start,
@@ -273,15 +292,15 @@ def kernels(workloads, gpu: GpuInfo | None = None, workers: int | None = None, l
     return {w: found[w] for w in wanted if w in found}
 
 
-def _build_all(workloads, gpu: GpuInfo, logs: tuple, workers: int):
+def _build_all(workloads, gpu: GpuInfo, logs: tuple, workers: int, pdl: bool = False):
     """(workload, None or the error, seconds per phase) of building each into the cache,
     ``workers`` at a time."""
     if workers == 1:
         for workload in workloads:
-            yield (workload, *_outcome(lambda: _build_in_worker(str(workload), gpu, logs)))
+            yield (workload, *_outcome(lambda: _build_in_worker(str(workload), gpu, logs, pdl=pdl)))
         return
     with cf.ProcessPoolExecutor(workers, mp_context=_worker_context()) as pool, _main_not_rerun():
-        futures = [pool.submit(_build_in_worker, str(w), gpu, logs, time.time()) for w in workloads]
+        futures = [pool.submit(_build_in_worker, str(w), gpu, logs, time.time(), pdl) for w in workloads]
         for workload, future in zip(workloads, futures):
             yield (workload, *_outcome(future.result))
 

@@ -2,9 +2,10 @@
 
 The kernel of a workload is the one ``build`` would make with no config (best record of the
 active logs, else zero-shot), taken from the disk cache (``build_cache``) and kept for the
-process.  torch tensors on a GPU take the cached launch of ``pytorch.ops`` (no workload is made
-or parsed per call, and ``torch.compile`` sees the ``tc_autotune`` custom ops); numpy, TVM and
-other DLPack arrays go through ``Kernel.__call__``.
+process; for torch tensors, built with PDL as a model's layers are (``build_cache.model_pdl``).
+torch tensors on a GPU take the cached launch of ``pytorch.ops`` (no workload is made or parsed
+per call, and ``torch.compile`` sees the ``tc_autotune`` custom ops); numpy, TVM and other
+DLPack arrays go through ``Kernel.__call__``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from .kernel import _gpu_of, _is_torch, require_gpu
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_kernel(workload, logs: tuple[tuple[str, bool], ...]):
-    return build_cache.kernel(workload, logs=logs)
+def _cached_kernel(workload, logs: tuple[tuple[str, bool], ...], pdl: bool = False):
+    return build_cache.kernel(workload, logs=logs, pdl=pdl)
 
 
 def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *,
@@ -76,5 +77,7 @@ def _run(workload, out, *inputs):
     """The cached kernel of ``workload`` on the operands and the epilogue's given inputs."""
     if _gpu_of(inputs) is None:
         require_gpu()  # host operands go to GPU 0: say there is none before building a kernel
-    kernel = _cached_kernel(workload, active_logs())
+    # torch tensors: a model's call, launched with PDL as its layers' (``pytorch.ops``)
+    pdl = any(_is_torch(x) for x in (*inputs, out)) and build_cache.model_pdl()
+    kernel = _cached_kernel(workload, active_logs(), pdl)
     return kernel(*(x for x in inputs if x is not None), out=out)

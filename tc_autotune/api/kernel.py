@@ -7,6 +7,13 @@ Here the code a config generates is known, so here records are checked against i
 since it was stamped) hashes the code it lowered anyway, and uses the record only where that is
 the code the record timed (``database.record``).  ``code_hashes`` does the same for
 ``tc-records --restamp``, many configs at once.
+
+A kernel may be built with Programmatic Dependent Launch (``pdl``, sm_90+: ``tc_gemm.pdl``), so
+that in a stream of kernels (a model) it starts while the one before it finishes.  Records are
+always of the plain build: the tuner's runner times a kernel alone, where PDL has nothing to
+overlap, and a PDL build of a record's config is the same main loop launched differently.  So
+everything that checks or stamps records (``verify_record``, ``code_hash_of``, ``code_hashes``)
+lowers the plain code, and a PDL build never notes its code hash for them.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ import tvm_ffi
 from ..backends.cuda import code_hash as code_keys
 from ..backends.cuda import nvcc, tensormap, tensormap_bf16, timer
 from ..core import tasks
-from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, probe_local_gpu
+from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, has_pdl, probe_local_gpu
 from ..workloads.conv2d import get
 # The default template's TVM side: importing its schedule registers its lowering of each task.
 from ..templates.tc_gemm import schedule  # noqa: F401
@@ -46,6 +53,7 @@ class Kernel:
     executable: object  # tvm.runtime.Executable, or the runtime Module loaded from the build cache
     cubin: bytes
     source_path: str | None = None  # the CUDA source of a loaded module (its library keeps none)
+    pdl: bool = False  # launched with Programmatic Dependent Launch (``compile_kernel``)
     _workspaces: tuple = field(default=(), repr=False, compare=False)
     _main: object = field(default=None, repr=False, compare=False)
     _torch_launches: dict = field(default_factory=dict, repr=False, compare=False)
@@ -86,7 +94,8 @@ class Kernel:
 
     @property
     def code_hash(self) -> str:
-        """The key of this kernel's code (``backends.cuda.code_hash``): what its records carry."""
+        """The key of this kernel's code (``backends.cuda.code_hash``): what its records carry
+        (a PDL build's is its own code's, which no record carries: records time plain builds)."""
         return kernel_code_hash(self.workload, self.config, self.arch, self.cuda_source)
 
     def _function(self):
@@ -239,20 +248,30 @@ def build_arch(workload, config, gpu: GpuInfo) -> str:
     return tasks.of(workload).template.build_arch(config, gpu.arch)
 
 
+def uses_pdl(pdl: bool, gpu: GpuInfo) -> bool:
+    """Whether a build asked for ``pdl`` gets it on ``gpu``: sm_90 and above (``has_pdl``); on
+    older GPUs there is no ``griddepcontrol`` and the option is ignored."""
+    return bool(pdl) and has_pdl(gpu.arch)
+
+
 def compile_kernel(workload, config, gpu: GpuInfo,
-                   nvcc_timeout: float | None = None) -> Kernel:
-    """Lower a resolved config and compile its cubin (into the disk cache).
+                   nvcc_timeout: float | None = None, pdl: bool = False) -> Kernel:
+    """Lower a resolved config and compile its cubin (into the disk cache).  ``pdl``: launched
+    with Programmatic Dependent Launch where the GPU has it (``uses_pdl``; the module docstring).
 
     Our nvcc callback is installed before building: where TVM has a CUDA runtime it compiles
     at build time through whatever callback is registered then (else NVRTC), and the binary
     must not depend on what the process happened to build or run before: NVRTC's ptxas makes
     other code than nvcc's, so one config would time differently by the process's history.
     """
-    target, executable = lower(workload, config, gpu)
+    pdl = uses_pdl(pdl, gpu)
+    target, executable = lower(workload, config, gpu, pdl)
     source = executable.mod.imports[0].inspect_source()
-    cubin = nvcc.compile_cubin(source, build_arch(workload, config, gpu), nvcc_timeout)
-    code_keys.remember(workload, config, gpu.arch, kernel_code_hash(workload, config, build_arch(workload, config, gpu), source))
-    return Kernel(workload, config, target, executable, cubin)
+    arch = build_arch(workload, config, gpu)
+    cubin = nvcc.compile_cubin(source, arch, nvcc_timeout)
+    if not pdl:  # the code records key: a PDL build's is never theirs (the module docstring)
+        code_keys.remember(workload, config, gpu.arch, kernel_code_hash(workload, config, arch, source))
+    return Kernel(workload, config, target, executable, cubin, pdl=pdl)
 
 
 # (str(workload), config, build arch) -> (target, executable) of the last few lowerings: a build
@@ -261,17 +280,19 @@ _LOWERED: collections.OrderedDict = collections.OrderedDict()
 _LOWERED_MAX = 2
 
 
-def lower(workload, config, gpu: GpuInfo):
+def lower(workload, config, gpu: GpuInfo, pdl: bool = False):
     """(target, TVM Executable) of a resolved config: the template's lowering, with our nvcc
-    callback installed (see ``compile_kernel``)."""
+    callback installed (see ``compile_kernel``); ``pdl``: the PDL build (``uses_pdl``), which
+    never takes a lowering kept by ``code_hash_of`` (those are plain)."""
+    pdl = uses_pdl(pdl, gpu)
     arch = build_arch(workload, config, gpu)
     key = (str(workload), config, arch)
-    if key in _LOWERED:
+    if not pdl and key in _LOWERED:
         return _LOWERED.pop(key)  # each lowering serves one build
     target = tvm.target.Target({"kind": "cuda", "arch": arch})
     nvcc.install_compile_callback()
     with target:  # the callback compiles for this target's arch
-        executable = tasks.of(workload).lower(workload, config, target)
+        executable = tasks.of(workload).lower(workload, config, target, pdl)
     return target, executable
 
 
@@ -289,7 +310,8 @@ def kernel_code_hash(workload, config, arch: str, source: str) -> str:
 
 def code_hash_of(workload, config, gpu: GpuInfo) -> str:
     """The code hash of what the template generates today for (workload, config) on ``gpu``'s
-    arch (lowered, not compiled; the lowering is kept for a build that follows)."""
+    arch (lowered, not compiled; the lowering is kept for a build that follows).  Always the
+    plain build's: what records time (the module docstring)."""
     arch = build_arch(workload, config, gpu)
     found = code_keys.recall(workload, config, gpu.arch)
     if found is not None:

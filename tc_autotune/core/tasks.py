@@ -67,9 +67,10 @@ class Task:
         """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
         return ConfigSpace(workload, gpu, template=self.template)
 
-    def lower(self, workload, config, target):
-        """The template's TVM Executable for one (workload, config) (see ``Template.lowers``)."""
-        return self.template.lower(self.name, workload, config, target)
+    def lower(self, workload, config, target, pdl: bool = False):
+        """The template's TVM Executable for one (workload, config) (see ``Template.lowers``);
+        ``pdl``: launched with Programmatic Dependent Launch (``Template.lower``)."""
+        return self.template.lower(self.name, workload, config, target, pdl)
 
 
 _TASKS: dict[str, Task] = {}

@@ -117,19 +117,22 @@ class Template:
     def knob_names(self) -> tuple:
         return tuple(self.knobs)
 
-    def lower(self, task_name: str, workload, config, target):
+    def lower(self, task_name: str, workload, config, target, pdl: bool = False):
         """The TVM Executable of one (workload, config) of task ``task_name``: the lowering
         function registered for it with ``lowers`` (templates register theirs as their
-        TVM-importing modules load, so this module stays light)."""
+        TVM-importing modules load, so this module stays light).  ``pdl``: its kernels launched
+        with Programmatic Dependent Launch (sm_90+), which a lowering takes as ``pdl=True``; off, it
+        is called as before the option, so a template without PDL needs no change."""
         try:
             func = _LOWERINGS[(self.name, task_name)]
         except KeyError:
             raise KeyError(f"template {self.name!r} has no lowering for task {task_name!r} "
                            "(is its schedule module imported?)") from None
-        return func(workload, config, target)
+        return func(workload, config, target, pdl=True) if pdl else func(workload, config, target)
 
     def lowers(self, task_name: str):
-        """Decorator: ``func(workload, config, target)`` lowers task ``task_name``'s configs."""
+        """Decorator: ``func(workload, config, target[, pdl=True])`` lowers task ``task_name``'s
+        configs (``lower``)."""
         def register(func):
             _LOWERINGS[(self.name, task_name)] = func
             return func

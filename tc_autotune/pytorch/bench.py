@@ -181,7 +181,7 @@ def call_overhead(spec: str = "rfc-3x3-b1", calls: int = 200, repeats: int = 50)
     """Host microseconds per call of one conv, issued ``calls`` at a time (few enough that the
     GPU's queue never fills, so the loop's time is the host's), median of ``repeats``."""
     wl = workloads.get(spec)
-    kernel = build_cache.kernel(wl)
+    kernel = build_cache.kernel(wl, pdl=build_cache.model_pdl())  # the kernel the op paths below bind
     data = torch.randn(wl.data_shape, device="cuda").half()
     weight = torch.randn(wl.weight_shape, device="cuda").half() * 0.05
     out = torch.empty(wl.out_shape, device="cuda", dtype=getattr(torch, wl.out_dtype))

@@ -27,6 +27,10 @@ Eager code does not go through the dispatcher: ``conv2d_nhwc`` / ``dense_nk`` fi
 ``TorchLaunch`` in a dict by a cheap key (shapes, dtypes, device, epilogue, the active logs) and
 launch it: a few microseconds of Python.  While dynamo traces they call the op instead.
 
+The kernels are launched with Programmatic Dependent Launch on sm_90+ (each may start while the
+one before it in the stream finishes: ``build_cache.model_pdl``; ``TC_AUTOTUNE_PDL=0`` turns it
+off), read when a call's kernel is bound: nothing is added per call.
+
 A call the kernels cannot serve (CPU tensors, a dtype or layout they cannot take in place, a
 shape the template refuses) runs the same math with PyTorch's ops instead: correct, counted in
 ``fallbacks()`` and reported once per cause as a ``FallbackWarning``.
@@ -101,7 +105,7 @@ def _bind(key: tuple, workload_of_call, device: torch.device) -> TorchLaunch | V
     try:
         if device.type != "cuda":
             raise ValueError(f"the tensors are on {device}: the kernels run on CUDA GPUs")
-        found = TorchLaunch(build_cache.kernel(workload_of_call()), device)
+        found = TorchLaunch(build_cache.kernel(workload_of_call(), pdl=build_cache.model_pdl()), device)
     except ValueError as err:
         found = err
     _LAUNCHES[key] = found

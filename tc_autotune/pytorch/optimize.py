@@ -10,7 +10,9 @@ and the model with its conv2d / linear layers on the tuned kernels (``optimize``
 The model is traced with ``torch.fx`` (``fusion.find_layers`` says what each layer fuses);
 ``optimize`` returns a new ``GraphModule`` (the model itself is not changed) whose fusable
 layers are ``FusedConv2d`` / ``FusedLinear``.  With example inputs, the kernels of their
-shapes are built before it returns, in parallel and from the disk cache (``build_cache``).
+shapes are built before it returns, in parallel and from the disk cache (``build_cache``), launched
+with Programmatic Dependent Launch on sm_90+ as every layer's (``pytorch.ops``; ``TC_AUTOTUNE_PDL=0``:
+without).
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True) -> fx.Gr
     gm.recompile()
     if build and replaced:
         start = time.time()
-        report.workloads = list(build_cache.kernels(replaced))
+        report.workloads = list(build_cache.kernels(replaced, pdl=build_cache.model_pdl()))
         report.untuned = build_cache.untuned(report.workloads)
         report.build_seconds = time.time() - start
     for name, why in report.left.items():

@@ -82,6 +82,14 @@ def gpu_for_arch(arch: str = "sm_90") -> GpuInfo:
     return GpuInfo(name=f"generic {arch}", arch=arch, sm_count=sm_count, max_smem_per_block=smem, nominal=True)
 
 
+def has_pdl(arch: str) -> bool:
+    """Whether ``arch`` ("sm_90", "sm_90a", "sm_100a") has Programmatic Dependent Launch: a kernel
+    launched while its predecessor in the stream still runs, ordered by ``griddepcontrol``
+    (PTX ISA 7.8, sm_90 and above)."""
+    digits = arch.removeprefix("sm_").rstrip("af")
+    return digits.isdigit() and int(digits) >= 90
+
+
 @dataclass(frozen=True)
 class GpuProbe:
     """What ``probe_local_gpu`` found: the GPU, or None with ``problem`` saying why a GPU

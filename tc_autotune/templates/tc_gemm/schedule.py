@@ -25,6 +25,7 @@ from .intrinsic_paths import get as intrinsic_path
 from .knobs import TcGemmConfig
 from .packing import pack_groups
 from .path_schedules import drain_after
+from .pdl import compile_with_pdl
 from .template import TC_GEMM
 from .views import conv2d_view, dense_view
 from .warp_specialized.kernel import kernel_module
@@ -49,14 +50,15 @@ def schedule_conv2d(workload: Conv2dWorkload, config: TcGemmConfig) -> tvm.IRMod
     return schedule_gemm(conv2d_view(workload), config)
 
 
-def schedule_gemm(view: GemmView, config: TcGemmConfig) -> tvm.IRModule:
+def schedule_gemm(view: GemmView, config: TcGemmConfig, pdl: bool = False) -> tvm.IRModule:
     """The scheduled TensorIR module of one GEMM view and config: everything below reads
     the GEMM (blocks "A", "B", "C" and the output's) and the view, never the task's workload.
-    A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``).
-    group_pack > 1: the GEMMs of the view's packed groups (``packing``)."""
+    A warp-specialized config's kernel is written as CUDA instead (``warp_specialized``; with
+    ``pdl``, its variant that waits for the kernels before it: ``tc_gemm.pdl``).  group_pack > 1:
+    the GEMMs of the view's packed groups (``packing``)."""
     view = pack_groups(view, config.group_pack)
     if config.warp_specialized:
-        return kernel_module(view, config)
+        return kernel_module(view, config, pdl)
     sch = gemm_schedule(view, config)
     gemm = sch.get_sblock("C")
     out_block = sch.get_sblock(view.c.tensor)
@@ -139,19 +141,24 @@ PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
 @TC_GEMM.lowers(tasks.CONV2D.name)
-def lower_conv2d(workload: Conv2dWorkload, config: TcGemmConfig, target):
+def lower_conv2d(workload: Conv2dWorkload, config: TcGemmConfig, target, pdl: bool = False):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
-    return lower_gemm(conv2d_view(workload), config, target)
+    return lower_gemm(conv2d_view(workload), config, target, pdl)
 
 
 @TC_GEMM.lowers(tasks.DENSE.name)
-def lower_dense(workload: DenseWorkload, config: TcGemmConfig, target):
+def lower_dense(workload: DenseWorkload, config: TcGemmConfig, target, pdl: bool = False):
     """``lower_conv2d`` of a dense workload: the same template on its view."""
-    return lower_gemm(dense_view(workload), config, target)
+    return lower_gemm(dense_view(workload), config, target, pdl)
 
 
-def lower_gemm(view: GemmView, config: TcGemmConfig, target):
-    """``lower_conv2d`` of any task's GEMM view: a task's template is this on its view."""
-    mod = schedule_gemm(view, config)
+def lower_gemm(view: GemmView, config: TcGemmConfig, target, pdl: bool = False):
+    """``lower_conv2d`` of any task's GEMM view: a task's template is this on its view.  ``pdl``
+    (sm_90+): every kernel of the module launched with Programmatic Dependent Launch and waiting
+    for the kernels before it (``tc_gemm.pdl``); off, the build is exactly what it was without the
+    option."""
+    mod = schedule_gemm(view, config, pdl)
     with tvm.transform.PassContext(opt_level=3, config=PASS_CONFIG):
+        if pdl:  # a TIR kernel's waits come from the build's pass, the warp-specialized one's from its source
+            return compile_with_pdl(mod, target, waits=not config.warp_specialized)
         return tvm.compile(mod, target)

@@ -54,24 +54,26 @@ def smem_bytes(config: TcGemmConfig) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def plan(view: GemmView, config: TcGemmConfig) -> KernelPlan:
+def plan(view: GemmView, config: TcGemmConfig, pdl: bool = False) -> KernelPlan:
     """The kernel of one GEMM view and warp-specialized config, for any GPU of its arch: nothing
-    of it depends on the GPU's SM count (a persistent kernel reads it when it launches)."""
+    of it depends on the GPU's SM count (a persistent kernel reads it when it launches).  ``pdl``:
+    it waits for the kernels before it after initialising its barriers (``pipeline.init``)."""
     lay = block_layout(view, config)
     source = _head(lay)
     if not lay.persistent:
         source += tile_scheduler.block_tile(lay)
     consumer = _persistent_consumer(lay) if lay.persistent else _consumer(lay)
-    source += pipeline.init(lay) + _producer(lay) + _consumer_start(lay) + consumer
+    source += pipeline.init(lay, pdl) + _producer(lay) + _consumer_start(lay) + consumer
     return KernelPlan(NAME, source, tile_scheduler.grid(lay), PRODUCER_THREADS * (1 + lay.warpgroups),
                       smem_bytes(config), lay.a_box, lay.b_boxes[0], 2 if lay.multicast else lay.split, lay.c_box,
                       lay.persistent, lay.swapped)
 
 
-def kernel_module(view: GemmView, config: TcGemmConfig):
+def kernel_module(view: GemmView, config: TcGemmConfig, pdl: bool = False):
     """The IRModule TVM compiles for one GEMM view and warp-specialized config: ``plan``'s kernel
-    launched by ``tvm_module``'s PrimFunc."""
-    return tvm_module.ir_module(plan(view, config), view)
+    launched by ``tvm_module``'s PrimFunc (``pdl``: the kernel that waits; its launch is tagged
+    by the build, ``tc_gemm.pdl``)."""
+    return tvm_module.ir_module(plan(view, config, pdl), view)
 
 
 def _head(lay: BlockLayout) -> str:

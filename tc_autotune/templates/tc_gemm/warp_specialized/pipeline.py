@@ -45,10 +45,11 @@ def ring(lay: BlockLayout, after_stages: int) -> str:
   unsigned long long* empty = full + STAGES;"""
 
 
-def init(lay: BlockLayout) -> str:
+def init(lay: BlockLayout, pdl: bool = False) -> str:
     """Thread 0 initialises the barriers: *full* completes on thread 0's arrival with the stage's
     TMA bytes (and, gathered, the producer threads' cp.async arrivals); *empty* on every consumer
-    thread's arrival, or with multicast on each consumer warp's lane 0 of both blocks."""
+    thread's arrival, or with multicast on each consumer warp's lane 0 of both blocks.  ``pdl``:
+    then ``grid_dependency``'s waits (without it the text is the same as before the option)."""
     full_count = (PRODUCER_THREADS if lay.gather else 0) + 1
     empty_count = 2 * lay.consumers * 4 if lay.multicast else lay.consumers * 128
     if lay.multicast:
@@ -63,7 +64,18 @@ def init(lay: BlockLayout) -> str:
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
-  {sync}"""
+  {sync}""" + (grid_dependency() if pdl else "")
+
+
+def grid_dependency() -> str:
+    """Programmatic Dependent Launch (``tc_gemm.pdl``): every thread waits for the kernels before
+    this one (their writes visible) and then lets the next one start.  Placed after the barriers'
+    initialisation and its sync, which read no global memory (nor does anything before them: the
+    tile's coordinates, the ring's addresses), and before the roles part: the producer's first
+    TMA or cp.async load, the consumers' scale, bias, residual and C accesses all follow."""
+    return """
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL: the kernels before this one are done
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");  // PDL: the next one may start"""
 
 
 def producers(lay: BlockLayout) -> tuple[str, str]:
