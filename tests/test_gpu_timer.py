@@ -50,8 +50,10 @@ def test_gpu_the_timer_times_a_kernel_as_time_evaluator_does_less_its_launch_cos
     assert relative_l2_error(args[-1].numpy(), reference) < 1e-2  # the replays wrote the output
     evaluator = kernel.time_evaluator(number=20, repeat=20, min_repeat_ms=10)
     eager = statistics.median(list(evaluator(*args).results))
-    # no launch cost: at most the eager figure; an empty graph (launches elsewhere) would be ~0
-    assert 0.25 * eager < ours <= 1.05 * eager, (ours, eager)
+    # no launch cost: at most the eager figure.  An empty graph (launches elsewhere) would time
+    # ~0: this conv's kernel takes ~5 us on an H100, never under 1 us.  (Not a fraction of the eager
+    # figure: under a loaded host time_evaluator's eager launches cost 5x the kernel.)
+    assert 1e-6 < ours <= 1.05 * eager, (ours, eager)
 
 
 @pytest.mark.parametrize("spec", ["n=2,h=14,c=64,k=64,r=3,pad=1,dtype=float32", "rfc-3x3-b1"])
