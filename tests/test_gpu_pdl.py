@@ -6,7 +6,7 @@ each layer is within tolerance of its fp32 reference.  The kinds of kernel: warp
 a split-K cluster, persistent warp-specialized, TIR mma with split-K (two kernels and a
 workspace), TIR wmma, and the config a build chooses.  A kernel that read its input before the
 one before it had finished would read the NaNs each run starts with.  And the PyTorch path binds
-PDL kernels unless ``TC_AUTOTUNE_PDL=0``.
+PDL kernels where ``TC_AUTOTUNE_PDL=1``.
 
 Not checked here: whether the launches really overlap (hardware may start a kernel late), for
 the cluster launch of split-K too (TVM 0.27's runtime appends the PDL attribute after the cluster
@@ -249,7 +249,7 @@ def test_graph_replays_of_the_pdl_chain_equal_the_plain_chain_bit_for_bit(torch,
             assert torch.equal(out, want), f"replay {i}: {name} differs from the plain build's"
 
 
-def test_the_torch_ops_bind_pdl_kernels_unless_the_environment_says_0(torch, monkeypatch):
+def test_the_torch_ops_bind_pdl_kernels_where_the_environment_says_1(torch, monkeypatch):
     from tc_autotune.api import build_cache
     from tc_autotune.pytorch import ops
 
