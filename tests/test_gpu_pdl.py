@@ -215,15 +215,9 @@ def test_each_layer_is_within_tolerance_of_its_fp32_reference(torch, chain):
 def test_eager_pdl_runs_equal_the_plain_chain_bit_for_bit(torch, chain):
     inputs = _inputs(torch, chain)
     expected = _plain_runs(torch, chain, inputs)
-    got = []
-    for i in range(ITERATIONS):  # back to back: each run's first kernel overlaps the last one's tail
-        chain.buffers["x"].copy_(inputs[i % len(inputs)])
-        chain.run(pdl=True)
-        got.append(chain.snapshot())
-    torch.cuda.synchronize()
-    for i, run in enumerate(got):
-        for name, out, want in zip(chain.outputs, run, expected[i % len(inputs)]):
-            assert torch.equal(out, want), f"eager run {i}: {name} differs from the plain build's"
+    # back to back: each run's first kernel overlaps the last one's tail
+    got = _runs(torch, chain, inputs, lambda: chain.run(pdl=True))
+    _assert_equal(torch, chain, got, expected, "eager run")
 
 
 def test_graph_replays_of_the_pdl_chain_equal_the_plain_chain_bit_for_bit(torch, chain):
@@ -238,15 +232,26 @@ def test_graph_replays_of_the_pdl_chain_equal_the_plain_chain_bit_for_bit(torch,
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         chain.run(pdl=True)  # the NaN fills are in the graph too
+    got = _runs(torch, chain, inputs, graph.replay)
+    _assert_equal(torch, chain, got, expected, "replay")
+
+
+def _runs(torch, chain, inputs, run):
+    """``ITERATIONS`` runs (``run()``) on the inputs in turn, each run's outputs snapshotted."""
     got = []
     for i in range(ITERATIONS):
         chain.buffers["x"].copy_(inputs[i % len(inputs)])
-        graph.replay()
+        run()
         got.append(chain.snapshot())
     torch.cuda.synchronize()
+    return got
+
+
+def _assert_equal(torch, chain, got, expected, what):
+    """Every run's outputs bit for bit equal to the plain build's on the same input."""
     for i, run in enumerate(got):
-        for name, out, want in zip(chain.outputs, run, expected[i % len(inputs)]):
-            assert torch.equal(out, want), f"replay {i}: {name} differs from the plain build's"
+        for name, out, want in zip(chain.outputs, run, expected[i % len(expected)]):
+            assert torch.equal(out, want), f"{what} {i}: {name} differs from the plain build's"
 
 
 def test_the_torch_ops_bind_pdl_kernels_where_the_environment_says_1(torch, monkeypatch):
