@@ -6,7 +6,7 @@ each layer is within tolerance of its fp32 reference.  The kinds of kernel: warp
 a split-K cluster, persistent warp-specialized, TIR mma with split-K (two kernels and a
 workspace), TIR wmma, and the config a build chooses.  A kernel that read its input before the
 one before it had finished would read the NaNs each run starts with.  And the PyTorch path binds
-PDL kernels where ``TC_AUTOTUNE_PDL=1``.
+PDL kernels unless ``TC_AUTOTUNE_PDL=0``.
 
 Not checked here: whether the launches really overlap (hardware may start a kernel late), for
 the cluster launch of split-K too (TVM 0.27's runtime appends the PDL attribute after the cluster
@@ -254,7 +254,7 @@ def _assert_equal(torch, chain, got, expected, what):
             assert torch.equal(out, want), f"{what} {i}: {name} differs from the plain build's"
 
 
-def test_the_torch_ops_bind_pdl_kernels_where_the_environment_says_1(torch, monkeypatch):
+def test_the_torch_ops_bind_pdl_kernels_unless_the_environment_says_0(torch, monkeypatch):
     from tc_autotune.api import build_cache
     from tc_autotune.pytorch import ops
 

@@ -3,7 +3,7 @@ makes (warp-specialized with a split-K cluster, persistent warp-specialized, TIR
 off, the generated code is the code the shipped records timed, byte for byte; on, it differs only
 by the waits, which precede every global access of each kernel, and by the launch tag TVM's
 runtime reads; nvcc compiles it for sm_90a; the build cache keeps the two builds apart; sm_80
-ignores the option; and the PyTorch path asks for it where ``TC_AUTOTUNE_PDL=1``."""
+ignores the option; and the PyTorch path asks for it unless ``TC_AUTOTUNE_PDL=0``."""
 
 import difflib
 import re
@@ -207,10 +207,10 @@ def test_the_build_cache_holds_both_builds_and_loads_each_as_built(tmp_path, mon
             wl, sm80, (), choice)[0]
 
 
-def test_models_ask_for_pdl_only_where_the_environment_says_1(monkeypatch):
+def test_models_ask_for_pdl_unless_the_environment_says_0(monkeypatch):
     monkeypatch.delenv(build_cache.PDL_ENV, raising=False)
-    assert not build_cache.model_pdl()
-    for value, on in (("0", False), (" 1 ", True), ("1", True), ("", False), ("yes", False)):
+    assert build_cache.model_pdl()
+    for value, on in (("0", False), (" 0 ", False), ("1", True), ("", True)):
         monkeypatch.setenv(build_cache.PDL_ENV, value)
         assert build_cache.model_pdl() == on, value
 

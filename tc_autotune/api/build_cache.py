@@ -22,7 +22,7 @@ share it and deleting it is always safe.
 
 ``pdl``: the kernel launched with Programmatic Dependent Launch (``api.kernel``; sm_90+, ignored
 elsewhere), a module of its own in the cache.  Off by default here; what models run asks for it
-(``model_pdl``: when ``TC_AUTOTUNE_PDL=1``).
+(``model_pdl``: on unless ``TC_AUTOTUNE_PDL=0``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from ..workloads.conv2d import get as get_workload
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when an entry's layout changes
-PDL_ENV = "TC_AUTOTUNE_PDL"  # "1": models' kernels are built with PDL (``model_pdl``)
+PDL_ENV = "TC_AUTOTUNE_PDL"  # "0": models' kernels are built without PDL (``model_pdl``)
 
 
 def cache_dir() -> Path:
@@ -101,15 +101,9 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
 
 def model_pdl() -> bool:
     """Whether the kernels a PyTorch model runs are built with PDL (``pytorch``, the torch path
-    of ``tc.conv2d`` / ``tc.dense``): where the environment sets ``TC_AUTOTUNE_PDL=1``.  Read when
-    a layer's kernel is bound or built, never per call.
-
-    Opt-in, not the default: on an H100 (2026-11-25) PDL took 3.5% off ResNet-50's batch-1 forward
-    replayed from a CUDA graph (0.302 -> 0.291 ms) and off reduce-overhead's when GPU-bound, but the
-    processes that ran PDL kernels eagerly paid 7-8 us more host time per op call (``tc.conv2d``
-    17 -> 25 us, PyTorch's own ``F.conv2d`` after them too), unexplained; an eager model is
-    host-bound, where PDL has nothing to hide."""
-    return os.environ.get(PDL_ENV, "0").strip() == "1"
+    of ``tc.conv2d`` / ``tc.dense``): yes unless the environment sets ``TC_AUTOTUNE_PDL=0``.
+    Read when a layer's kernel is bound or built, never per call."""
+    return os.environ.get(PDL_ENV, "1").strip() != "0"
 
 
 def module_key(workload, config, arch: str, pdl: bool = False) -> str:

@@ -2,7 +2,7 @@
 
 The kernel of a workload is the one ``build`` would make with no config (best record of the
 active logs, else zero-shot), taken from the disk cache (``build_cache``) and kept for the
-process; for torch tensors, built with PDL where a model's layers are (``build_cache.model_pdl``).
+process; for torch tensors, built with PDL as a model's layers are (``build_cache.model_pdl``).
 torch tensors on a GPU take the cached launch of ``pytorch.ops`` (no workload is made or parsed
 per call, and ``torch.compile`` sees the ``tc_autotune`` custom ops); numpy, TVM and other
 DLPack arrays go through ``Kernel.__call__``.

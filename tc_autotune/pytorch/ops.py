@@ -27,9 +27,9 @@ Eager code does not go through the dispatcher: ``conv2d_nhwc`` / ``dense_nk`` fi
 ``TorchLaunch`` in a dict by a cheap key (shapes, dtypes, device, epilogue, the active logs) and
 launch it: a few microseconds of Python.  While dynamo traces they call the op instead.
 
-With ``TC_AUTOTUNE_PDL=1`` the kernels are launched with Programmatic Dependent Launch on sm_90+
-(each may start while the one before it in the stream finishes: ``build_cache.model_pdl``, which
-says why it is opt-in), read when a call's kernel is bound: nothing is added per call.
+The kernels are launched with Programmatic Dependent Launch on sm_90+ (each may start while the
+one before it in the stream finishes: ``build_cache.model_pdl``; ``TC_AUTOTUNE_PDL=0`` turns it
+off), read when a call's kernel is bound: nothing is added per call.
 
 A call the kernels cannot serve (CPU tensors, a dtype or layout they cannot take in place, a
 shape the template refuses) runs the same math with PyTorch's ops instead: correct, counted in

@@ -11,8 +11,8 @@ The model is traced with ``torch.fx`` (``fusion.find_layers`` says what each lay
 ``optimize`` returns a new ``GraphModule`` (the model itself is not changed) whose fusable
 layers are ``FusedConv2d`` / ``FusedLinear``.  With example inputs, the kernels of their
 shapes are built before it returns, in parallel and from the disk cache (``build_cache``), launched
-as every layer's (``pytorch.ops``; ``TC_AUTOTUNE_PDL=1``: with Programmatic Dependent Launch on
-sm_90+).
+with Programmatic Dependent Launch on sm_90+ as every layer's (``pytorch.ops``; ``TC_AUTOTUNE_PDL=0``:
+without).
 """
 
 from __future__ import annotations
