@@ -102,7 +102,11 @@ def choice_key(workload, gpu: GpuInfo, logs: tuple) -> str:
 def model_pdl() -> bool:
     """Whether the kernels a PyTorch model runs are built with PDL (``pytorch``, the torch path
     of ``tc.conv2d`` / ``tc.dense``): yes unless the environment sets ``TC_AUTOTUNE_PDL=0``.
-    Read when a layer's kernel is bound or built, never per call."""
+    Read when a layer's kernel is bound or built, never per call.
+
+    On by default: on an H100 (2026-11-25) it took 3-4% off ResNet-50's batch-1 forward replayed
+    from a CUDA graph and under ``reduce-overhead``, and a PDL launch costs the host no more than a
+    plain one (same process, GPU idle or busy: 6.7-9.6 us against 7.9-10.6 us)."""
     return os.environ.get(PDL_ENV, "1").strip() != "0"
 
 
