@@ -3,6 +3,7 @@
 
     python scripts/benchmark_models.py --model resnet50 --batch 1 --batch 32
     python scripts/benchmark_models.py --model mlp --batch 128 --batch 2048 --mode eager --mode max-autotune
+    python scripts/benchmark_models.py --model mlp --batch 2048 --measure   # layers PyTorch runs faster stay PyTorch's
     python scripts/benchmark_models.py --calls             # host time of one conv call, each way
     python scripts/benchmark_models.py --first-forward --model resnet50 --batch 1
 
@@ -30,6 +31,8 @@ def parse_args(argv):
     p.add_argument("--batch", action="append", type=cli.positive_int, help="batch (mlp: tokens M), repeatable")
     p.add_argument("--mode", action="append", choices=MODES, help="repeatable (default: eager, graph, kernels, "
                    "reduce-overhead)")
+    p.add_argument("--measure", action="store_true", help="optimize with measure=True: each layer timed against "
+                   "PyTorch's own and kept only where not slower")
     p.add_argument("--calls", action="store_true", help="time one conv call each way instead")
     p.add_argument("--first-forward", action="store_true", help="time optimize + the first forward instead")
     p.add_argument("--log", action="append", default=[], type=cli.existing_path,
@@ -72,8 +75,8 @@ def _run(bench, args) -> int:
         result = []
         print("| model | batch | mode | ours (ms) | PyTorch (ms) | speedup | note |\n|---|---|---|---|---|---|---|")
         for batch in args.batch or [1]:
-            for row in bench.model_rows(args.model, batch, tuple(args.mode or ("eager", "graph", "kernels",
-                                                                                "reduce-overhead"))):
+            modes = tuple(args.mode or ("eager", "graph", "kernels", "reduce-overhead"))
+            for row in bench.model_rows(args.model, batch, modes, measure=args.measure):
                 result.append(row.as_dict())
                 cell = lambda v, f="{:.3f}": f.format(v) if v is not None else ""  # noqa: E731
                 print(f"| {row.model} | {row.batch} | {row.mode} | {cell(row.ours_ms)} | {cell(row.torch_ms)} | "

@@ -168,18 +168,16 @@ def _inputs(torch, chain, count=3):
 
 def _plain_runs(torch, chain, inputs) -> list:
     """Every intermediate of the plain chain on each input: what the PDL runs must equal."""
-    expected = []
-    for x in inputs:
-        chain.buffers["x"].copy_(x)
-        chain.run(pdl=False)
-        expected.append(chain.snapshot())
-    torch.cuda.synchronize()
-    return expected
+    return _runs(torch, chain, inputs, lambda: chain.run(pdl=False), runs=len(inputs))
 
 
 def _reference(torch, layer: Layer, buffers) -> "torch.Tensor":
-    """A layer's output in fp32 from its (fp16) inputs as the chain computed them."""
+    """A layer's output in fp32 from its (fp16) inputs as the chain computed them: the GEMM in
+    fp32, then the workload's epilogue by the package's one formula (``Epilogue.apply``)."""
     import torch.nn.functional as F
+
+    from tc_autotune.pytorch.ops import TORCH_OPS
+    from tc_autotune.workloads import epilogue
 
     wl = workloads.get(layer.spec)
     data, weight, bias, *residual = (buffers[name].float() for name in layer.inputs)
@@ -188,10 +186,7 @@ def _reference(torch, layer: Layer, buffers) -> "torch.Tensor":
     else:
         acc = F.conv2d(data.permute(0, 3, 1, 2), weight.permute(3, 2, 0, 1), padding=wl.padding[:2])
         acc = acc.permute(0, 2, 3, 1)
-    acc = acc + bias + (residual[0] if residual else 0)
-    epilogue = wl.epilogue
-    return torch.relu(acc) if epilogue.endswith("relu") else F.gelu(acc, approximate="tanh") \
-        if epilogue.endswith("gelu") else acc
+    return epilogue.parse(wl.epilogue).apply(acc, TORCH_OPS, bias=bias, residual=residual[0] if residual else None)
 
 
 def test_the_pdl_builds_are_launched_with_pdl_and_the_plain_ones_not(chain):
@@ -236,10 +231,10 @@ def test_graph_replays_of_the_pdl_chain_equal_the_plain_chain_bit_for_bit(torch,
     _assert_equal(torch, chain, got, expected, "replay")
 
 
-def _runs(torch, chain, inputs, run):
-    """``ITERATIONS`` runs (``run()``) on the inputs in turn, each run's outputs snapshotted."""
+def _runs(torch, chain, inputs, run, runs: int = ITERATIONS):
+    """``runs`` runs (``run()``) on the inputs in turn, each run's outputs snapshotted."""
     got = []
-    for i in range(ITERATIONS):
+    for i in range(runs):
         chain.buffers["x"].copy_(inputs[i % len(inputs)])
         run()
         got.append(chain.snapshot())

@@ -103,6 +103,28 @@ def test_optimize_agrees_with_pytorch_and_compiles_without_graph_breaks(torch, s
     assert not fallbacks(), fallbacks()
 
 
+def test_measured_optimize_times_every_layer_and_keeps_the_faster_side(torch, small):
+    import tc_autotune as tc
+    from tc_autotune.pytorch import FusedConv2d, FusedLinear, choose, fallbacks, reset_fallbacks
+
+    model, x, expected = small
+    reset_fallbacks()
+    with torch.no_grad():
+        fast = tc.optimize(model, (x,), measure=True)
+        out = fast(x)
+    report = fast.tc_autotune_report
+    assert len(report.timed) == 8, report.timed
+    for name, (ours, theirs) in report.timed.items():
+        # a layer of this size is microseconds on either side: an empty capture would be ~0
+        assert 5e-7 < ours < 1e-3 and 5e-7 < theirs < 1e-3, (name, ours, theirs)
+        fused = theirs * (1 + choose.MARGIN) >= ours
+        assert (name not in report.left) == fused, (name, ours, theirs, report.left.get(name))
+        assert isinstance(fast.get_submodule(name), (FusedConv2d, FusedLinear)) == fused, name
+    assert report.layers == 8 - len(report.left)
+    assert rel_err(out, expected) < 2e-2
+    assert not fallbacks(), fallbacks()
+
+
 def test_a_model_compiled_before_its_first_eager_call_binds_its_kernels_while_graphs_record(torch):
     """ResNet-50's layer3 at batch 1 (split-K layers among them, with workspaces): compiled
     with CUDA graphs before any eager call, its kernels are bound during the graphs' warm-up

@@ -120,14 +120,15 @@ def build_model(name: str, batch: int):
     raise ValueError(f"unknown model {name!r} (resnet50, mlp)")
 
 
-def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduce-overhead")):
+def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduce-overhead"), measure: bool = False):
     """Every mode's row for one model and batch (see the module), outputs checked first; rows
-    are yielded as they are measured, and a compile mode that fails is a row saying why."""
+    are yielded as they are measured, and a compile mode that fails is a row saying why.
+    ``measure``: ``optimize(..., measure=True)`` (each layer the faster of ours and PyTorch's)."""
     model, x, reference, x32 = build_model(name, batch)
     with torch.no_grad():
         expected = reference(x32)
         start = time.perf_counter()
-        ours = optimize(model, (x,))
+        ours = optimize(model, (x,), measure=measure)
         build_s = time.perf_counter() - start
         err_ours, err_torch = rel_err(ours(x), expected), rel_err(model(x), expected)
     note = f"err vs fp32: ours {err_ours:.1e}, PyTorch {err_torch:.1e}"

@@ -28,7 +28,7 @@ from torch import fx, nn
 
 from ..api import build_cache
 from ..tuning.jobs import write_job
-from . import fusion
+from . import choose, fusion
 from .modules import FusedConv2d, FusedLinear
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class OptimizeReport:
     untuned: list = field(default_factory=list)  # those without a tuning record (zero-shot)
     trace_seconds: float = 0.0  # tracing and shape propagation (one forward)
     build_seconds: float = 0.0  # the kernels built or loaded from the disk cache
+    timed: dict = field(default_factory=dict)  # measure=True: layer name -> (fused s, PyTorch's s) per call
+    measure_seconds: float = 0.0  # measure=True: the layers checked and timed both ways
 
     def summary(self) -> str:
         text = f"{self.layers} layers on tc_autotune kernels ({self.fused_ops} ops fused into them)"
@@ -54,6 +56,10 @@ class OptimizeReport:
             text += (f"; traced in {self.trace_seconds:.1f} s, {len(self.workloads)} kernels ready in "
                      f"{self.build_seconds:.1f} s, "
                      f"{len(self.untuned)} of them untuned (zero-shot)")
+        if self.timed:
+            slower = sum(name in self.left for name in self.timed)
+            text += (f"; {len(self.timed)} layers timed both ways in {self.measure_seconds:.1f} s, {slower} "
+                     "kept PyTorch's")
         return text
 
 
@@ -72,7 +78,7 @@ def trace(model: nn.Module, example_inputs=None) -> fx.GraphModule:
 
 
 class _ShapesOnly(fx.Interpreter):
-    """Shape propagation (``node.meta["tensor_meta"]``: shape, dtype) by one forward in which
+    """Shape propagation (``node.meta["tensor_meta"]``: shape, dtype, channels-last memory) by one forward in which
     the convs and linears only make their output (uninitialised: only shapes are read) and
     batch norms pass theirs on.  Running them would set up cuDNN and cuBLAS in a new process
     (3-4 s on an H100 host, the most of a warm ``optimize``); fake or meta tensors, or fx's
@@ -84,7 +90,9 @@ class _ShapesOnly(fx.Interpreter):
     def run_node(self, node):
         result = super().run_node(node)
         if isinstance(result, torch.Tensor):
-            node.meta["tensor_meta"] = SimpleNamespace(shape=result.shape, dtype=result.dtype)
+            channels_last = result.dim() == 4 and result.is_contiguous(memory_format=torch.channels_last) \
+                and not result.is_contiguous()
+            node.meta["tensor_meta"] = SimpleNamespace(shape=result.shape, dtype=result.dtype, channels_last=channels_last)
         return result
 
     def call_module(self, target, args, kwargs):
@@ -134,37 +142,49 @@ def extract_workloads(model: nn.Module, example_inputs, job: str | Path | None =
     return workloads
 
 
-def optimize(model: nn.Module, example_inputs=None, build: bool = True) -> fx.GraphModule:
+def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure: bool = False) -> fx.GraphModule:
     """``model`` with every conv2d / linear the kernels take (``fusion``) replaced by a fused
     layer on the tuned kernels: the best records of the active logs, else zero-shot.  The model
     itself is left as it was; its activations must be channels-last (NCHW shape, NHWC memory:
     ``x.to(memory_format=torch.channels_last)``), else a layer runs PyTorch's conv, said once.
     With ``example_inputs`` (their shapes fuse residual adds and say which kernels to build),
-    the kernels are built before it returns (``build=False``: on first use)."""
+    the kernels are built before it returns (``build=False``: on first use).  ``measure=True``
+    (a CUDA GPU and example inputs): each layer is timed both ways and stays PyTorch's where
+    PyTorch's is faster (``choose``); the report gives both times of every layer."""
     _check_eval(model)
+    if measure and (example_inputs is None or not build):
+        raise ValueError("measure=True times each layer on the example inputs' shapes: give example_inputs "
+                         "(and build=True)")
+    if measure and not torch.cuda.is_available():
+        raise ValueError("measure=True times the layers on a CUDA GPU, and PyTorch sees none")
     start = time.time()
     gm = trace(model, example_inputs)
     report = OptimizeReport(trace_seconds=time.time() - start)
-    replaced, new_nodes = [], {}
+    layers = []
     for layer in fusion.find_layers(gm):
         if layer.why_not is not None:
             report.left[layer.name] = layer.why_not
-            continue
-        if example_inputs is not None:
-            replaced.append(fusion.workload(layer, gm))
+        else:
+            layers.append(layer)
+    if build and example_inputs is not None and layers:
+        start = time.time()
+        report.workloads = list(build_cache.kernels([fusion.workload(layer, gm) for layer in layers],
+                                                    pdl=build_cache.model_pdl()))
+        report.untuned = build_cache.untuned(report.workloads)
+        report.build_seconds = time.time() - start
+    fused = {layer.name: _fused(gm, layer) for layer in layers}
+    if measure:
+        layers = _faster_fused(gm, layers, fused, report)
+    new_nodes = {}
+    for layer in layers:
         if layer.residual in new_nodes:  # the residual ended a chain replaced before
             layer.residual = new_nodes[layer.residual]
-        new_nodes[layer.nodes[-1]] = _replace(gm, layer)
+        new_nodes[layer.nodes[-1]] = _replace(gm, layer, fused[layer.name])
         report.layers += 1
         report.fused_ops += len(layer.nodes) - 1
     gm.graph.lint()
     gm.delete_all_unused_submodules()
     gm.recompile()
-    if build and replaced:
-        start = time.time()
-        report.workloads = list(build_cache.kernels(replaced, pdl=build_cache.model_pdl()))
-        report.untuned = build_cache.untuned(report.workloads)
-        report.build_seconds = time.time() - start
     for name, why in report.left.items():
         log.info("optimize: %s stays PyTorch's: %s", name, why)
     log.info("optimize: %s", report.summary())
@@ -172,16 +192,39 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True) -> fx.Gr
     return gm
 
 
-def _replace(gm: fx.GraphModule, layer: fusion.Layer) -> fx.Node:
-    """Put the fused module where the layer's module was and one call to it where the chain's
-    last op was (the residual is computed by then), then drop the chain's nodes."""
-    first, last = layer.nodes[0], layer.nodes[-1]
+def _faster_fused(gm: fx.GraphModule, layers: list, fused: dict, report: OptimizeReport) -> list:
+    """The layers whose fused module is not slower than PyTorch's own ops (``choose``), each
+    layer's times in the report; layers of the same shapes and ops share one timing."""
+    start, timings, kept = time.time(), {}, []
+    device = choose.device_of(gm)
+    for layer in layers:
+        key = choose.layer_key(gm, layer)
+        if key not in timings:
+            timings[key] = choose.time_layer(gm, layer, fused[layer.name], device)
+        timing = timings[key]
+        report.timed[layer.name] = (timing.ours, timing.pytorch)
+        if timing.pytorch_faster:
+            report.left[layer.name] = timing.why_pytorch()
+        else:
+            kept.append(layer)
+    report.measure_seconds = time.time() - start
+    return kept
+
+
+def _fused(gm: fx.GraphModule, layer: fusion.Layer) -> nn.Module:
+    """The fused module of ``layer`` (made of the model's own conv / linear and batch norm)."""
     module = gm.get_submodule(layer.name)
     residual = layer.residual is not None
     if layer.kind == "conv2d":
-        fused = FusedConv2d.of(module, layer.bn, layer.activation, residual)
-    else:
-        fused = FusedLinear.of(module, layer.activation, residual)
+        return FusedConv2d.of(module, layer.bn, layer.activation, residual)
+    return FusedLinear.of(module, layer.activation, residual)
+
+
+def _replace(gm: fx.GraphModule, layer: fusion.Layer, fused: nn.Module) -> fx.Node:
+    """Put the fused module where the layer's module was and one call to it where the chain's
+    last op was (the residual is computed by then), then drop the chain's nodes."""
+    first, last = layer.nodes[0], layer.nodes[-1]
+    residual = layer.residual is not None
     gm.set_submodule(layer.name, fused)
     with gm.graph.inserting_before(last):
         node = gm.graph.call_module(layer.name, (first.args[0],) + ((layer.residual,) if residual else ()))
