@@ -50,8 +50,10 @@ def part_b() -> None:
             del h
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
-        print(f"B after timing{' and empty_cache' * ('--empty-cache' in sys.argv)}: old graph {bench._sync_ms(first, 20, 15):.3f} ms, new graph "
-              f"{bench._sync_ms(bench.graph_of(fused, x), 20, 15):.3f} ms, eager {bench._sync_ms(lambda: fused(x), 20, 15):.3f} ms")
+        after = " and empty_cache" if "--empty-cache" in sys.argv else ""
+        old, new = bench._sync_ms(first, 20, 15), bench._sync_ms(bench.graph_of(fused, x), 20, 15)
+        eager = bench._sync_ms(lambda: fused(x), 20, 15)
+        print(f"B after timing{after}: old graph {old:.3f} ms, new graph {new:.3f} ms, eager {eager:.3f} ms")
 
 
 if __name__ == "__main__":

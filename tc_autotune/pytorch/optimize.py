@@ -92,7 +92,8 @@ class _ShapesOnly(fx.Interpreter):
         if isinstance(result, torch.Tensor):
             channels_last = result.dim() == 4 and result.is_contiguous(memory_format=torch.channels_last) \
                 and not result.is_contiguous()
-            node.meta["tensor_meta"] = SimpleNamespace(shape=result.shape, dtype=result.dtype, channels_last=channels_last)
+            node.meta["tensor_meta"] = SimpleNamespace(shape=result.shape, dtype=result.dtype,
+                                                       channels_last=channels_last)
         return result
 
     def call_module(self, target, args, kwargs):
@@ -193,8 +194,9 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure:
 
 
 def _faster_fused(gm: fx.GraphModule, layers: list, fused: dict, report: OptimizeReport) -> list:
-    """The layers whose fused module is not slower than PyTorch's own ops (``choose``), each
-    layer's times in the report; layers of the same shapes and ops share one timing."""
+    """The layers whose fused module is right and not slower than PyTorch's own ops beyond
+    ``choose``'s margins, each layer's times in the report; layers of the same shapes and ops
+    share one timing (and its check)."""
     start, timings, kept = time.time(), {}, []
     device = choose.device_of(gm)
     for layer in layers:
