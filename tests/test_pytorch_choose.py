@@ -129,3 +129,25 @@ def test_measuring_needs_example_inputs_a_build_and_a_gpu():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA GPU"):
             tc.optimize(model, (x,), measure=True)
+
+
+def test_measuring_only_the_untuned_layers_leaves_the_tuned_ones_fused_untimed(monkeypatch):
+    model, x = small()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(build_cache, "kernels", lambda workloads, pdl=False: dict.fromkeys(workloads))
+    # the two linears have no record: only they are timed, and PyTorch's are faster
+    monkeypatch.setattr(build_cache, "untuned", lambda workloads: [w for w in workloads if "dense" in str(w)])
+    timed = []
+
+    def time_layer(gm, layer, fused, device):
+        timed.append(layer.name)
+        return choose.Timing(20e-6, 10e-6, 1e-3)
+
+    monkeypatch.setattr(choose, "time_layer", time_layer)
+    fast = tc.optimize(model, (x,), measure="untuned")
+    report = fast.tc_autotune_report
+    assert timed == ["fc1", "fc2"] and set(report.timed) == set(report.left) == {"fc1", "fc2"}
+    assert isinstance(fast.fc1, nn.Linear) and report.layers == 6
+    assert all(isinstance(fast.get_submodule(name), FusedConv2d) for name in ("stem", "block.conv3", "down"))
+    with pytest.raises(ValueError, match="'untuned'"):
+        tc.optimize(model, (x,), measure="always")

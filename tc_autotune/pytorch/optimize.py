@@ -45,8 +45,8 @@ class OptimizeReport:
     untuned: list = field(default_factory=list)  # those without a tuning record (zero-shot)
     trace_seconds: float = 0.0  # tracing and shape propagation (one forward)
     build_seconds: float = 0.0  # the kernels built or loaded from the disk cache
-    timed: dict = field(default_factory=dict)  # measure=True: layer name -> (fused s, PyTorch's s) per call
-    measure_seconds: float = 0.0  # measure=True: the layers checked and timed both ways
+    timed: dict = field(default_factory=dict)  # measure: layer name -> (fused s, PyTorch's s) per call
+    measure_seconds: float = 0.0  # measure: the layers checked and timed both ways
 
     def summary(self) -> str:
         text = f"{self.layers} layers on tc_autotune kernels ({self.fused_ops} ops fused into them)"
@@ -143,7 +143,10 @@ def extract_workloads(model: nn.Module, example_inputs, job: str | Path | None =
     return workloads
 
 
-def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure: bool = False) -> fx.GraphModule:
+MEASURES = (False, True, "untuned")
+
+
+def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure: bool | str = False) -> fx.GraphModule:
     """``model`` with every conv2d / linear the kernels take (``fusion``) replaced by a fused
     layer on the tuned kernels: the best records of the active logs, else zero-shot.  The model
     itself is left as it was; its activations must be channels-last (NCHW shape, NHWC memory:
@@ -151,8 +154,11 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure:
     With ``example_inputs`` (their shapes fuse residual adds and say which kernels to build),
     the kernels are built before it returns (``build=False``: on first use).  ``measure=True``
     (a CUDA GPU and example inputs): each layer is timed both ways and stays PyTorch's where
-    PyTorch's is faster (``choose``); the report gives both times of every layer."""
+    PyTorch's is faster (``choose``); the report gives both times of every layer timed.
+    ``measure="untuned"``: only the layers whose kernel has no tuning record (a zero-shot pick)."""
     _check_eval(model)
+    if measure not in MEASURES or not isinstance(measure, (bool, str)):
+        raise ValueError(f"measure must be False, True or 'untuned', got {measure!r}")
     if measure and (example_inputs is None or not build):
         raise ValueError("measure=True times each layer on the example inputs' shapes: give example_inputs "
                          "(and build=True)")
@@ -175,7 +181,8 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure:
         report.build_seconds = time.time() - start
     fused = {layer.name: _fused(gm, layer) for layer in layers}
     if measure:
-        layers = _faster_fused(gm, layers, fused, report)
+        untuned = {str(w) for w in report.untuned} if measure == "untuned" else None
+        layers = _faster_fused(gm, layers, fused, report, untuned)
     new_nodes = {}
     for layer in layers:
         if layer.residual in new_nodes:  # the residual ended a chain replaced before
@@ -193,14 +200,18 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure:
     return gm
 
 
-def _faster_fused(gm: fx.GraphModule, layers: list, fused: dict, report: OptimizeReport) -> list:
+def _faster_fused(gm: fx.GraphModule, layers: list, fused: dict, report: OptimizeReport, only=None) -> list:
     """The layers whose fused module is right and not slower than PyTorch's own ops beyond
     ``choose``'s margins, each layer's times in the report; layers of the same shapes and ops
-    share one timing (and its check)."""
+    share one timing (and its check).  ``only``: the workloads (as text) to time, None: all; the
+    other layers stay fused."""
     start, timings, kept = time.time(), {}, []
     device = choose.device_of(gm)
     for layer in layers:
         key = choose.layer_key(gm, layer)
+        if only is not None and str(key[0]) not in only:
+            kept.append(layer)
+            continue
         if key not in timings:
             timings[key] = choose.time_layer(gm, layer, fused[layer.name], device)
         timing = timings[key]
