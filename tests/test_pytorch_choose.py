@@ -71,7 +71,7 @@ def test_pytorchs_side_of_each_layer_is_the_models_own_ops():
 def test_pytorchs_layer_is_kept_only_when_faster_beyond_the_margin_or_when_ours_is_wrong(ours, pytorch, error,
                                                                                           kept_pytorch):
     timing = choose.Timing(ours, pytorch, error)
-    assert timing.pytorch_faster is kept_pytorch
+    assert timing.keep_pytorch is kept_pytorch
     if kept_pytorch:
         assert ("disagreed" if error > TOLERANCE else "faster") in timing.why_pytorch()
 
@@ -85,7 +85,7 @@ def test_a_wrong_fused_layer_is_never_timed():
         timing = choose.time_both(fused, theirs, (torch.randn(8, 8),))
     finally:
         choose.time_torch = original
-    assert timing.pytorch_faster and timing.error > TOLERANCE and not timed
+    assert timing.keep_pytorch and timing.error > TOLERANCE and not timed
 
 
 def test_measured_optimize_keeps_pytorchs_layers_where_they_are_faster(monkeypatch):

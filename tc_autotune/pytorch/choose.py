@@ -16,7 +16,6 @@ PyTorch's, whatever its time.
 
 from __future__ import annotations
 
-import logging
 import statistics
 from dataclasses import dataclass
 
@@ -26,8 +25,6 @@ from torch import fx
 from ..core.results import TOLERANCE
 from ..measure.baseline import time_torch
 from . import fusion
-
-log = logging.getLogger(__name__)
 
 # PyTorch's layer is kept only when it is faster by both margins.  A layer timed alone predicts its
 # share of a model to a few percent and a few microseconds, not better: in a model the fused
@@ -51,7 +48,8 @@ class Timing:
     error: float
 
     @property
-    def pytorch_faster(self) -> bool:
+    def keep_pytorch(self) -> bool:
+        """PyTorch's layer stays: the fused one disagrees, or is slower beyond both margins."""
         return self.error > TOLERANCE or (self.pytorch * (1 + MARGIN) < self.ours
                                           and self.ours - self.pytorch > MIN_GAIN)
 

@@ -216,7 +216,7 @@ def _faster_fused(gm: fx.GraphModule, layers: list, fused: dict, report: Optimiz
             timings[key] = choose.time_layer(gm, layer, fused[layer.name], device)
         timing = timings[key]
         report.timed[layer.name] = (timing.ours, timing.pytorch)
-        if timing.pytorch_faster:
+        if timing.keep_pytorch:
             report.left[layer.name] = timing.why_pytorch()
         else:
             kept.append(layer)
