@@ -16,14 +16,13 @@ PyTorch's, whatever its time.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import torch
 from torch import fx
 
-from ..core.results import TOLERANCE
-from ..measure.baseline import time_torch
+from ..core.results import TOLERANCE, check_error_then_time, relative_error_of_sums
+from ..measure.baseline import median, time_torch
 from . import fusion
 
 # PyTorch's layer is kept only when it is faster by both margins.  A layer timed alone predicts its
@@ -50,12 +49,12 @@ class Timing:
     @property
     def keep_pytorch(self) -> bool:
         """PyTorch's layer stays: the fused one disagrees, or is slower beyond both margins."""
-        return self.error > TOLERANCE or (self.pytorch * (1 + MARGIN) < self.ours
+        return not self.error < TOLERANCE or (self.pytorch * (1 + MARGIN) < self.ours
                                           and self.ours - self.pytorch > MIN_GAIN)
 
     def why_pytorch(self) -> str:
         """Why PyTorch's layer stays (``OptimizeReport.left``)."""
-        if self.error > TOLERANCE:
+        if not self.error < TOLERANCE:
             return (f"the fused layer disagreed with PyTorch's (relative L2 error {self.error:.1e} on random "
                     "inputs): kept PyTorch's")
         return (f"PyTorch's layer is faster when timed: {self.pytorch * 1e6:.1f} us against the fused "
@@ -82,23 +81,22 @@ def example_tensor(node: fx.Node, device) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if getattr(meta, "channels_last", False) else x
 
 
-def relative_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    ref = ref.float()
-    diff = torch.linalg.vector_norm(out.float() - ref)
-    if not torch.isfinite(diff):
-        return float("inf")
-    return float(diff / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``core.results.relative_l2_error`` of two tensors, its sums taken where they are (the GPU)."""
+    out, ref = out.float(), ref.float()
+    return relative_error_of_sums(float(((out - ref) ** 2).sum()), float((ref ** 2).sum()),
+                                  float((~torch.isfinite(out)).sum()))
 
 
 def time_both(fused: torch.nn.Module, theirs: torch.nn.Module, args: tuple) -> Timing:
-    """Check ``fused(*args)`` against ``theirs(*args)``, then time each (median seconds per call)."""
+    """Check ``fused(*args)`` against ``theirs(*args)``, then time each (median seconds per call):
+    the package's check-then-time, so a wrong fused layer is never timed."""
     with torch.no_grad():
-        error = relative_l2(fused(*args), theirs(*args))
-        if error > TOLERANCE:
-            return Timing(float("nan"), float("nan"), error)
-        seconds = [statistics.median(time_torch(lambda f=f: f(*args), number=NUMBER, repeat=REPEATS))
-                   for f in (fused, theirs)]
-    return Timing(*seconds, error)
+        expected = theirs(*args)
+        seconds, error = check_error_then_time(
+            lambda: None, lambda: relative_error(fused(*args), expected),
+            lambda: [median(time_torch(lambda f=f: f(*args), number=NUMBER, repeat=REPEATS)) for f in (fused, theirs)])
+    return Timing(*(seconds or (float("nan"), float("nan"))), error)
 
 
 def time_layer(gm: fx.GraphModule, layer: fusion.Layer, fused: torch.nn.Module, device) -> Timing:
