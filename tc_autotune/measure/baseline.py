@@ -128,7 +128,8 @@ def checked_cudnn_time(workload: Conv2dWorkload, *arrays, number: int = 20, repe
 def cublas_dense(workload: DenseWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
     """(run, output) for the workload on cuBLAS: ``torch.matmul`` of the fp16 (bf16) tensors with
     fp16 (bf16) output whatever ``out_dtype`` is (an fp32 cast would add a kernel to the timing),
-    then the epilogue's ops; a bias without a scale before it through ``F.linear``, in the GEMM.  Reductions stay fp32, as ours (no reduced-precision split-K sums).
+    then the epilogue's ops; a bias without a scale before it through ``F.linear``, in the GEMM.
+    Reductions stay fp32, as ours (no reduced-precision split-K sums).
     fp8: ``scaled_mm_dense``."""
     if workload.scaled:
         return scaled_mm_dense(workload, data, weight, *epilogue_inputs)
