@@ -4,6 +4,7 @@
     python scripts/benchmark_models.py --model resnet50 --batch 1 --batch 32
     python scripts/benchmark_models.py --model mlp --batch 128 --batch 2048 --mode eager --mode max-autotune
     python scripts/benchmark_models.py --model mlp --batch 2048 --measure   # layers PyTorch runs faster stay PyTorch's
+    python scripts/benchmark_models.py --model resnet50 --measure off       # every layer fused, none timed
     python scripts/benchmark_models.py --calls             # host time of one conv call, each way
     python scripts/benchmark_models.py --first-forward --model resnet50 --batch 1
 
@@ -21,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from tc_autotune.cli import common as cli  # noqa: E402  (no TVM import: fast argument errors)
 
+MEASURE = {None: None, "all": True, "untuned": "untuned", "off": False}  # --measure -> optimize's measure
 MODES = ("eager", "graph", "kernels", "default", "reduce-overhead", "max-autotune")
 
 
@@ -31,8 +33,10 @@ def parse_args(argv):
     p.add_argument("--batch", action="append", type=cli.positive_int, help="batch (mlp: tokens M), repeatable")
     p.add_argument("--mode", action="append", choices=MODES, help="repeatable (default: eager, graph, kernels, "
                    "reduce-overhead)")
-    p.add_argument("--measure", action="store_true", help="optimize with measure=True: each layer timed against "
-                   "PyTorch's own and kept only where not slower")
+    p.add_argument("--measure", nargs="?", const="all", choices=("all", "untuned", "off"),
+                   help="optimize's measure: all (bare --measure): each layer timed against PyTorch's own and kept "
+                   "only where not slower; untuned: only layers without a record; off (default: optimize's own, "
+                   "untuned)")
     p.add_argument("--calls", action="store_true", help="time one conv call each way instead")
     p.add_argument("--first-forward", action="store_true", help="time optimize + the first forward instead")
     p.add_argument("--log", action="append", default=[], type=cli.existing_path,
@@ -76,7 +80,7 @@ def _run(bench, args) -> int:
         print("| model | batch | mode | ours (ms) | PyTorch (ms) | speedup | note |\n|---|---|---|---|---|---|---|")
         for batch in args.batch or [1]:
             modes = tuple(args.mode or ("eager", "graph", "kernels", "reduce-overhead"))
-            for row in bench.model_rows(args.model, batch, modes, measure=args.measure):
+            for row in bench.model_rows(args.model, batch, modes, measure=MEASURE[args.measure]):
                 result.append(row.as_dict())
                 cell = lambda v, f="{:.3f}": f.format(v) if v is not None else ""  # noqa: E731
                 print(f"| {row.model} | {row.batch} | {row.mode} | {cell(row.ours_ms)} | {cell(row.torch_ms)} | "

@@ -79,7 +79,7 @@ def test_optimize_agrees_with_pytorch_and_compiles_without_graph_breaks(torch, s
     model, x, expected = small
     reset_fallbacks()
     with torch.no_grad():
-        fast = tc.optimize(model, (x,))
+        fast = tc.optimize(model, (x,), measure=False)  # every layer fused, whatever it times
         kinds = [type(m) for m in fast.modules()]
         assert kinds.count(FusedConv2d) == 6 and kinds.count(FusedLinear) == 2
         assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fast.modules())
@@ -125,6 +125,23 @@ def test_measured_optimize_times_every_layer_and_keeps_the_faster_side(torch, sm
     assert not fallbacks(), fallbacks()
 
 
+def test_by_default_optimize_times_exactly_the_layers_without_a_record(torch, small):
+    import tc_autotune as tc
+    from tc_autotune.pytorch import fusion, trace
+
+    model, x, expected = small
+    with torch.no_grad():
+        fast = tc.optimize(model, (x,))
+        out = fast(x)
+    report = fast.tc_autotune_report
+    gm = trace(model, (x,))
+    untuned = {str(w) for w in report.untuned}
+    layers = [layer for layer in fusion.find_layers(gm) if layer.why_not is None]
+    expect = {layer.name for layer in layers if str(fusion.workload(layer, gm)) in untuned}
+    assert set(report.timed) == expect, (sorted(report.timed), sorted(expect))
+    assert report.layers == len(layers) - len(report.left) and rel_err(out, expected) < 2e-2
+
+
 def test_a_model_compiled_before_its_first_eager_call_binds_its_kernels_while_graphs_record(torch):
     """ResNet-50's layer3 at batch 1 (split-K layers among them, with workspaces): compiled
     with CUDA graphs before any eager call, its kernels are bound during the graphs' warm-up
@@ -136,7 +153,7 @@ def test_a_model_compiled_before_its_first_eager_call_binds_its_kernels_while_gr
     layer3 = models.resnet50().layer3.cuda().half().to(memory_format=torch.channels_last).eval()
     x = torch.randn(1, 512, 28, 28, device="cuda").half().to(memory_format=torch.channels_last)
     with torch.no_grad():
-        fast = tc.optimize(layer3, (x,))
+        fast = tc.optimize(layer3, (x,), measure=False)
         ops.clear_launches()
         torch._dynamo.reset()
         graphed = torch.compile(fast, mode="reduce-overhead", fullgraph=True)
@@ -171,7 +188,7 @@ def test_an_nchw_input_falls_back_once_and_stays_correct(torch, small):
     model, x, expected = small
     reset_fallbacks()
     with torch.no_grad():
-        fast = tc.optimize(model, (x,))
+        fast = tc.optimize(model, (x,), measure=False)  # the stem fused, so that it falls back
         contiguous = x.contiguous()  # NCHW in memory: the first conv cannot read it in place
         with pytest.warns(FallbackWarning, match="data is not contiguous"):
             first = fast(contiguous)

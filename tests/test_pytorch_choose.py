@@ -151,3 +151,25 @@ def test_measuring_only_the_untuned_layers_leaves_the_tuned_ones_fused_untimed(m
     assert all(isinstance(fast.get_submodule(name), FusedConv2d) for name in ("stem", "block.conv3", "down"))
     with pytest.raises(ValueError, match="'untuned'"):
         tc.optimize(model, (x,), measure="always")
+
+
+def test_by_default_the_untuned_layers_are_measured_where_they_can_be(monkeypatch):
+    model, x = small()
+    monkeypatch.setattr(build_cache, "kernels", lambda workloads, pdl=False: dict.fromkeys(workloads))
+    monkeypatch.setattr(build_cache, "untuned", lambda workloads: [w for w in workloads if "dense" in str(w)])
+    timed = []
+    monkeypatch.setattr(choose, "time_layer", lambda gm, layer, fused, device: timed.append(layer.name)
+                        or choose.Timing(20e-6, 10e-6, 1e-3))
+    # no CUDA GPU (or a model on the CPU): nothing is timed and every layer is fused, no error
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tc.optimize(model, (x,)).tc_autotune_report.layers == 8 and not timed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert tc.optimize(model, (x,)).tc_autotune_report.layers == 8 and not timed  # the model is on the CPU
+    monkeypatch.setattr(choose, "device_of", lambda gm: torch.device("cuda"))
+    assert tc.optimize(model, (x,), build=False).tc_autotune_report.layers == 8 and not timed
+    assert tc.optimize(model).tc_autotune_report.layers == 8 and not timed
+    # on a GPU with example inputs: the untuned layers are timed, only they
+    fast = tc.optimize(model, (x,))
+    assert timed == ["fc1", "fc2"] and set(fast.tc_autotune_report.left) == {"fc1", "fc2"}
+    timed.clear()
+    assert tc.optimize(model, (x,), measure=False).tc_autotune_report.layers == 8 and not timed

@@ -120,10 +120,11 @@ def build_model(name: str, batch: int):
     raise ValueError(f"unknown model {name!r} (resnet50, mlp)")
 
 
-def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduce-overhead"), measure: bool = False):
+def model_rows(name: str, batch: int, modes=("eager", "graph", "kernels", "reduce-overhead"), measure=None):
     """Every mode's row for one model and batch (see the module), outputs checked first; rows
     are yielded as they are measured, and a compile mode that fails is a row saying why.
-    ``measure``: ``optimize(..., measure=True)`` (each layer the faster of ours and PyTorch's)."""
+    ``measure``: ``optimize``'s (True: each layer the faster of ours and PyTorch's; default: the
+    untuned layers only)."""
     model, x, reference, x32 = build_model(name, batch)
     with torch.no_grad():
         expected = reference(x32)

@@ -143,10 +143,11 @@ def extract_workloads(model: nn.Module, example_inputs, job: str | Path | None =
     return workloads
 
 
-MEASURES = (False, True, "untuned")
+MEASURES = (None, False, True, "untuned")
 
 
-def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure: bool | str = False) -> fx.GraphModule:
+def optimize(model: nn.Module, example_inputs=None, build: bool = True,
+             measure: bool | str | None = None) -> fx.GraphModule:
     """``model`` with every conv2d / linear the kernels take (``fusion``) replaced by a fused
     layer on the tuned kernels: the best records of the active logs, else zero-shot.  The model
     itself is left as it was; its activations must be channels-last (NCHW shape, NHWC memory:
@@ -155,18 +156,23 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure:
     the kernels are built before it returns (``build=False``: on first use).  ``measure=True``
     (a CUDA GPU and example inputs): each layer is timed both ways and stays PyTorch's where
     PyTorch's is faster (``choose``); the report gives both times of every layer timed.
-    ``measure="untuned"``: only the layers whose kernel has no tuning record (a zero-shot pick)."""
+    ``measure="untuned"``: only the layers whose kernel has no tuning record (a zero-shot pick).
+    The default (None) is "untuned" where it can be (example inputs, a model on a CUDA GPU,
+    ``build=True``), else False: a zero-shot pick far off the best is never kept over PyTorch's
+    own layer, and a tuned model costs no timing."""
     _check_eval(model)
-    if measure not in MEASURES or not isinstance(measure, (bool, str)):
+    if measure not in MEASURES or not isinstance(measure, (bool, str, type(None))):
         raise ValueError(f"measure must be False, True or 'untuned', got {measure!r}")
     if measure and (example_inputs is None or not build):
-        raise ValueError("measure=True times each layer on the example inputs' shapes: give example_inputs "
+        raise ValueError(f"measure={measure!r} times layers on the example inputs' shapes: give example_inputs "
                          "(and build=True)")
     if measure and not torch.cuda.is_available():
-        raise ValueError("measure=True times the layers on a CUDA GPU, and PyTorch sees none")
+        raise ValueError(f"measure={measure!r} times the layers on a CUDA GPU, and PyTorch sees none")
     start = time.time()
     gm = trace(model, example_inputs)
     report = OptimizeReport(trace_seconds=time.time() - start)
+    if measure is None:
+        measure = "untuned" if _can_measure(gm, example_inputs, build) else False
     layers = []
     for layer in fusion.find_layers(gm):
         if layer.why_not is not None:
@@ -198,6 +204,11 @@ def optimize(model: nn.Module, example_inputs=None, build: bool = True, measure:
     log.info("optimize: %s", report.summary())
     gm.tc_autotune_report = report
     return gm
+
+
+def _can_measure(gm: fx.GraphModule, example_inputs, build: bool) -> bool:
+    return (example_inputs is not None and build and torch.cuda.is_available()
+            and choose.device_of(gm).type == "cuda")
 
 
 def _faster_fused(gm: fx.GraphModule, layers: list, fused: dict, report: OptimizeReport, only=None) -> list:
