@@ -2,7 +2,10 @@
 against PyTorch's model compiled the same way (issue #29: the MLP block at M = 128 is host-bound
 under ``max-autotune``, ours ~24 us a call more).
 
-    python lab/probes/compiled_host.py MODEL BATCH MODE [--measure]
+    python lab/probes/compiled_host.py MODEL BATCH MODE [--measure] [--full PREFIX]
+
+(``--full PREFIX``: every function of 1000 calls by cumulative time, to PREFIX.ours.txt and
+PREFIX.pytorch.txt.)
 
 Prints Inductor's counters, each side's CUDA kernels per call, the graph inputs each compiled side has, the wall and
 host time per call, and the 25 functions with the most own time over 300 calls of each (cProfile).
@@ -19,7 +22,7 @@ from torch._dynamo.utils import counters
 from tc_autotune.pytorch import bench, optimize
 
 
-def _profile(fn, calls: int = 300) -> str:
+def _profile(fn, calls: int = 300, limit: int = 25, order: str = "tottime") -> str:
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(calls):
@@ -27,7 +30,7 @@ def _profile(fn, calls: int = 300) -> str:
     profile.disable()
     torch.cuda.synchronize()
     text = io.StringIO()
-    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
+    pstats.Stats(profile, stream=text).sort_stats(order).print_stats(limit)
     return text.getvalue()
 
 
@@ -72,6 +75,9 @@ def main(name: str, batch: int, mode: str, measure: bool) -> None:
         for label, compiled in sides.items():
             print(f"==== {label}: cProfile, 300 calls ====")
             print(_profile(lambda: compiled(x)))
+            if "--full" in sys.argv:
+                with open(f"{sys.argv[sys.argv.index('--full') + 1]}.{label}.txt", "w") as out:
+                    out.write(_profile(lambda: compiled(x), 1000, 400, "cumulative"))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@
   norm, residual add and ReLU/GELU after them) on tuned kernels (``optimize.py``);
 * ``extract_workloads(model, example_inputs, job=...)``: the workloads it runs, as a nightly job;
 * ``torch.ops.tc_autotune.conv2d`` / ``.dense``: the custom operators ``torch.compile`` sees
-  (``ops.py``); ``fallbacks()`` counts the calls that ran PyTorch's ops instead.
+  (``library.py``; their eager launch path ``ops.py``); ``fallbacks()`` counts the calls that ran PyTorch's ops instead.
 """
 
+from . import library  # noqa: F401  (registers the tc_autotune ops)
 from .modules import FusedConv2d, FusedLinear
 from .ops import FallbackWarning, fallbacks, reset_fallbacks
 from .optimize import OptimizeReport, extract_workloads, optimize, trace, write_job
