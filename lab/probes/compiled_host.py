@@ -65,6 +65,7 @@ def main(name: str, batch: int, mode: str, measure: bool) -> None:
             print(f"{label}: inductor counters {dict(counters['inductor'])}")
             print(f"{label}: graph breaks {dict(counters['graph_break'])}, stats {dict(counters['stats'])}")
             sides[label] = compiled
+        print(f"ours graph (by hand): wall {bench._sync_ms(bench.graph_of(ours, x), 50, 15):.4f} ms per call")
         for label, compiled in sides.items():
             wall = bench._sync_ms(lambda: compiled(x), 50, 15)
             host = bench._host_ms(lambda: compiled(x), 50, 15)
