@@ -19,6 +19,7 @@ import sys
 import torch
 from torch._dynamo.utils import counters
 
+from tc_autotune.measure.profiler import kernel_table
 from tc_autotune.pytorch import bench, optimize
 
 
@@ -35,18 +36,9 @@ def _profile(fn, calls: int = 300, limit: int = 25, order: str = "tottime") -> s
 
 
 def _kernels(fn, calls: int = 20) -> str:
-    """Each CUDA kernel's device time per call (profiler), the longest first."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    rows = sorted(((e.device_time_total / calls, e.count // calls, e.key) for e in prof.key_averages()
-                   if e.device_time_total > 0), reverse=True)
-    return "\n".join(f"  {us:8.1f} us  x{n}  {name[:110]}" for us, n, name in rows[:12])
+    """Each CUDA kernel's device time per call (the package's profiler table), the longest first."""
+    rows = sorted(kernel_table(fn, calls), key=lambda k: -k.seconds)
+    return "\n".join(f"  {k.seconds * 1e6:8.1f} us  x{k.launches:g}  {k.name[:110]}" for k in rows[:12])
 
 
 def main(name: str, batch: int, mode: str, measure: bool) -> None:
