@@ -31,14 +31,15 @@ def _conv2d_impl(data, weight, scale, bias, residual, stride, padding, dilation,
     """NHWC conv2d with a fused epilogue on a tuned Tensor Core kernel (see the module)."""
     check_activation(activation)
     return _uncompiled(conv2d_eager)(data, weight, scale, bias, residual, stride, padding, dilation, activation,
-                                      out_dtype, None, True, None, groups, weight_layout)
+                                     out_dtype, out=None, fallback=True, static_key=None, groups=groups,
+                                     weight_layout=weight_layout)
 
 
 def _dense_impl(a, weight, scale, bias, residual, activation, out_dtype, scale_a=None, scale_b=None):
     """``act(a @ weight.T * scale + bias + residual)`` on a tuned Tensor Core kernel."""
     check_activation(activation)
-    return _uncompiled(dense_eager)(a, weight, scale, bias, residual, activation, out_dtype, None, True, scale_a,
-                                     scale_b)
+    return _uncompiled(dense_eager)(a, weight, scale, bias, residual, activation, out_dtype, out=None,
+                                    fallback=True, scale_a=scale_a, scale_b=scale_b)
 
 
 def _conv2d_fake(data, weight, scale, bias, residual, stride, padding, dilation, activation, out_dtype, groups=1,
