@@ -63,11 +63,14 @@ def test_the_dense_example_with_a_kn_weight_and_an_out_tensor(example, torch):
 def test_tensors_that_would_need_a_copy_are_refused(example, torch):
     """(The first layer's workload each time: its kernel is built already.)"""
     x, w1, b1 = example["x"], example["w1"], example["b1"]
-    for data, bias, message in [(x.transpose(1, 2), b1, "data is not contiguous"),
-                                (x.cpu(), b1, "data is on cpu:0 but the kernel runs on cuda:0"),
-                                (x, b1.half(), r"bias must be float32\[64\], got float16\[64\]")]:
+    for data, weight, bias, message in [(x.transpose(1, 2), w1, b1, "data is not contiguous"),
+                                        (x.cpu(), w1, b1, "data is on cpu:0 but the kernel runs on cuda:0"),
+                                        (x, w1.cpu(), b1, "weight is on cpu but the kernel runs on cuda:0"),
+                                        (x, w1, b1.half(), r"bias must be float32\[64\], got float16\[64\]")]:
         with pytest.raises(ValueError, match=message):
-            tc.conv2d(data, w1, out_dtype="float16", bias=bias, activation="relu")
+            tc.conv2d(data, weight, out_dtype="float16", bias=bias, activation="relu")
+    with pytest.raises(ValueError, match=r"out must be float16\[.*got float32\[1\]"):
+        tc.conv2d(x, w1, out_dtype="float16", bias=b1, activation="relu", out=torch.empty(1, device="cuda"))
 
 
 @pytest.mark.parametrize("name", ["rfc-3x3-b1", "dense:m=16,n=4096,k=4096,b=nk", "n=2,h=14,c=64,k=64,r=3,pad=1,dtype=float32"])

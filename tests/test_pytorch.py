@@ -230,34 +230,83 @@ def test_a_call_finds_its_launch_by_a_cheap_key(monkeypatch):
         ops.conv2d_nhwc(data, weight, bias=bias, activation="relu", fallback=False)
 
 
+def _llvm_function_of(wl):
+    """A TVM function (built for the CPU) of ``wl``'s signature, computing out = data[..., :1] *
+    weight[0, 0, 0] + bias: its argument checks are the ones TVM puts before every kernel."""
+    import tvm
+    from tvm import te
+
+    specs = tasks.of(wl).signature(wl)
+    data, weight, bias = (te.placeholder(shape, dtype, name) for name, shape, dtype in specs[:3])
+    out = te.compute(specs[3][1], lambda n, h, w, k: (data[n, h, w, 0].astype("float32") * weight[0, 0, 0, k]
+                                                      .astype("float32") + bias[k]).astype("float16"), name="out")
+    return tvm.compile(te.create_prim_func([data, weight, bias, out]), target="llvm")["main"]
+
+
 def test_a_launch_refuses_what_it_cannot_read_in_place():
+    """The launch checks alignment (TVM assumes it) and leaves shapes, dtypes, strides and the device
+    to TVM's own argument checks, naming the tensor TVM refused; nothing is ever copied."""
     from tc_autotune.api import kernel
     from tc_autotune.pytorch.launch import TorchLaunch
     import tvm
 
     wl = workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias")
     k = kernel.Kernel(wl, tasks.of(wl).space(wl).default_config(),
-                            tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
-    calls = []
-    k._main = lambda *args: calls.append(args)
+                      tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
+    function, calls = _llvm_function_of(wl), []
+    k._main = lambda *args: (calls.append(args), function(*args))
     launch = TorchLaunch(k, torch.device("cpu"))
+    torch.manual_seed(0)
     data, weight, bias = torch.randn(1, 4, 4, 8).half(), torch.randn(1, 1, 8, 16).half(), torch.randn(16)
+    expected = (data[..., :1].float() * weight[0, 0, 0].float() + bias).half()
     out = launch(data, weight, bias)
-    assert out.shape == (1, 4, 4, 16) and out.dtype == torch.float16
+    assert out.shape == (1, 4, 4, 16) and out.dtype == torch.float16 and torch.equal(out, expected)
     assert calls[-1][:4] == (data, weight, bias, out)  # the tensors themselves: nothing copied
     odd = data.as_strided(data.shape, (7, 32, 8, 1))  # batch 1: the batch stride is arbitrary
     assert odd.is_contiguous()
-    launch(odd, weight, bias)
-    passed = calls[-1][0]
-    assert passed.stride() == (128, 32, 8, 1) and passed.data_ptr() == data.data_ptr()  # a view, TVM's strides
+    assert torch.equal(launch(odd, weight, bias), expected) and calls[-1][0] is odd  # TVM takes it as it is
     for args, message in [((data.transpose(1, 2), weight, bias), "data is not contiguous"),
                           ((data, weight, bias.half()), r"bias must be float32\[16\], got float16\[16\]"),
                           ((data, weight[..., :8], bias), r"weight must be float16\[1, 1, 8, 16\]"),
+                          ((data, weight.numpy(), bias), "weight must be a torch tensor, got ndarray"),
                           ((torch.randn(1 * 4 * 4 * 8 + 1).half()[1:].view(1, 4, 4, 8), weight, bias),
                            "data cannot be read in place: its address is not 64-byte aligned")]:
+        called = len(calls)
         with pytest.raises(ValueError, match=message):
             launch(*args)
+        assert len(calls) == called + ("aligned" not in message and "ndarray" not in message)
+    with pytest.raises(ValueError, match=r"out must be float16\[1, 4, 4, 16\]"):
+        launch(data, weight, bias, out=torch.empty(1, 4, 4, 16))
+
+
+def test_a_function_that_checks_size_1_strides_gets_canonical_views_from_then_on():
+    """Where a function refuses a size-1 dimension's arbitrary stride, the launch passes such
+    tensors as views with the canonical strides (the same memory), on that call and after."""
+    from tc_autotune.api import kernel
+    from tc_autotune.pytorch.launch import TorchLaunch
+    import tvm
+
+    wl = workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias")
+    k = kernel.Kernel(wl, tasks.of(wl).space(wl).default_config(),
+                      tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
+    calls = []
+
+    def strict(*args):
+        if args[0].stride() != (128, 32, 8, 1):
+            raise ValueError("Mismatched data.strides: expected to be compact array")
+        calls.append(args)
+
+    k._main = strict
+    launch = TorchLaunch(k, torch.device("cpu"))
+    data, weight, bias = torch.randn(1, 4, 4, 8).half(), torch.randn(1, 1, 8, 16).half(), torch.randn(16)
+    odd = data.as_strided(data.shape, (7, 32, 8, 1))
+    for _ in range(2):
+        launch(odd, weight, bias)
+        passed = calls[-1][0]
+        assert passed.stride() == (128, 32, 8, 1) and passed.data_ptr() == data.data_ptr()
     assert len(calls) == 2
+    with pytest.raises(ValueError, match="data is not contiguous"):
+        launch(data.transpose(1, 2), weight, bias)
 
 
 # ---- grouped convs and conv weights in place (issue #32) ---------------------------------------------

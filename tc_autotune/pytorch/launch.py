@@ -3,8 +3,9 @@
 Everything that does not change between calls is done once, here: the kernel's function is
 looked up, the argument plan (each tensor's shape and dtype) is made, and the workspaces
 (split-K partial sums, fp16 copies of fp32 operands) are allocated by torch on the device.  A
-call then checks each tensor cheaply (shape, dtype, device, contiguity, alignment) and calls the
-function with the torch tensors themselves: tvm-ffi reads them through DLPack's C exchange API
+call checks each tensor's alignment and calls the function with the torch tensors themselves
+(TVM's function checks their shapes, dtypes, strides and device; a tensor it refuses is named in a
+ValueError, as is a misaligned one): tvm-ffi reads them through DLPack's C exchange API
 and launches on torch's current stream of their device (so CUDA graphs and
 ``torch.cuda.stream`` blocks capture and order it as they do torch's own kernels).
 """
@@ -30,7 +31,7 @@ class TorchLaunch:
     tensor the kernel cannot read in place is a ValueError naming it; nothing is ever copied."""
 
     __slots__ = ("kernel", "device", "function", "names", "shapes", "dtypes", "out_shape", "out_dtype",
-                 "workspaces", "unit_strides")
+                 "workspaces", "unit_strides", "canonical_views")
 
     def __init__(self, kernel, device: torch.device):
         *inputs, (_, out_shape, out_dtype) = tasks.of(kernel.workload).signature(kernel.workload)
@@ -43,34 +44,52 @@ class TorchLaunch:
         self.workspaces = _allocated_outside_graph_pools(
             lambda: tuple(torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
                           for shape, dtype in kernel.workspaces)) if kernel.workspaces else ()
-        # A size-1 dimension's stride is arbitrary in a contiguous torch tensor (a batch-1
-        # activation that torch.compile laid out), but TVM checks it: such tensors are passed as
-        # views with the canonical strides (the same memory).
+        # The canonical strides of inputs with a size-1 dimension (see ``__call__``).
         unit = tuple(_contiguous_strides(shape) if 1 in shape else None for shape in self.shapes)
         self.unit_strides = unit if any(strides is not None for strides in unit) else None
+        self.canonical_views = False
 
     def __call__(self, *inputs, out=None):
         if len(inputs) != len(self.shapes):
             raise TypeError(f"the kernel of {self.kernel.workload} takes {', '.join(self.names)} [, out], "
                             f"got {len(inputs)} tensors")
-        device = self.device
-        for tensor, shape, dtype in zip(inputs, self.shapes, self.dtypes):
-            if (tensor.shape != shape or tensor.dtype != dtype or tensor.device != device
-                    or not tensor.is_contiguous() or tensor.data_ptr() % ALIGNMENT):
-                self._refuse(inputs, out)
         if out is None:
-            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=device)
-        elif (out.shape != self.out_shape or out.dtype != self.out_dtype or out.device != device
-              or not out.is_contiguous() or out.data_ptr() % ALIGNMENT):
+            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=self.device)
+        # TVM's function checks every tensor's shape, dtype, strides and device itself (raising
+        # before anything runs); the one thing it assumes is the alignment, checked here.
+        try:
+            for tensor in inputs:
+                if tensor.data_ptr() % ALIGNMENT:
+                    self._refuse(inputs, out)
+            if out.data_ptr() % ALIGNMENT:
+                self._refuse(inputs, out)
+        except AttributeError:  # not a torch tensor
             self._refuse(inputs, out)
-        if self.unit_strides is not None:
-            inputs = [t if strides is None or t.stride() == strides else t.as_strided(t.shape, strides)
-                      for t, strides in zip(inputs, self.unit_strides)]
-        self.function(*inputs, out, *self.workspaces)
+            raise
+        if self.canonical_views:
+            inputs = self._canonical(inputs)
+        try:
+            self.function(*inputs, out, *self.workspaces)
+        except Exception as err:  # noqa: BLE001 (TVM's argument checks; anything else is raised again)
+            self._refuse(inputs, out)
+            views = None if self.unit_strides is None else self._canonical(inputs)
+            if views is None or all(view is tensor for view, tensor in zip(views, inputs)):
+                raise err
+            # A size-1 dimension's stride is arbitrary in a contiguous torch tensor (a batch-1
+            # activation that torch.compile laid out); where a function checks it, such tensors
+            # are passed from now on as views with the canonical strides (the same memory).
+            self.canonical_views = True
+            self.function(*views, out, *self.workspaces)
         return out
 
+    def _canonical(self, inputs) -> list:
+        """``inputs`` with each contiguous one that has a size-1 dimension as the view with the
+        canonical strides (a non-contiguous one stays as it is, for the function to refuse)."""
+        return [t if strides is None or t.stride() == strides or not t.is_contiguous()
+                else t.as_strided(t.shape, strides) for t, strides in zip(inputs, self.unit_strides)]
+
     def _refuse(self, inputs, out):
-        """Raise the ValueError that names the first tensor the kernel cannot take in place."""
+        """Raise the ValueError that names the first tensor the kernel cannot take in place, if any."""
         named = zip((*self.names, "out"), (*inputs, out), (*self.shapes, self.out_shape),
                     (*self.dtypes, self.out_dtype))
         for name, tensor, shape, dtype in named:
@@ -90,7 +109,6 @@ class TorchLaunch:
             if tensor.data_ptr() % ALIGNMENT:
                 raise ValueError(f"{name} cannot be read in place: its address is not {ALIGNMENT}-byte aligned "
                                  "(a view at an offset)")
-        raise AssertionError("a tensor was refused but none is wrong")  # pragma: no cover
 
 
 def _allocated_outside_graph_pools(allocate):

@@ -182,7 +182,7 @@ def conv2d_eager(data, weight, scale, bias, residual, stride, padding, dilation,
     try:
         if launch.__class__ is not TorchLaunch:
             raise launch
-        return launch(*_given(data, weight, scale, bias, residual), out=out)
+        return launch(data, weight, *[t for t in (scale, bias, residual) if t is not None], out=out)
     except ValueError as err:
         if not fallback:
             raise
