@@ -243,6 +243,23 @@ def _llvm_function_of(wl):
     return tvm.compile(te.create_prim_func([data, weight, bias, out]), target="llvm")["main"]
 
 
+def test_a_fused_layers_settings_are_immutable_values():
+    """Under torch.compile dynamo skips the guards of an unchanged module whose attributes are all
+    immutable (a list or a torch.dtype among them has each of its guards checked on every call): a
+    fused layer's settings are ints, strings, bools and tuples of them, the dtype by name."""
+    def immutable(value):
+        return value is None or isinstance(value, (int, str)) or (
+            isinstance(value, tuple) and all(immutable(v) for v in value))
+
+    conv = FusedConv2d.of(nn.Conv2d(8, 16, 3, stride=[2, 2], padding=1).half(), activation="relu")
+    linear = FusedLinear.of(nn.Linear(8, 16).half())
+    for layer in (conv, linear):
+        settings = {name: value for name, value in vars(layer).items() if not name.startswith("_")}
+        assert len(settings) >= 3 and all(immutable(v) for v in settings.values()), settings
+    assert (conv.stride, conv.padding, conv.dilation, conv.out_dtype) == ((2, 2), (1, 1), (1, 1), "float16")
+    assert linear.out_dtype == "float16"
+
+
 def test_a_launch_refuses_what_it_cannot_read_in_place():
     """The launch checks alignment (TVM assumes it) and leaves shapes, dtypes, strides and the device
     to TVM's own argument checks, naming the tensor TVM refused; nothing is ever copied."""

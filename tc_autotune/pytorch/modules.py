@@ -18,6 +18,14 @@ from . import ops
 from .fusion import same_padding, weight_layout
 
 
+def _ints(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def _bias(conv: nn.Conv2d) -> torch.Tensor | None:
     return conv.bias.detach().float() if conv.bias is not None else None
 
@@ -34,9 +42,12 @@ class FusedConv2d(nn.Module):
         # HWIO as before (a view made contiguous); OIHW / OHWI are a conv's own weight, read in place
         self.register_buffer("weight", weight.contiguous() if weight_layout == "HWIO" else weight)
         self.register_buffer("bias", None if bias is None else bias.float().contiguous())
-        self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
-        self.activation, self.residual, self.out_dtype = activation, residual, out_dtype
-        self.groups, self.weight_layout = groups, weight_layout
+        # Plain immutable values (ints, tuples, strings: the dtype by name), so that under
+        # torch.compile dynamo's guards skip an unchanged layer whole (a list or a torch.dtype
+        # would have every one of them checked on every call).
+        self.stride, self.padding, self.dilation = _ints(stride), _ints(padding), _ints(dilation)
+        self.activation, self.residual, self.out_dtype = activation, residual, _dtype_name(out_dtype)
+        self.groups, self.weight_layout = int(groups), weight_layout
         self._key = ops.conv2d_key(self.stride, self.padding, self.dilation, activation, out_dtype, groups,
                                    weight_layout)
 
@@ -81,7 +92,7 @@ class FusedConv2d(nn.Module):
         epilogue = "+".join(["bias"] * (self.bias is not None) + ["residual"] * self.residual
                             + [self.activation] * (self.activation != "none")) or "none"
         grouped = f", groups={self.groups}" if self.groups != 1 else ""
-        return (f"{c}, {k}, kernel_size=({r}, {s}), stride={tuple(self.stride)}, padding={tuple(self.padding)}"
+        return (f"{c}, {k}, kernel_size=({r}, {s}), stride={self.stride}, padding={self.padding}"
                 f"{grouped}, weight={self.weight_layout}, epilogue={epilogue}")
 
 
@@ -94,7 +105,7 @@ class FusedLinear(nn.Module):
         super().__init__()
         self.register_buffer("weight", weight_nk.detach().contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
-        self.activation, self.residual, self.out_dtype = activation, residual, weight_nk.dtype
+        self.activation, self.residual, self.out_dtype = activation, residual, _dtype_name(weight_nk.dtype)
 
     @classmethod
     def of(cls, linear: nn.Linear, activation: str = "none", residual: bool = False) -> "FusedLinear":
