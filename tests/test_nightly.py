@@ -284,8 +284,8 @@ def test_report_only_on_a_fresh_clone_reports_from_the_shipped_logs(tmp_path):
         (tmp_path / log.name).write_bytes(log.read_bytes())
     from dataclasses import replace
 
-    stale = replace(next(records.load(tmp_path / "nvidia-h200.jsonl")), template_version=None, source_hash=None,
-                    code_hash=None)
+    in_job = next(r for r in records.load(tmp_path / "nvidia-h200.jsonl") if r.workload == workloads.get("tutorial"))
+    stale = replace(in_job, template_version=None, source_hash=None, code_hash=None)
     records.append(tmp_path / "nvidia-h200.jsonl", [stale])
     proc = subprocess.run([sys.executable, str(SCRIPT), str(job_path), "--report-only"],
                           capture_output=True, text=True, timeout=120)
