@@ -93,8 +93,9 @@ def test_the_spaces_and_layers_are_counted_right():
 
 def test_the_shipped_logs_hold_what_the_readme_says():
     match = re.search(r"all (\d+) workloads of `tuning_logs/nightly.toml`, the (\d+) fused layers of\s+"
-                      r"`tuning_logs/resnet50-fused-b32.toml` and the (\d+) LLM dense shapes of `tuning_logs/llm-dense.toml`\s+"
-                      r"on each GPU, and on the H100 (\d+) of those shapes fused \([^)]*\), and the (\d+) fp16-output\s+"
+                      r"`tuning_logs/resnet50-fused-b32.toml` and the (\d+) LLM dense shapes of\s+"
+                      r"`tuning_logs/llm-dense.toml`\s+on each GPU, and on the H100 (\d+) of those shapes fused "
+                      r"\([^)]*\), and the (\d+) fp16-output\s+"
                       r"fused layers of ResNet-50 at each of batch 1 and 32 \(`tuning_logs/resnet50-fp16-b1.toml` and\s+"
                       r"`tuning_logs/resnet50-fp16-b32.toml`, written by `tc.extract_workloads`\), and on the H100 every\s+"
                       r"workload of ((?:`tuning_logs/[\w.-]+`(?:,\s+|\s+and\s+))+)`tuning_logs/([\w.-]+)`; every record current "

@@ -32,8 +32,9 @@ def conv2d(data, weight, stride=1, padding=0, dilation=1, out_dtype="float32", *
     in place; ``groups``: a grouped conv.  Returns ``out`` (written in place) or a new torch
     tensor for torch inputs, else a TVM tensor."""
     if _on_torch_gpu(data):  # the cached launch: no spec parsed, no workload made per call
-        return _torch_ops().conv2d_nhwc(data, weight, scale, bias, residual, stride, padding, dilation, activation,
-                               out_dtype, out=out, fallback=False, groups=groups, weight_layout=weight_layout)
+        return _torch_ops().conv2d_nhwc(data, weight, scale, bias, residual, stride, padding, dilation,
+                                        activation, out_dtype, out=out, fallback=False, groups=groups,
+                                        weight_layout=weight_layout)
     fused = epilogue_of(scale, bias, residual, activation)
     workload = workload_of(data, weight, stride, padding, dilation, out_dtype, str(fused), groups, weight_layout)
     return _run(workload, out, data, weight, scale, bias, residual)
@@ -49,8 +50,8 @@ def dense(a, weight, *, weight_layout="nk", out_dtype="float32", scale=None, bia
     if scale_a is not None or scale_b is not None or is_fp8(a):
         check_scales(a, scale_a, scale_b)
     if weight_layout == "nk" and len(a.shape) == 2 and _on_torch_gpu(a):
-        return _torch_ops().dense_nk(a, weight, scale, bias, residual, activation, out_dtype, out=out, fallback=False,
-                            scale_a=scale_a, scale_b=scale_b)
+        return _torch_ops().dense_nk(a, weight, scale, bias, residual, activation, out_dtype, out=out,
+                                     fallback=False, scale_a=scale_a, scale_b=scale_b)
     fused = epilogue_of(scale, bias, residual, activation)
     workload = dense_workload_of(a, weight, weight_layout, out_dtype, str(fused))
     return _run(workload, out, a, weight, scale_a, scale_b, scale, bias, residual)

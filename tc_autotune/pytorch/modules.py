@@ -34,7 +34,7 @@ class FusedConv2d(nn.Module):
     """``act(conv2d(x, weight) + bias [+ residual])`` on a tuned kernel (``ops.conv2d_nhwc``)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, stride, padding, dilation,
-                 activation: str = "none", residual: bool = False, out_dtype: torch.dtype = torch.float16,
+                 activation: str = "none", residual: bool = False, out_dtype: torch.dtype | str = torch.float16,
                  groups: int = 1, weight_layout: str = "HWIO"):
         """``weight``: HWIO [R, S, C/G, K] (its earlier only layout), or as ``weight_layout``
         says (OIHW [K, C/G, R, S], OHWI [K, R, S, C/G]), held as it is."""
