@@ -21,7 +21,8 @@ from ..core import tasks
 ALIGNMENT = 64  # bytes: what TVM's buffers assume of every pointer (torch's allocator gives 512)
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype) -> str:
+    """A torch dtype's name without "torch." (a name given as a string stays as it is)."""
     return str(dtype).removeprefix("torch.")
 
 
@@ -98,8 +99,8 @@ class TorchLaunch:
             if not isinstance(tensor, torch.Tensor):
                 raise ValueError(f"{name} must be a torch tensor, got {type(tensor).__name__}")
             if tensor.shape != shape or tensor.dtype != dtype:
-                raise ValueError(f"{name} must be {_dtype_name(dtype)}{list(shape)}, "
-                                 f"got {_dtype_name(tensor.dtype)}{list(tensor.shape)}")
+                raise ValueError(f"{name} must be {dtype_name(dtype)}{list(shape)}, "
+                                 f"got {dtype_name(tensor.dtype)}{list(tensor.shape)}")
             if tensor.device != self.device:
                 raise ValueError(f"{name} is on {tensor.device} but the kernel runs on {self.device}: move it "
                                  "there (nothing is copied for you)")

@@ -16,14 +16,11 @@ from torch import nn
 from ..workloads.conv_weights import TO_HWIO
 from . import ops
 from .fusion import same_padding, weight_layout
+from .launch import dtype_name
 
 
 def _ints(values) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
-
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _bias(conv: nn.Conv2d) -> torch.Tensor | None:
@@ -46,7 +43,7 @@ class FusedConv2d(nn.Module):
         # torch.compile dynamo's guards skip an unchanged layer whole (a list or a torch.dtype
         # would have every one of them checked on every call).
         self.stride, self.padding, self.dilation = _ints(stride), _ints(padding), _ints(dilation)
-        self.activation, self.residual, self.out_dtype = activation, residual, _dtype_name(out_dtype)
+        self.activation, self.residual, self.out_dtype = activation, residual, dtype_name(out_dtype)
         self.groups, self.weight_layout = int(groups), weight_layout
         self._key = ops.conv2d_key(self.stride, self.padding, self.dilation, activation, out_dtype, groups,
                                    weight_layout)
@@ -105,7 +102,7 @@ class FusedLinear(nn.Module):
         super().__init__()
         self.register_buffer("weight", weight_nk.detach().contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
-        self.activation, self.residual, self.out_dtype = activation, residual, _dtype_name(weight_nk.dtype)
+        self.activation, self.residual, self.out_dtype = activation, residual, dtype_name(weight_nk.dtype)
 
     @classmethod
     def of(cls, linear: nn.Linear, activation: str = "none", residual: bool = False) -> "FusedLinear":

@@ -50,7 +50,7 @@ from ..api import build_cache
 from ..workloads import epilogue
 from ..api.apply import check_scales, dense_workload_of, user_logs, workload_of
 from ..workloads.conv_weights import DEPTHWISE, TO_HWIO
-from .launch import TorchLaunch
+from .launch import TorchLaunch, dtype_name
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +123,6 @@ def _default_out_dtype(operand) -> torch.dtype:
     return torch.bfloat16 if operand.dtype == torch.bfloat16 or operand.dtype in FP8 else torch.float16
 
 
-def _name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def conv2d_key(stride, padding, dilation, activation, out_dtype, groups=1, weight_layout="HWIO") -> tuple:
     """The part of a conv call's cache key that a layer fixes (``FusedConv2d`` makes it once),
     normalised to the form the op's calls under torch.compile spell it, so that a layer's
@@ -176,13 +172,13 @@ def conv2d_eager(data, weight, scale, bias, residual, stride, padding, dilation,
     launch = _LAUNCHES.get(key)
     if launch is None:
         launch = _bind(key, lambda: _conv_workload(
-            data, weight, stride, padding, dilation, _name(out_dtype),
+            data, weight, stride, padding, dilation, dtype_name(out_dtype),
             str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation)),
             groups, layout), data.device)
     try:
         if launch.__class__ is not TorchLaunch:
             raise launch
-        return launch(data, weight, *[t for t in (scale, bias, residual) if t is not None], out=out)
+        return launch(*_given(data, weight, scale, bias, residual), out=out)
     except ValueError as err:
         if not fallback:
             raise
@@ -228,7 +224,7 @@ def dense_eager(a, weight, scale, bias, residual, activation, out_dtype, out, fa
     launch = _LAUNCHES.get(key)
     if launch is None:
         launch = _bind(key, lambda: dense_workload_of(
-            flat, weight, "nk", _name(out_dtype),
+            flat, weight, "nk", dtype_name(out_dtype),
             str(epilogue.of_inputs(scale, bias, residual, None if activation == "none" else activation))),
             a.device)
     try:
