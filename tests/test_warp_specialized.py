@@ -204,6 +204,27 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
         assert (ws > plain) == boxed, name
 
 
+def test_the_prior_counts_k_slices_that_split_a_gathered_as_channels():
+    """A plain (no producer warpgroup) mma or wgmma conv whose k-slice is not a multiple of its
+    channels computes a filter tap per vector load: 2-2.5x slower in the H100 logs.  The producer
+    warpgroup's gather hides it, and a channel count the slice divides has no such cost."""
+    from tc_autotune.templates.tc_gemm.prior import prior_score
+    from tc_autotune.core.config_space import positions_from_configs
+
+    def plain_over_producer(channels, plain, chunk):  # the same tile with and without a producer
+        wl = workloads.get(f"n=16,h=27,c={channels},k=256,r=5,pad=2")
+        space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+        rows = positions_from_configs(space, [replace(plain, chunk=chunk), replace(WS, chunk=chunk)])
+        ours, producer = prior_score(space, rows)
+        return ours / producer
+
+    for intrinsic, weight in (("wgmma", 0.45), ("mma", 0.7)):
+        plain = replace(WS, warp_specialized=0, intrinsic=intrinsic)
+        # 96 channels: a 64-deep slice (chunk 4) splits them, a 32-deep one does not; 128: neither
+        split, aligned = (plain_over_producer(c, plain, 4) / plain_over_producer(c, plain, 2) for c in (96, 128))
+        assert math.isclose(split, weight * aligned), intrinsic
+
+
 def test_consumers_along_m_split_the_rows_and_widen_the_wgmma():
     """Along M, consumer wg takes rows wg * 64 .. of a 128-row block and one wgmma of all 256
     columns (m64n256), reading A from its own slab and B from the tile's start."""

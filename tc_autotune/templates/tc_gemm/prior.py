@@ -37,6 +37,12 @@ _RIDGE_FLOPS_PER_BYTE = 150.0
 # the deepest ring that fits keeps most bytes in flight (cuBLAS's 64x8 fp8 kernel: 16 stages).
 # Unmeasured when written; its padding (M rows to swap_ab instead of 64) counts in ``padding``.
 _SWAP_STAGES_WEIGHT = {2: 0.9, 3: 0.95, 4: 1.0}
+# A conv whose A is gathered (not a matrix), on a path without a producer warpgroup, where a block's
+# k-slice splits A's runs (its channels per filter tap are not a multiple of block_k): each vector
+# of the A tile then computes its own tap, a division and a remainder per load in the main loop.
+# H100 logs (every gathered-A conv tuned, best config of each path against the workload's best):
+# wgmma 2.46x off split, 1.09x aligned; mma 1.94x against 1.35x; WMMA ~2x either way.
+_SPLIT_RUN_WEIGHT = {code("intrinsic", "wgmma"): 0.45, code("intrinsic", "mma"): 0.7}
 
 
 def _a_boxed_weight(view, block_m: np.ndarray) -> np.ndarray:
@@ -114,4 +120,12 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     splitting = np.where(split > 1, 0.9, 1.0)
     packing = np.where(v["group_pack"] > 1, _block_diagonal_weight(space.view, v["group_pack"]), 1.0)
     return (padding * wave_use * reuse * warps * vec * chunk * shape * offsets * stages * in_flight * specialized
-            * splitting * packing)
+            * splitting * packing * _split_run_weight(space.view, v))
+
+
+def _split_run_weight(view, v: dict[str, np.ndarray]) -> np.ndarray:
+    """The factor of a gathered A whose runs a k-slice splits, on the paths without a producer."""
+    if a_is_matrix(view):
+        return np.ones(len(v["bk"]))
+    split = (view.a.run % v["bk"] != 0) & (v["warp_specialized"] == 0)
+    return np.where(split, _lookup(_SPLIT_RUN_WEIGHT, v["intrinsic"]), 1.0)
