@@ -259,3 +259,32 @@ def test_build_dense_refuses_a_conv_workload():
 
     with pytest.raises(ValueError, match="expected a DenseWorkload, got Conv2dWorkload"):
         build_dense("tutorial")
+
+
+def test_an_untuned_dense_takes_the_nearest_tuned_gemms_config(tmp_path, monkeypatch):
+    """The dense zero-shot pick: the record of the tuned dense GEMM of its kind nearest in log2 M, N,
+    K (a layer tuned at 16 and 512 tokens runs 32 with the 16-token config, 256 with the 512-token
+    one); never a record of another weight layout, of fp8 for 16-bit inputs, or for a conv."""
+    from tc_autotune.api.apply import choose_config
+
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(tmp_path / "none"))
+    spec = "dense:m={},n=512,k=1024,b={}{}"
+    small, large, near_small, near_large = (workloads.get(spec.format(m, "nk", "")) for m in (16, 512, 32, 256))
+    spaces = [dense_space(w, SM90) for w in (small, large, near_small, near_large)]
+    both = [c for c in spaces[0].template.starting_configs(spaces[0]) if all(s.is_valid(c) for s in spaces)]
+    tuned_small, tuned_large = both[0], next(c for c in both if c != both[0])
+    log = tmp_path / "log.jsonl"
+    records.append(log, [records.Record.from_measurement("cuda -arch=sm_90", space, config, MeasureResult((t,)))
+                         for space, config, t in ((spaces[0], tuned_small, 9e-5), (spaces[1], tuned_large, 1e-5))])
+    logs = [(str(log), False)]
+
+    for workload, tuned, source in ((near_small, tuned_small, small), (near_large, tuned_large, large)):
+        choice = choose_config(workload, SM90, warn=False, logs=logs)
+        assert (choice.source, choice.config, choice.log) == ("neighbour", tuned, str(source))
+    with pytest.warns(UserWarning, match="nearest tuned GEMM"):
+        choose_config(near_small, SM90, logs=logs)
+    bf16 = workloads.get(spec.format(32, "nk", ",dtype=bfloat16,out_dtype=bfloat16"))
+    assert choose_config(bf16, SM90, warn=False, logs=logs).config == tuned_small  # 16-bit alike
+    for other in (spec.format(32, "kn", ""), spec.format(32, "nk", ",dtype=float8_e4m3,out_dtype=bfloat16"),
+                  "n=1,h=8,c=64,k=512,r=1"):
+        assert choose_config(workloads.get(other), SM90, warn=False, logs=logs).source in ("default", "zero-shot")

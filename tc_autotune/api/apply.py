@@ -22,6 +22,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -188,13 +189,57 @@ def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, st
     return None
 
 
+# An untuned dense GEMM takes the config of the nearest tuned dense GEMM of its kind: a model's
+# layer tuned at 16 and 128 tokens runs 64 with what was tuned for 128.  The zero-shot model is
+# trained on convs' records only; dense shapes lie on a few lines of M per weight, so the nearest
+# point of the weight's line (or of the nearest weight's) is the estimate.  Distance: log2 of the
+# batch, M, N and K; the M side weighs most, as it sets the tiling (swap-AB under 128 rows).
+_NEIGHBOUR_WEIGHTS = (0.5, 1.0, 0.5, 0.5)
+
+
+def _gemm_distance(a: DenseWorkload, b: DenseWorkload) -> float:
+    return math.sqrt(sum(w * (math.log2(x) - math.log2(y)) ** 2 for w, x, y in
+                         zip(_NEIGHBOUR_WEIGHTS, (a.batch, a.m, a.n, a.k), (b.batch, b.m, b.n, b.k))))
+
+
+def _same_kind(a: DenseWorkload, b: DenseWorkload) -> bool:
+    """One kind of dense GEMM: the weight's layout, and 16-bit (fp16, bf16) or fp8 inputs alike."""
+    sixteen = {a.dtype, b.dtype} <= set(_SAME_GEMM_DTYPES)
+    return a.b_layout == b.b_layout and (sixteen or _fp8(a) and _fp8(b))
+
+
+def neighbour_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, str] | None:
+    """(config, seconds, workload) of an untuned dense GEMM's nearest tuned dense GEMM of its kind
+    (``_gemm_distance``, ``_same_kind``): that workload's fastest current record whose config is
+    valid for ``workload``, first log set first; None for a conv or where no such record is."""
+    if not isinstance(workload, DenseWorkload):
+        return None
+    space = tasks.of(workload).space(workload, gpu)
+
+    def wanted(w, arch) -> bool:
+        return arch == gpu.arch and isinstance(w, DenseWorkload) and w != workload and _same_kind(w, workload)
+
+    for path, _ in active_logs() if logs is None else logs:
+        found = [r for index in _indexes(path) for _, recs in index.items(wanted) for r in recs if not r.stale]
+        for record in sorted(found, key=lambda r: (_gemm_distance(r.workload, workload), r.seconds)):
+            try:
+                config = space.from_entity(record.config)
+            except ValueError:
+                continue
+            if space.is_valid(config):
+                return config, record.seconds, str(record.workload)
+    return None
+
+
 @dataclass(frozen=True)
 class ConfigChoice:
     """The config ``build_conv2d`` uses and where it comes from: a tuning record, a zero-shot
     prediction from the shipped histories, or the default config."""
 
     config: object  # a config of the workload's task's template
-    source: str  # record; sibling (a record of the same GEMM, another epilogue/output), zero-shot, default
+    # record; sibling (a record of the same GEMM, another epilogue/output); neighbour (dense: the
+    # nearest tuned GEMM's record); zero-shot (conv2d: the stored model's pick); default
+    source: str
     seconds: float | None = None  # the record's time
     log: str | None = None  # the log set the record came from
 
@@ -218,6 +263,13 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
                           f"{sibling[2]} (the same GEMM; tune it for the best kernel)", NoTunedConfigWarning,
                           stacklevel=3)
         return ConfigChoice(sibling[0], "sibling", None, sibling[2])
+    near = neighbour_config(workload, gpu, logs)
+    if near is not None:
+        if warn:
+            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned for "
+                          f"{near[2]} (the nearest tuned GEMM; tune it for the best kernel)", NoTunedConfigWarning,
+                          stacklevel=3)
+        return ConfigChoice(near[0], "neighbour", None, near[2])
     predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         if warn:
