@@ -172,14 +172,20 @@ def sibling_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, st
     epilogue, output dtype or weight layout (``same_gemm``) that is valid for ``workload``, first
     log set first: a model's fused fp16-output layers start from what was tuned for the plain GEMM.
     An fp8 workload then takes a valid 16-bit record of its shape (``_borrowed``)."""
-    space = tasks.of(workload).space(workload, gpu)
-
     def wanted(w, arch) -> bool:  # (the index parses the records of these keys only)
         return arch == gpu.arch and w != workload and (same_gemm(w, workload) or _borrowed(w, workload))
 
+    return _first_valid_record(workload, gpu, logs, wanted, lambda r: (not same_gemm(r.workload, workload), r.seconds))
+
+
+def _first_valid_record(workload, gpu: GpuInfo, logs, wanted, order) -> tuple[object, float, str] | None:
+    """(config, seconds, workload) of the first current record, in ``order``, of the other
+    workloads that ``wanted(workload, arch)`` takes whose config is valid for ``workload``, first
+    log set first."""
+    space = tasks.of(workload).space(workload, gpu)
     for path, _ in active_logs() if logs is None else logs:
         found = [r for index in _indexes(path) for _, recs in index.items(wanted) for r in recs if not r.stale]
-        for record in sorted(found, key=lambda r: (not same_gemm(r.workload, workload), r.seconds)):
+        for record in sorted(found, key=order):
             try:
                 config = space.from_entity(record.config)
             except ValueError:
@@ -214,21 +220,11 @@ def neighbour_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, 
     valid for ``workload``, first log set first; None for a conv or where no such record is."""
     if not isinstance(workload, DenseWorkload):
         return None
-    space = tasks.of(workload).space(workload, gpu)
 
     def wanted(w, arch) -> bool:
         return arch == gpu.arch and isinstance(w, DenseWorkload) and w != workload and _same_kind(w, workload)
 
-    for path, _ in active_logs() if logs is None else logs:
-        found = [r for index in _indexes(path) for _, recs in index.items(wanted) for r in recs if not r.stale]
-        for record in sorted(found, key=lambda r: (_gemm_distance(r.workload, workload), r.seconds)):
-            try:
-                config = space.from_entity(record.config)
-            except ValueError:
-                continue
-            if space.is_valid(config):
-                return config, record.seconds, str(record.workload)
-    return None
+    return _first_valid_record(workload, gpu, logs, wanted, lambda r: (_gemm_distance(r.workload, workload), r.seconds))
 
 
 @dataclass(frozen=True)
@@ -248,28 +244,25 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
                   verify: Verify | None = None) -> ConfigChoice:
     """The best record of the active logs (or of ``logs``, as ``best_config`` takes them, and
     checked by ``verify`` where it is unverified);
-    without one, the config the stored zero-shot model of the shipped histories predicts for
-    this unseen shape (``zero_shot``: read, never trained here); without a usable model for this
-    GPU's arch (none, stale, no record of the arch), the default config.  The last two warn
-    (``NoTunedConfigWarning``)."""
+    without one, a record of the same GEMM (``sibling_config``); for a dense GEMM, the nearest
+    tuned one's record (``neighbour_config``); for a conv, the config the stored zero-shot model
+    of the shipped histories predicts for this unseen shape (``zero_shot``: read, never trained
+    here); else (no usable model for this GPU's arch: none, stale, no record of the arch) the
+    default config.  All but the first warn (``NoTunedConfigWarning``)."""
     found = best_config(workload, gpu, logs, verify)
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])
-    sibling = sibling_config(workload, gpu, logs)
-    if sibling is not None:
-        if warn:
-            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned for "
-                          f"{sibling[2]} (the same GEMM; tune it for the best kernel)", NoTunedConfigWarning,
-                          stacklevel=3)
-        return ConfigChoice(sibling[0], "sibling", None, sibling[2])
-    near = neighbour_config(workload, gpu, logs)
-    if near is not None:
-        if warn:
-            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned for "
-                          f"{near[2]} (the nearest tuned GEMM; tune it for the best kernel)", NoTunedConfigWarning,
-                          stacklevel=3)
-        return ConfigChoice(near[0], "neighbour", None, near[2])
+    # another workload's record: the same GEMM's, else (dense) the nearest tuned GEMM's
+    for source, find, what in (("sibling", sibling_config, "the same GEMM"),
+                               ("neighbour", neighbour_config, "the nearest tuned GEMM")):
+        borrowed = find(workload, gpu, logs)
+        if borrowed is not None:
+            if warn:
+                warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned "
+                              f"for {borrowed[2]} ({what}; tune it for the best kernel)", NoTunedConfigWarning,
+                              stacklevel=3)
+            return ConfigChoice(borrowed[0], source, None, borrowed[2])
     predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         if warn:

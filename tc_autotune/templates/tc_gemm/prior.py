@@ -80,7 +80,8 @@ def prior_score(space, pos: np.ndarray) -> np.ndarray:
     preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
     and padded shared-memory rows (or a swizzled path, by its ``prior_weight``), a
     pipelined (multi-stage) k-loop, wgmma groups kept in flight across k-steps, a
-    warp-specialized wgmma kernel, and a mild cost for split-K's second kernel.
+    warp-specialized wgmma kernel, a mild cost for split-K's second kernel, and a heavy one for a
+    plain mma or wgmma k-loop whose k-slices split a gathered A's channels.
     """
     return prior_of(space, derive_rows(space, pos))
 
