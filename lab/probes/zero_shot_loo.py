@@ -10,7 +10,6 @@ change to the prior or the features before the GPU judges it on the validation s
     python lab/probes/zero_shot_loo.py tuning_logs/history/nvidia-h100-20261122-nvcc.jsonl --job tuning_logs/seeds.toml
 """
 import argparse
-import math
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("history", help="a log of many measured configs per workload")
@@ -19,6 +18,7 @@ args = parser.parse_args()
 
 from tc_autotune.database import records  # noqa: E402
 from tc_autotune.tuning import zero_shot_eval  # noqa: E402
+from tc_autotune.tuning.benchmark import geomean  # noqa: E402
 from tc_autotune.tuning.jobs import load_job  # noqa: E402
 from tc_autotune.workloads.conv2d import Conv2dWorkload  # noqa: E402
 
@@ -31,6 +31,5 @@ rows = zero_shot_eval.leave_one_out(names, history=args.history)
 for r in rows:
     print(f"{r.workload:64s} spearman {r.spearman:5.2f}  top {r.top_ratio:4.2f}  ({r.measured} measured)")
 if rows:
-    top = math.exp(sum(math.log(r.top_ratio) for r in rows) / len(rows))
-    print(f"{len(rows)} workloads: geomean top {top:.3f}, mean spearman "
+    print(f"{len(rows)} workloads: geomean top {geomean([r.top_ratio for r in rows]):.3f}, mean spearman "
           f"{sum(r.spearman for r in rows) / len(rows):.3f}, top below 0.7: {sum(r.top_ratio < 0.7 for r in rows)}")
