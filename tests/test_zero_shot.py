@@ -257,8 +257,9 @@ def test_heldout_job_file_covers_the_brief():
 
 def test_heldout_and_validation_workloads_are_in_no_shipped_log():
     # the conv model's held-out and validation shapes, and the dense GEMMs that judge the dense pick
-    dense = {e.workload for e in load_job(LAB / "heldout-dense.toml").entries}
-    assert dense and all(w.dtype == "float16" for w in dense)
+    dense = {e.workload for name in ("heldout-dense.toml", "validation-dense.toml")
+             for e in load_job(LAB / name).entries}
+    assert len(dense) == 20 and all(w.dtype == "float16" for w in dense)
     excluded = zero_shot_train.excluded_workloads() | dense
     logs = sorted(SHIPPED.rglob("*.jsonl"))  # the studies' logs are in lab/, none here
     assert logs and set(zero_shot.shipped_log_files()) <= set(logs)
