@@ -197,11 +197,16 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
     from tc_autotune.templates.tc_gemm.prior import prior_score
     from tc_autotune.core.config_space import positions_from_configs
 
-    for name, boxed in (("rfc-1x1-b32", True), ("rfc-3x3-b32", True), ("resnet50-res3-1x1-256-512-s2-b1", False)):
+    ratios = {}
+    for name in ("rfc-1x1-b32", "rfc-3x3-b32", "resnet50-res3-1x1-256-512-s2-b1"):
         wl = workloads.get(name)
         space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
         ws, plain = prior_score(space, positions_from_configs(space, [WS, replace(WS, warp_specialized=0)]))
-        assert (ws > plain) == boxed, name
+        ratios[name] = ws / plain
+    # TMA boxes of A (a 1x1's matrix, a 3x3's spatial tile) weigh more than a gathered A (the
+    # strided 1x1's row boxes count as gathered), and a gathered A still a little over plain
+    assert ratios["rfc-1x1-b32"] > ratios["resnet50-res3-1x1-256-512-s2-b1"] > 1, ratios
+    assert ratios["rfc-3x3-b32"] > ratios["resnet50-res3-1x1-256-512-s2-b1"], ratios
 
 
 def test_the_prior_counts_k_slices_that_split_a_gathered_as_channels():
@@ -493,7 +498,7 @@ def test_the_prior_counts_an_im2col_a_as_boxed():
     space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
     im2col, gathered, plain = prior_score(space, positions_from_configs(
         space, [replace(WS, tma_im2col=1), WS, replace(WS, warp_specialized=0)]))
-    assert im2col > plain > gathered
+    assert im2col > gathered > plain
 
 
 def test_encode_im2col_asks_the_driver_once_per_data_and_copies_the_map(monkeypatch):
