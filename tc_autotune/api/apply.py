@@ -207,9 +207,11 @@ NEAREST_GEMMS = 4  # tuned GEMMs whose best configs seed the ranking
 BEST_PER_GEMM = 4  # best configs taken from each
 
 
-def _gemm_distance(a: DenseWorkload, b: DenseWorkload) -> float:
-    return math.sqrt(sum(w * (math.log2(x) - math.log2(y)) ** 2 for w, x, y in
-                         zip(_NEIGHBOUR_WEIGHTS, (a.batch, a.m, a.n, a.k), (b.batch, b.m, b.n, b.k))))
+def _gemm_distance(a: DenseWorkload, b: DenseWorkload) -> tuple[float, bool]:
+    """Log2 distance of the shapes; at equal distance, the GEMM of the same dtypes first."""
+    return (math.sqrt(sum(w * (math.log2(x) - math.log2(y)) ** 2 for w, x, y in
+                          zip(_NEIGHBOUR_WEIGHTS, (a.batch, a.m, a.n, a.k), (b.batch, b.m, b.n, b.k)))),
+            (a.dtype, a.out_dtype) != (b.dtype, b.out_dtype))
 
 
 def _same_kind(a: DenseWorkload, b: DenseWorkload) -> bool:
@@ -225,12 +227,11 @@ def neighbour_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, 
     if not isinstance(workload, DenseWorkload):
         return None
     return _first_valid_record(workload, gpu, logs, _kin(workload, gpu),
-                               lambda r: (_gemm_distance(r.workload, workload), r.seconds))
+                               lambda r: (*_gemm_distance(r.workload, workload), r.seconds))
 
 
 def _kin(workload: DenseWorkload, gpu: GpuInfo):
-    """(workload, arch) -> whether its records may stand in for ``workload``'s: another dense GEMM
-    of its kind on this arch."""
+    """(workload, arch) -> whether its records may stand in for ``workload``'s (its kind, this arch)."""
     return lambda w, arch: (arch == gpu.arch and isinstance(w, DenseWorkload) and w != workload
                             and _same_kind(w, workload))
 
@@ -258,9 +259,8 @@ def neighbour_seeds(workload, gpu: GpuInfo, logs=None) -> tuple[list[int], list[
 
 
 def dense_zero_shot_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, str] | None:
-    """(config, nearest tuned GEMM) of a 16-bit dense GEMM: the stored zero-shot model's pick
-    among its nearest tuned GEMMs' best configs and their neighbourhood; None for any other
-    workload, without a usable model or a tuned GEMM of its kind."""
+    """(config, nearest tuned GEMM) of a 16-bit dense GEMM: the stored zero-shot model's pick among its
+    nearest tuned GEMMs' best configs and their neighbourhood; else (no model, no such GEMM) None."""
     if not isinstance(workload, DenseWorkload) or workload.dtype not in _SAME_GEMM_DTYPES:
         return None
     seeds, nearest = neighbour_seeds(workload, gpu, logs)
