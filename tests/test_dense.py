@@ -288,3 +288,45 @@ def test_an_untuned_dense_takes_the_nearest_tuned_gemms_config(tmp_path, monkeyp
     for other in (spec.format(32, "kn", ""), spec.format(32, "nk", ",dtype=float8_e4m3,out_dtype=bfloat16"),
                   "n=1,h=8,c=64,k=512,r=1"):
         assert choose_config(workloads.get(other), SM90, warn=False, logs=logs).source in ("default", "zero-shot")
+
+
+def test_an_untuned_16_bit_dense_takes_the_models_pick_near_the_nearest_tuned_gemms(tmp_path):
+    """With the stored zero-shot model, an untuned fp16 dense GEMM's config is the model's favourite
+    among the nearest tuned GEMMs' best configs (four of each, fastest first, nearest GEMM first) and
+    their neighbourhood, not the nearest one's record as it is; fp8 keeps to records of its kind."""
+    from tc_autotune.api import apply
+    from tc_autotune.search import zero_shot
+    from tc_autotune.search.cost_model import positions_from_indices
+
+    model, why = zero_shot.stored_model(SM90)
+    assert model is not None, why
+    spec = "dense:m={},n=512,k=1024,b=nk{}"
+    tuned = [workloads.get(spec.format(m, "")) for m in (16, 32, 64, 512, 2048)]
+    recs = []
+    for i, workload in enumerate(tuned):
+        space = dense_space(workload, SM90)
+        configs = [c for c in space.template.starting_configs(space) if space.is_valid(c)][:6]
+        recs += [records.Record.from_measurement("cuda -arch=sm_90", space, c, MeasureResult(((i + 1 + j) * 1e-5,)))
+                 for j, c in enumerate(configs)]
+    log = tmp_path / "log.jsonl"
+    records.append(log, recs)
+    logs = [(str(log), False)]
+
+    untuned = workloads.get(spec.format(128, ""))
+    seeds, nearest = apply.neighbour_seeds(untuned, SM90, logs)
+    assert nearest == [tuned[2], tuned[1], tuned[3], tuned[0]]  # 2x, 4x (by spec order), 4x, 8x away
+    by_workload = {}
+    for r in recs:
+        by_workload.setdefault(r.workload, []).append(r.config["index"])
+    assert seeds == [i for w in nearest for i in by_workload[w][:apply.BEST_PER_GEMM]]
+
+    choice = apply.choose_config(untuned, SM90, warn=False, logs=logs)
+    space = dense_space(untuned, SM90)
+    assert (choice.source, choice.log) == ("zero-shot", str(tuned[2])) and space.is_valid(choice.config)
+    valid_seeds = [i for i in seeds if space.is_valid(space.get(i))]
+    scores = model.score(space, positions_from_indices(space, np.array([space.index(choice.config), *valid_seeds])))
+    assert valid_seeds and scores[0] >= scores[1:].max()  # the model's favourite, seeds included
+    with pytest.warns(UserWarning, match=r"ranked among those tuned for the nearest GEMMs \(" + re.escape(str(tuned[2]))):
+        apply.choose_config(untuned, SM90, logs=logs)
+    fp8 = workloads.get(spec.format(128, ",dtype=float8_e4m3,out_dtype=bfloat16"))
+    assert apply.dense_zero_shot_config(fp8, SM90, logs) is None and apply.neighbour_seeds(fp8, SM90, logs) == ([], [])

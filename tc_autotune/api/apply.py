@@ -195,17 +195,23 @@ def _first_valid_record(workload, gpu: GpuInfo, logs, wanted, order) -> tuple[ob
     return None
 
 
-# An untuned dense GEMM takes the config of the nearest tuned dense GEMM of its kind: a model's
-# layer tuned at 16 and 128 tokens runs 64 with what was tuned for 128.  The zero-shot model is
-# trained on convs' records only; dense shapes lie on a few lines of M per weight, so the nearest
-# point of the weight's line (or of the nearest weight's) is the estimate.  Distance: log2 of the
-# batch, M, N and K; the M side weighs most, as it sets the tiling (swap-AB under 128 rows).
+# An untuned dense GEMM starts from the nearest tuned dense GEMMs of its kind: a model's layer
+# tuned at 16 and 128 tokens runs 64 near what was tuned for 128.  Distance: log2 of the batch,
+# M, N and K; the M side weighs most, as it sets the tiling (swap-AB under 128 rows).
 _NEIGHBOUR_WEIGHTS = (0.5, 1.0, 0.5, 0.5)
+# A 16-bit one: the zero-shot model ranks those GEMMs' best configs, their neighbourhood and what
+# annealing finds (``zero_shot.candidates``): it learnt from convs, but its features are the GEMM's
+# (tiles, waves, padding, k-loop), and one neighbour's tiling does not fit an M two to four times
+# away.  fp8 (twice the elements a k-step, no conv has it) takes the nearest's record as it is.
+NEAREST_GEMMS = 4  # tuned GEMMs whose best configs seed the ranking
+BEST_PER_GEMM = 4  # best configs taken from each
 
 
-def _gemm_distance(a: DenseWorkload, b: DenseWorkload) -> float:
-    return math.sqrt(sum(w * (math.log2(x) - math.log2(y)) ** 2 for w, x, y in
-                         zip(_NEIGHBOUR_WEIGHTS, (a.batch, a.m, a.n, a.k), (b.batch, b.m, b.n, b.k))))
+def _gemm_distance(a: DenseWorkload, b: DenseWorkload) -> tuple[float, bool]:
+    """Log2 distance of the shapes; at equal distance, the GEMM of the same dtypes first."""
+    return (math.sqrt(sum(w * (math.log2(x) - math.log2(y)) ** 2 for w, x, y in
+                          zip(_NEIGHBOUR_WEIGHTS, (a.batch, a.m, a.n, a.k), (b.batch, b.m, b.n, b.k)))),
+            (a.dtype, a.out_dtype) != (b.dtype, b.out_dtype))
 
 
 def _same_kind(a: DenseWorkload, b: DenseWorkload) -> bool:
@@ -220,11 +226,48 @@ def neighbour_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, float, 
     valid for ``workload``, first log set first; None for a conv or where no such record is."""
     if not isinstance(workload, DenseWorkload):
         return None
+    return _first_valid_record(workload, gpu, logs, _kin(workload, gpu),
+                               lambda r: (*_gemm_distance(r.workload, workload), r.seconds))
 
-    def wanted(w, arch) -> bool:
-        return arch == gpu.arch and isinstance(w, DenseWorkload) and w != workload and _same_kind(w, workload)
 
-    return _first_valid_record(workload, gpu, logs, wanted, lambda r: (_gemm_distance(r.workload, workload), r.seconds))
+def _kin(workload: DenseWorkload, gpu: GpuInfo):
+    """(workload, arch) -> whether its records may stand in for ``workload``'s (its kind, this arch)."""
+    return lambda w, arch: (arch == gpu.arch and isinstance(w, DenseWorkload) and w != workload
+                            and _same_kind(w, workload))
+
+
+def neighbour_seeds(workload, gpu: GpuInfo, logs=None) -> tuple[list[int], list[DenseWorkload]]:
+    """(config indices, workloads): the best current configs (BEST_PER_GEMM each, fastest first)
+    of the NEAREST_GEMMS nearest tuned dense GEMMs of ``workload``'s kind in all log sets, nearest
+    first; ([], []) for a conv or where none is tuned."""
+    if not isinstance(workload, DenseWorkload):
+        return [], []
+    found: dict = {}
+    for path, _ in active_logs() if logs is None else logs:
+        for (w, _), recs in (item for index in _indexes(path) for item in index.items(_kin(workload, gpu))):
+            found.setdefault(w, []).extend(r for r in recs if not r.stale)
+    nearest = sorted((w for w in found if found[w]), key=lambda w: (_gemm_distance(w, workload), str(w)))
+    space, seeds = tasks.of(workload).space(workload, gpu), []
+    for w in nearest[:NEAREST_GEMMS]:
+        mine: list = []
+        for record in sorted(found[w], key=lambda r: r.seconds):
+            with contextlib.suppress(ValueError):  # a knob value today's table lacks
+                index = space.index(space.from_entity(record.config))
+                mine += [] if index in mine else [index]
+        seeds += mine[:BEST_PER_GEMM]
+    return seeds, nearest[:NEAREST_GEMMS]
+
+
+def dense_zero_shot_config(workload, gpu: GpuInfo, logs=None) -> tuple[object, str] | None:
+    """(config, nearest tuned GEMM) of a 16-bit dense GEMM: the stored zero-shot model's pick among its
+    nearest tuned GEMMs' best configs and their neighbourhood; else (no model, no such GEMM) None."""
+    if not isinstance(workload, DenseWorkload) or workload.dtype not in _SAME_GEMM_DTYPES:
+        return None
+    seeds, nearest = neighbour_seeds(workload, gpu, logs)
+    if not seeds:
+        return None
+    picked = zero_shot.zero_shot_config(workload, gpu, seeds=seeds, neighbours=nearest)
+    return None if picked is None else (picked, str(nearest[0]))
 
 
 @dataclass(frozen=True)
@@ -233,42 +276,50 @@ class ConfigChoice:
     prediction from the shipped histories, or the default config."""
 
     config: object  # a config of the workload's task's template
-    # record; sibling (a record of the same GEMM, another epilogue/output); neighbour (dense: the
-    # nearest tuned GEMM's record); zero-shot (conv2d: the stored model's pick); default
+    # record; sibling (a record of the same GEMM, another epilogue/output); zero-shot (the stored
+    # model's pick); neighbour (an fp8 dense GEMM: the nearest tuned one's record); default
     source: str
     seconds: float | None = None  # the record's time
-    log: str | None = None  # the log set the record came from
+    log: str | None = None  # the log set the record came from (the nearest GEMM a dense pick started from)
 
 
 def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, logs=None,
                   verify: Verify | None = None) -> ConfigChoice:
     """The best record of the active logs (or of ``logs``, as ``best_config`` takes them, and
-    checked by ``verify`` where it is unverified);
-    without one, a record of the same GEMM (``sibling_config``); for a dense GEMM, the nearest
-    tuned one's record (``neighbour_config``); for a conv, the config the stored zero-shot model
-    of the shipped histories predicts for this unseen shape (``zero_shot``: read, never trained
-    here); else (no usable model for this GPU's arch: none, stale, no record of the arch) the
-    default config.  All but the first warn (``NoTunedConfigWarning``)."""
+    checked by ``verify`` where it is unverified); without one, a record of the same GEMM
+    (``sibling_config``); else the stored zero-shot model's pick (``zero_shot``: read, never
+    trained here) for a conv, or for a 16-bit dense GEMM near the nearest tuned ones
+    (``dense_zero_shot_config``); else (fp8, or no usable model for this GPU's arch) the nearest
+    tuned dense GEMM's record (``neighbour_config``), else the default config.  All but the first
+    warn (``NoTunedConfigWarning``)."""
     found = best_config(workload, gpu, logs, verify)
     if found:
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])
-    # another workload's record: the same GEMM's, else (dense) the nearest tuned GEMM's
-    for source, find, what in (("sibling", sibling_config, "the same GEMM"),
-                               ("neighbour", neighbour_config, "the nearest tuned GEMM")):
-        borrowed = find(workload, gpu, logs)
-        if borrowed is not None:
-            if warn:
-                warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using the config tuned "
-                              f"for {borrowed[2]} ({what}; tune it for the best kernel)", NoTunedConfigWarning,
-                              stacklevel=3)
-            return ConfigChoice(borrowed[0], source, None, borrowed[2])
+    untuned = f"no tuning record for workload {workload} on {gpu.arch}: using"
+    borrowed = sibling_config(workload, gpu, logs)
+    if borrowed is not None:  # the same GEMM's record
+        if warn:
+            warnings.warn(f"{untuned} the config tuned for {borrowed[2]} (the same GEMM; tune it for the best "
+                          "kernel)", NoTunedConfigWarning, stacklevel=3)
+        return ConfigChoice(borrowed[0], "sibling", None, borrowed[2])
+    ranked = dense_zero_shot_config(workload, gpu, logs)
+    if ranked is not None:  # a 16-bit dense GEMM: the model's pick near the nearest tuned GEMMs
+        if warn:
+            warnings.warn(f"{untuned} a zero-shot config ranked among those tuned for the nearest GEMMs ("
+                          f"{ranked[1]} first; tune it for the best kernel)", NoTunedConfigWarning, stacklevel=3)
+        return ConfigChoice(ranked[0], "zero-shot", None, ranked[1])
+    borrowed = neighbour_config(workload, gpu, logs)
+    if borrowed is not None:  # another dense GEMM without a model: the nearest tuned one's record
+        if warn:
+            warnings.warn(f"{untuned} the config tuned for {borrowed[2]} (the nearest tuned GEMM; tune it for the "
+                          "best kernel)", NoTunedConfigWarning, stacklevel=3)
+        return ConfigChoice(borrowed[0], "neighbour", None, borrowed[2])
     predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         if warn:
-            warnings.warn(f"no tuning record for workload {workload} on {gpu.arch}: using a zero-shot config "
-                          "predicted from the shipped tuning histories (tune it for the best kernel)",
-                          NoTunedConfigWarning, stacklevel=3)
+            warnings.warn(f"{untuned} a zero-shot config predicted from the shipped tuning histories (tune it for "
+                          "the best kernel)", NoTunedConfigWarning, stacklevel=3)
         return ConfigChoice(predicted, "zero-shot")
     if warn:  # one warning, saying why there was no zero-shot pick where the model is at fault
         why = zero_shot.stored_model(gpu)[1] if isinstance(workload, Conv2dWorkload) else None

@@ -17,14 +17,13 @@ Without a record of a workload, ``build_conv2d`` used the analytic prior's defau
   enumerated (~1G configs for the tutorial);
 * the model ranks all candidates, ``space.is_valid`` confirms them; the first is the pick.
 
+A dense GEMM's candidates start from the nearest tuned dense GEMMs' best configs (``apply`` finds them).
 This module only reads: the trees are evaluated with numpy (``tree_ranker``, equal to xgboost's
 predictions), so a build never imports xgboost nor trains; a pick takes ~0.12 s.  A stored model
-that is missing, unreadable or made for another template (features, knob table) is not
-used: ``apply`` then falls back to the default config and its warning says why; the tuning side
-(``tc-nightly``, ``tc-tune``, ``tc-records --train-zero-shot``) trains and stores a new one.
-Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` (a checkout's) are never trained on
-(``zero_shot_train.excluded_workloads``), so the picks can be measured on them as shapes nobody
-tuned.  Seeded, stable sorts: the same model
+that is missing, unreadable or made for another template (features, knob table) is not used
+(``apply`` says why); the tuning side (``tc-nightly``, ``tc-tune``, ``tc-records --train-zero-shot``)
+trains and stores a new one.  Workloads of ``lab/heldout.toml`` and ``lab/validation.toml`` are
+never trained on (``zero_shot_train.excluded_workloads``).  Seeded, stable sorts: the same model
 gives the same configs.  No TVM import.
 """
 
@@ -53,8 +52,7 @@ from ..workloads.conv2d import Conv2dWorkload, get as get_workload
 
 log = logging.getLogger(__name__)
 
-# Bump when the stored file's layout or the meaning of a stored model changes in a way the
-# signature below does not show.
+# Bump when the stored file's layout or a stored model's meaning changes unseen by the signature.
 MODEL_FORMAT = 2
 MODEL_FILE = "zero_shot_model.json"  # beside the shipped logs it was trained from
 # Trees are fitted on top of PRIOR_MARGIN x log(prior); 1 is the Bradley-Terry scale of pairwise
@@ -66,8 +64,7 @@ ANNEAL_CHAINS = 64
 ANNEAL_STEPS = 80
 SEED = 0
 
-# The stored models rank configs of conv2d's template, as it is bound to the task (the histories'
-# records are conv2d's): its features, knob table and version make a model's signature.
+# The stored models are trained on conv2d's records: its template's features and knobs sign them.
 TASK = tasks.CONV2D
 
 
@@ -166,9 +163,7 @@ def model_path(folder=None) -> Path | None:
 def signature() -> dict:
     """What a stored model must have been made for to rank today's configs: the file layout,
     the features (names, in order), the knob table (stored best configs are indices into it)
-    and the prior margin the scores add.  (A template version was here until versions retired:
-    which records are stale is written in the logs now, by ``tc-records --restamp``, and a
-    stored model is behind logs whose sha256 moved: ``zero_shot_train.stored_is_current``.)"""
+    and the prior margin the scores add (a model behind its logs: ``stored_is_current``)."""
     template = TASK.template
     knobs = hashlib.sha256(json.dumps({k: [str(v) for v in vals] for k, vals in template.knobs.items()}).encode())
     return {"format": MODEL_FORMAT, "feature_names": list(template.feature_names),
@@ -288,15 +283,18 @@ class Candidates:
     indices: np.ndarray  # config indices (pre-filtered valid; confirm with space.is_valid)
     scores: np.ndarray
     from_neighbours: np.ndarray  # bool: a nearest workload's best config (or its nearest valid fix)
-    neighbours: list[Conv2dWorkload]  # the nearest tuned workloads, nearest first
+    neighbours: list  # the nearest tuned workloads, nearest first
 
 
-def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
-    """Score the candidates for ``space``'s workload: the nearest tuned workloads' best configs,
-    every valid config one or two knobs from them, and what annealing on the model visits."""
+def candidates(model: ZeroShotModel, space: ConfigSpace, seeds=None, neighbours=()) -> Candidates:
+    """Score the candidates for ``space``'s workload: the nearest tuned workloads' best configs
+    (or ``seeds``, config indices the caller found near it, from ``neighbours``), every valid
+    config one or two knobs from them, and what annealing on the model visits."""
     rng = np.random.default_rng(SEED)
-    neighbours = model.nearest(space.workload)
-    seeds = list(dict.fromkeys(i for w in neighbours for i in model.best[w][:BEST_PER_WORKLOAD]))
+    if seeds is None:
+        neighbours = model.nearest(space.workload)
+        seeds = [i for w in neighbours for i in model.best[w][:BEST_PER_WORKLOAD]]
+    seeds, neighbours = list(dict.fromkeys(int(i) for i in seeds)), list(neighbours)
     seed_pos = positions_from_indices(space, np.array(seeds, dtype=np.int64))
     hood = _moves(space, seed_pos) if len(seed_pos) else seed_pos
     hood = hood[valid_mask(space, hood)]
@@ -334,9 +332,8 @@ def candidates(model: ZeroShotModel, space: ConfigSpace) -> Candidates:
 
 
 def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -> np.ndarray:
-    """Which rows of ``pool`` to keep (bool): warp-specialized configs only where a tuned
-    workload's best config is one; else the trees never saw that kernel win, and only the
-    prior would speak for it."""
+    """Which rows of ``pool`` to keep (bool): warp-specialized configs only where a tuned workload's
+    best config is one; else the trees never saw that kernel win, and only the prior would speak."""
     column = list(space.knobs).index("warp_specialized")
     best = np.array([i for indices in model.best.values() for i in indices], dtype=np.int64)
     if len(best) and positions_from_indices(space, best)[:, column].any():
@@ -345,11 +342,14 @@ def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -
 
 
 # ---- the API -----------------------------------------------------------------------------------
-def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None) -> list:
+def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel | None = None,
+                      seeds=None, neighbours=()) -> list:
     """The ``k`` configs predicted fastest for ``workload`` on ``gpu``, best first (the first is
     the pick), each valid on its space; no GPU needed, no training.
 
-    ``workload``: a ``Conv2dWorkload``, preset or spec.  ``model``: default the stored model for
+    ``workload``: a ``Conv2dWorkload``, preset or spec; another task's workload (a dense GEMM)
+    with ``seeds``, the config indices of its nearest tuned workloads (``neighbours``), which the
+    model's own best configs cannot give.  ``model``: default the stored model for
     ``gpu`` (``stored_model``; the tuning side passes others, ``zero_shot_train.load_model``).
     A workload the model was trained on is ranked by it all the same, but its own best configs
     are no candidates (``ZeroShotModel.nearest`` skips it).  Should the top ``k`` (k >= 2) hold
@@ -361,15 +361,15 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     workload = get_workload(workload)
-    if not isinstance(workload, Conv2dWorkload):  # trained on conv2d shapes only
+    if not isinstance(workload, Conv2dWorkload) and seeds is None:  # its nearest are convs
         return []
     start = time.perf_counter()
     if model is None:
         model, _ = stored_model(gpu)
     if model is None:
         return []
-    space = TASK.space(workload, gpu)
-    found = candidates(model, space)
+    space = tasks.of(workload).space(workload, gpu)
+    found = candidates(model, space, seeds, neighbours)
     picks: list = []
     for i in found.indices.tolist():
         config = space.get(i)
@@ -389,9 +389,9 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     return picks
 
 
-def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None):
+def zero_shot_config(workload, gpu: GpuInfo, model: ZeroShotModel | None = None, seeds=None, neighbours=()):
     """The zero-shot pick for ``workload`` on ``gpu`` (``zero_shot_configs``' first), or None."""
-    picks = zero_shot_configs(workload, gpu, k=1, model=model)
+    picks = zero_shot_configs(workload, gpu, k=1, model=model, seeds=seeds, neighbours=neighbours)
     return picks[0] if picks else None
 
 
