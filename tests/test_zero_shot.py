@@ -159,6 +159,19 @@ def test_gpu_name_first_then_arch():
     assert picks and all(conv2d_space(workload, other).is_valid(c) for c in picks)
 
 
+def test_a_gpus_own_model_only_where_it_knows_most_of_the_archs_workloads():
+    """The shipped H200 model knows 51 of the arch model's 128 workloads: an H200 reads the arch's;
+    the H100's knows them all and is read.  The rule is the workloads' share, not the name."""
+    models = {(m.scope, m.gpu.name): m for m in zero_shot.stored_models()[0]}
+    arch, h100, h200 = models["arch", "generic sm_90"], models["gpu", H100.name], models["gpu", H200_NAME]
+    assert len(h200.best) < zero_shot.NAMED_MODEL_COVERAGE * len(arch.best) <= len(h100.best)
+    h200_gpu = GpuInfo(H200_NAME, "sm_90", 132)
+    assert zero_shot.stored_model(h200_gpu)[0] is arch and zero_shot.stored_model(H100)[0] is h100
+    with pytest.MonkeyPatch.context() as patch:  # were the H200's to cover as much, it would be read
+        patch.setattr(zero_shot, "NAMED_MODEL_COVERAGE", len(h200.best) / len(arch.best))
+        assert zero_shot.stored_model(h200_gpu)[0] is h200
+
+
 def test_no_data_gives_nothing_and_says_why(tmp_path, monkeypatch):
     a100 = GpuInfo("NVIDIA A100-SXM4-80GB", "sm_80", 108, max_smem_per_block=163 * 1024)
     assert zero_shot.zero_shot_configs("tutorial", a100) == []
