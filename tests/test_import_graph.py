@@ -42,6 +42,16 @@ LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workl
          "templates.tc_gemm.starting_tilings", "templates.registry",
          "backends.cuda.timer")  # the timer: PyTorch processes time the baselines with it
 
+# Modules that load a module of the package by name (``importlib.import_module``), with why: the
+# graph above does not see those loads, so they are few and listed.  A template's TVM side is a
+# plug-in of its template (``Template.lowering_module``), loaded where a kernel is first lowered:
+# what builds kernels (api) lowers through the template protocol and names no template's module.
+BY_NAME = {
+    PACKAGE: "the face's lazy exports (tc.build_conv2d, ...) and submodules: light imports stay light",
+    f"{PACKAGE}.core.template": "a template's TVM side, which the template names, where a kernel is first lowered",
+    f"{PACKAGE}.measure.rpc_server": "the --init hook that a GPU host's command line names",
+}
+
 # What a kernel build runs reads the stored zero-shot model: it never reaches the modules that
 # train it, and the modules that pick and rank import no xgboost, not even inside a function.
 BUILD_SIDE = ("api.kernel", "api.functional", "api.build_cache", "api.apply", "search.zero_shot",
@@ -321,3 +331,33 @@ def test_a_build_never_reaches_the_training_side():
         module = f"{PACKAGE}.{name}"
         xgb = [line for target, line, _ in _imports(module, modules[module]) if target.split(".")[0] == "xgboost"]
         assert not xgb, f"{name} imports xgboost (line {xgb[0]})"
+
+
+def test_only_the_listed_modules_load_modules_by_name():
+    found: dict = {}
+    for name, path in _modules().items():
+        if name.startswith("scripts."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+                if called in ("import_module", "__import__"):
+                    found.setdefault(name, []).append(node.lineno)
+    assert set(found) == set(BY_NAME), found
+
+
+def test_each_template_names_its_tvm_side_and_api_imports_none():
+    """A template's lowering module is a module of the package that imports TVM (its TVM side);
+    api builds every kernel through ``Template.lower`` and imports no template's TVM side."""
+    from tc_autotune.templates.registry import TEMPLATES
+
+    modules = _modules()
+    edges, _ = _graph()
+    sides = {template.lowering_module for template in TEMPLATES.values()}
+    for side in sides:
+        assert side in modules, side
+        assert any(target.split(".")[0] == "tvm" for target, _, in_function in _imports(side, modules[side])
+                   if not in_function), f"{side} imports no TVM at its top: it is not a TVM side"
+    for name in sorted(n for n in edges if n.startswith(f"{PACKAGE}.api.")):
+        reached = _closure(edges, name) & sides
+        assert not reached, f"{name} imports {sorted(reached)}: it lowers through Template.lower"

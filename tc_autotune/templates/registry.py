@@ -4,8 +4,8 @@ is given its template, and a task is bound to one by the package face (``core.ta
 
 Besides the choice, the default template's conveniences: ``ConfigSpace`` with the default
 template unless one is given, and ``conv2d_space`` / ``dense_space``.  Light: no TVM (a
-template's lowering, its TVM side, registers itself when its schedule module is imported: api
-does, where kernels are built).
+template's lowering, its TVM side, is a module the template names: ``Template.lower`` loads it
+where a kernel is first lowered).
 """
 
 from __future__ import annotations
