@@ -34,7 +34,7 @@ LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workl
          "core.tasks", "measure.dispatch", "measure.devices", "tuning.duplicates",
          "templates.tc_gemm.generator", "measure.runner_protocol", "backends.cuda.code_hash",
          "database.record", "database.origin", "database.logs", "database.selection", "database.merge",
-         "database.summary", "database.restamp", "database.paths",
+         "database.summary", "database.restamp", "database.paths", "core.builtin_tasks",
          "search.tree_ranker", "tuning.zero_shot_train", "tuning.zero_shot_eval", "core.template",
          "templates.tc_gemm.template", "templates.tc_gemm.validity", "templates.tc_gemm.features",
          "search.xgb_tuner", "search.anneal", "search.progress", "templates.tc_gemm.wgmma_source",
@@ -162,7 +162,7 @@ def test_intra_package_imports_are_at_module_top():
 # those into fewer, larger modules would trade the 400-line limit for the count: the layering
 # that a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this as
 # chains are cut.
-MAX_DEPTH = 13
+MAX_DEPTH = 12
 
 # Space, search (tuners, cost model, transfer, zero-shot) and database take a template as a
 # parameter (a space's, or a task's, which the package face binds): none of them imports one,

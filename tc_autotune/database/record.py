@@ -53,7 +53,6 @@ from .origin import make_provenance, target_arch, tvm_version
 
 # 3: records carry source_hash and code_hash (2-readers skip them); 2: template_version
 RECORD_VERSION = 3
-TASK_NAME = tasks.CONV2D.name  # conv2d's; a record names its own workload's task
 
 # The retired hand-bumped versions: the last one of each task, and the source hash (by template)
 # of the code it named, which is the code of the commit that retired them.  A format-2 record of
@@ -337,5 +336,5 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-__all__ = ["RECORD_VERSION", "TASK_NAME", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
+__all__ = ["RECORD_VERSION", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
            "STALE", "RETIME_MSG", "Record", "inferred_timer", "arch_of_target"]

@@ -67,8 +67,9 @@ ANNEAL_STEPS = 80
 SEED = 0
 
 # The stored models rank configs of conv2d's template, as it is bound to the task (the histories'
-# records are conv2d's): its features, knob table and version make a model's signature.
-TASK = tasks.CONV2D
+# records are conv2d's): its features, knob table and version make a model's signature.  (The
+# package face registered the task before this module could load: ``core.builtin_tasks``.)
+TASK = tasks.of_type(Conv2dWorkload)
 
 
 # ---- the model -----------------------------------------------------------------------------------
