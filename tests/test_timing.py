@@ -22,7 +22,7 @@ from tc_autotune.database import records
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda import timer
-from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.backends.cuda.gpu import GpuInfo, default_gpu
 from tc_autotune.core.results import CUDA_TIMER, MeasureResult
 
 WL = workloads.get("n=1,h=8,c=16,k=16,r=3,pad=1")
@@ -170,7 +170,7 @@ def test_our_kernel_is_timed_as_the_baseline_is(cuda, monkeypatch):
 
 # ---- benchmark.benchmark: the rows of the table -------------------------------------------------
 def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_torch, monkeypatch, tmp_path):
-    space = tasks.of(WL).space(WL)
+    space = tasks.of(WL).space(WL, default_gpu())
     default = space.default_config()
     logged = next(c for c in space.sample(50, seed=1) if c != default)
     log = tmp_path / "log.jsonl"
@@ -233,7 +233,7 @@ def retiming(cuda, monkeypatch):
 
 
 def test_retiming_times_each_distinct_config_once_beside_the_baseline_on_the_same_inputs(retiming, caplog):
-    space = tasks.of(WL).space(WL)
+    space = tasks.of(WL).space(WL, default_gpu())
     default = space.default_config()
     tuned, wrong = [c for c in space.sample(20, seed=2) if c != default][:2]
     retiming["seconds"].update({default: 3e-5, tuned: 1e-5})
@@ -264,7 +264,7 @@ def test_nightly_re_times_with_the_real_retiming_and_records_it(retiming, tmp_pa
     path.write_text(f'log = "n.jsonl"\nreport_dir = "reports"\nbest_log_dir = "best"\ntrials = 16\n'
                     f'workloads = [{{ name = "{WL}" }}]\n')
     job = nightly.load_job(path)
-    default = tasks.of(WL).space(WL).default_config()
+    default = tasks.of(WL).space(WL, default_gpu()).default_config()
     retiming["seconds"][default] = 3e-5
     (row,) = nightly.run_nightly(job, gpu=gpu, measurer_factory=SyntheticMeasurer).rows
     assert (row.status, row.retimed_s, row.default_s, row.baseline_s) == ("ok", pytest.approx(1e-5),

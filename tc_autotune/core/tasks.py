@@ -65,8 +65,9 @@ class Task:
         """What reports call ``workload``'s baseline (``baseline_name``)."""
         return self.baseline_name(workload) if callable(self.baseline_name) else self.baseline_name
 
-    def space(self, workload, gpu=None) -> ConfigSpace:
-        """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
+    def space(self, workload, gpu) -> ConfigSpace:
+        """The template's knob space for one workload on ``gpu`` (``backends.cuda.gpu``: the
+        local one is ``default_gpu()``)."""
         return ConfigSpace(workload, gpu, template=self.template)
 
     def lower(self, workload, config, target, pdl: bool = False):

@@ -10,7 +10,7 @@ where a kernel is first lowered).
 
 from __future__ import annotations
 
-from ..backends.cuda.gpu import GpuInfo
+from ..backends.cuda.gpu import GpuInfo, default_gpu
 from ..core import config_space
 from ..core.template import Template
 from .tc_gemm.knobs import TcGemmConfig
@@ -26,11 +26,12 @@ Conv2dConfig = TcGemmConfig  # the default template's config, by its earlier nam
 
 
 class ConfigSpace(config_space.ConfigSpace):
-    """``core.config_space.ConfigSpace`` whose template is ``DEFAULT`` unless one is given."""
+    """``core.config_space.ConfigSpace`` whose template is ``DEFAULT`` and whose GPU is the local one
+    (else a nominal sm_90: ``default_gpu``) unless they are given."""
 
     def __init__(self, workload, gpu: GpuInfo | None = None, knobs: dict | None = None,
                  template: Template | None = None):
-        super().__init__(workload, gpu, knobs, template=template or DEFAULT)
+        super().__init__(workload, gpu or default_gpu(), knobs, template=template or DEFAULT)
 
 
 def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:
