@@ -12,7 +12,7 @@ from tc_autotune.database import records
 from tc_autotune.core import builtin_tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.workloads.dense import DenseWorkload
 from tc_autotune.templates.tc_gemm.gemm import Transposed
 from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR

@@ -30,7 +30,7 @@ LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workl
          "templates.tc_gemm.gemm", "database.journal", "core.results", "templates.tc_gemm.knobs",
          "templates.tc_gemm.rules", "templates.tc_gemm.intrinsic_paths", "templates.tc_gemm.prior",
          "core.config_space", "search.cost_model", "search.tuner", "database.records", "cli.common",
-         "workloads.reference", "backends.cuda.nvcc", "tuning.jobs", "search.zero_shot", "api.apply",
+         "workloads.reference", "backends.cuda.nvcc", "backends.cuda.toolkit", "tuning.jobs", "search.zero_shot", "api.apply",
          "core.tasks", "measure.dispatch", "measure.devices", "tuning.duplicates",
          "templates.tc_gemm.generator", "measure.runner_protocol", "backends.cuda.code_hash",
          "database.record", "database.origin", "database.logs", "database.selection", "database.merge",
@@ -162,7 +162,7 @@ def test_intra_package_imports_are_at_module_top():
 # those into fewer, larger modules would trade the 400-line limit for the count: the layering
 # that a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this as
 # chains are cut.
-MAX_DEPTH = 12
+MAX_DEPTH = 11
 
 # Space, search (tuners, cost model, transfer, zero-shot) and database take a template as a
 # parameter (a space's, or a task's, which the package face binds): none of them imports one,

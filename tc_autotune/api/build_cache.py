@@ -49,7 +49,7 @@ from ..database import paths as log_paths
 from . import apply, build_server
 from ..core import tasks
 from ..search import zero_shot
-from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.toolkit import nvcc_version
 from ..backends.cuda.gpu import GpuInfo, default_gpu
 from .kernel import Kernel, build_arch, compile_kernel, uses_pdl, verify_record
 from ..workloads.conv2d import get as get_workload

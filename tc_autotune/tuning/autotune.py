@@ -21,7 +21,7 @@ from ..core import tasks
 from . import zero_shot_train
 from ..api.apply import best_config, choose_config
 from .benchmark import checked_kernel_time, task_arrays
-from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.toolkit import nvcc_version
 from ..backends.cuda.timer import TimerError
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
 from ..api.build import build
