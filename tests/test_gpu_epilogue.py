@@ -76,7 +76,7 @@ def test_presets_and_odd_shapes_match_the_reference(spec):
 
 
 def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
-    from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
+    from tc_autotune.measure.checked_timing import checked_kernel_time, task_arrays
     from tc_autotune.api.build import build
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
 
@@ -96,7 +96,7 @@ def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
                                   f"{DENSE},epilogue=bias_gelu", f"{DENSE},b=nk,epilogue=scale_bias_residual_relu"])
 def test_the_pytorch_baseline_applies_the_epilogue_and_matches_the_reference(spec):
     from tc_autotune.measure import baseline
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     if not baseline.available():
         pytest.skip("needs PyTorch with CUDA")
@@ -111,7 +111,7 @@ def test_a_dense_bias_baseline_is_nn_linears_one_gemm_and_still_right(layout):
     (with a GELU after it, two), not the GEMM plus an add a PyTorch model never launches."""
     from tc_autotune.measure import baseline
     from tc_autotune.measure.profiler import kernel_table
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     if not baseline.available():
         pytest.skip("needs PyTorch with CUDA")
