@@ -98,6 +98,12 @@ def use_baseline(task: Task, timed: Callable) -> None:
     _BASELINES[task.name] = timed
 
 
+def lowering_modules() -> list[str]:
+    """The TVM side of each template bound to a task (``Template.lowering_module``), each once:
+    what lowering the tasks' kernels loads, and so what a server that forks builders loads first."""
+    return list(dict.fromkeys(t.lowering_module for t in _TEMPLATES.values() if t.lowering_module))
+
+
 def of(workload) -> Task:
     """The task whose workload type ``workload`` is."""
     return of_type(type(workload))
