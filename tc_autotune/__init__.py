@@ -1,6 +1,7 @@
 """tc-autotune: AutoTVM-style tuning of Tensor Core conv2d (NHWC) and dense (fp16 in, fp32 accumulate) on TVM.
 
-The package's composition: each task (core.tasks) gets the template that makes its kernels (the
+The package's composition: each task (``core.builtin_tasks``, registered as the face imports it,
+first) gets the template that makes its kernels (the
 default of ``templates.registry``) and the vendor library its timings are compared with
 (``measure.baseline``).  Python runs this face before any module of the package, so the tasks
 are whole wherever records are read, while core/, search/ and database/ import no template.
@@ -12,13 +13,14 @@ argument checks) stay fast and do not import TVM.
 import importlib
 
 from ._version import __version__  # noqa: F401 (the package's version)
+from .core import builtin_tasks as _builtin
 from .core import tasks as _tasks
 from .measure import baseline as _baseline
 from .templates import registry as _registry
 
-_tasks.use_template(_registry.DEFAULT, _tasks.CONV2D, _tasks.DENSE)
-_tasks.use_baseline(_tasks.CONV2D, _baseline.checked_cudnn_time)
-_tasks.use_baseline(_tasks.DENSE, _baseline.checked_cublas_time)
+_tasks.use_template(_registry.DEFAULT, _builtin.CONV2D, _builtin.DENSE)
+_tasks.use_baseline(_builtin.CONV2D, _baseline.checked_cudnn_time)
+_tasks.use_baseline(_builtin.DENSE, _baseline.checked_cublas_time)
 
 _EXPORTS = {
     "Conv2dWorkload": "workloads.conv2d",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.core import tasks
 from tc_autotune.core.results import TOLERANCE, relative_l2_error
 from tc_autotune.templates.tc_gemm.generator import BF16_PROBES, probe_kernels

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from tc_autotune.backends.cuda import checker
+from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.backends.cuda.nvcc import compile_cubin, find_nvcc
+from tc_autotune.backends.cuda.nvcc import compile_cubin
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.core.results import TOLERANCE, relative_l2_error
 from tc_autotune.measure.runner import Bench
 
@@ -86,7 +88,7 @@ def test_cuda_checker_agrees_with_numpy_on_real_kernels(tmp_path, spec, knobs):
 
     workload, shape, dtype = _output_of(spec)
     task = tasks.of(workload)
-    space = task.space(workload)
+    space = task.space(workload, default_gpu())
     config = dataclasses.replace(space.default_config(), **knobs)
     assert space.why_invalid(config) is None
     kernel = build(workload, config)

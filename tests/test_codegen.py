@@ -9,7 +9,7 @@ import pytest
 
 from tc_autotune import build_conv2d
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 
 from matrix import cases
@@ -346,7 +346,7 @@ def _ptxas_report(source: str) -> str:
     import subprocess
     import tempfile
 
-    from tc_autotune.backends.cuda.nvcc import NVCC_FLAGS
+    from tc_autotune.backends.cuda.toolkit import NVCC_FLAGS
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cu"

@@ -16,7 +16,7 @@ import pytest
 from tc_autotune import workloads
 from tc_autotune.api.build import build
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.core import tasks
 from tc_autotune.templates.tc_gemm.knobs import KNOBS
 from tc_autotune.templates.tc_gemm.validity import INTRINSIC_REQUIRES

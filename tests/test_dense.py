@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from tc_autotune.database import records
-from tc_autotune.core import tasks
+from tc_autotune.core import builtin_tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.tuning.autotune import tune_workload
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.workloads.dense import DenseWorkload
 from tc_autotune.templates.tc_gemm.gemm import Transposed
 from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR, ROW_MAJOR
@@ -88,7 +88,7 @@ def test_the_dense_views_maps_compute_numpys_matmul(spec):
     wl = workloads.get(spec)
     view = dense_view(wl)
     assert view.shape == (wl.batch * wl.m, wl.n, wl.k) and view.flops == wl.flops
-    assert view_of(wl) == view == tasks.DENSE.space(wl, SM90).view
+    assert view_of(wl) == view == builtin_tasks.DENSE.space(wl, SM90).view
     assert [op.shape for op in (view.a, view.b, view.c)] == [wl.a_shape, wl.b_shape, wl.out_shape]
     assert (view.a.run, view.c.run) == (wl.k, wl.n)
     assert view.b.run == (wl.n if wl.b_layout == "kn" else wl.k)
@@ -163,7 +163,7 @@ def test_a_dense_record_round_trips_and_load_best_picks_it(tmp_path):
     line = recs[0].to_json()
     assert '"dense_tensorcore.cuda"' in line and str(wl) in line
     back = records.Record.from_json(line)
-    assert back == recs[0] and back.task is tasks.DENSE and not back.stale
+    assert back == recs[0] and back.task is builtin_tasks.DENSE and not back.stale
     log = tmp_path / "dense.jsonl"
     records.append(log, recs)
     best = records.load_best(log, wl, target="sm_90")
@@ -179,7 +179,7 @@ def test_tune_workload_writes_dense_records(tmp_path, monkeypatch):
                             batch_size=8, seed=0)
     written = list(records.load(log))
     assert summary.trials == len(written) >= 24
-    assert all(r.workload == wl and r.task is tasks.DENSE for r in written)
+    assert all(r.workload == wl and r.task is builtin_tasks.DENSE for r in written)
     assert '"dense_tensorcore.cuda"' in log.read_text().splitlines()[0]
     assert summary.best_config is not None
     assert any(r.config["entity"][KNOB_NAMES.index("vec_b")][2] > 1 for r in written)

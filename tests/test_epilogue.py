@@ -13,7 +13,7 @@ import pytest
 from tc_autotune.workloads import epilogue, conv2d as workloads
 from tc_autotune.database import records
 from tc_autotune.core import tasks
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.workloads.dense import DenseWorkload
 from tc_autotune.workloads.epilogue import Epilogue
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch

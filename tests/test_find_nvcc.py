@@ -1,5 +1,5 @@
 """Where nvcc comes from on a machine without a CUDA toolkit: the test extra installs NVIDIA's
-nvcc wheels, and ``cuda.find_nvcc`` finds the nvcc inside them (after CUDA_HOME, PATH and
+nvcc wheels, and ``toolkit.find_nvcc`` finds the nvcc inside them (after CUDA_HOME, PATH and
 /usr/local/cuda, so a machine with a toolkit keeps using it).  Stand-in trees, no real nvcc."""
 
 import configparser
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tc_autotune.backends.cuda import nvcc as cuda
+from tc_autotune.backends.cuda import toolkit
+from tc_autotune.backends.cuda.nvcc import CudaCompileError, compile_cubin
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ def no_toolkit(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     (tmp_path / "bin").mkdir()
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}/usr/bin{os.pathsep}/bin")
-    monkeypatch.setattr(cuda, "SYSTEM_NVCC", tmp_path / "no-cuda" / "bin" / "nvcc")
+    monkeypatch.setattr(toolkit, "SYSTEM_NVCC", tmp_path / "no-cuda" / "bin" / "nvcc")
     return tmp_path
 
 
@@ -42,26 +43,26 @@ def _install_wheel(site: Path, monkeypatch) -> Path:
 
 
 def test_without_a_toolkit_the_wheels_nvcc_is_found(no_toolkit, monkeypatch):
-    if cuda._wheel_nvcc() is not None:
+    if toolkit._wheel_nvcc() is not None:
         pytest.skip("this Python has the nvcc wheel installed: the stand-in would not be the one found")
-    assert cuda.find_nvcc() is None
-    with pytest.raises(cuda.CudaCompileError, match=r'nvcc not found \(pip install -e "\.\[test\]"'):
-        cuda.compile_cubin("// nothing cached under this text", "sm_90")
+    assert toolkit.find_nvcc() is None
+    with pytest.raises(CudaCompileError, match=r'nvcc not found \(pip install -e "\.\[test\]"'):
+        compile_cubin("// nothing cached under this text", "sm_90")
     nvcc = _install_wheel(no_toolkit / "site", monkeypatch)
-    assert cuda.find_nvcc() == str(nvcc)
-    assert cuda.nvcc_version() == "13.0"  # what records' provenance says
+    assert toolkit.find_nvcc() == str(nvcc)
+    assert toolkit.nvcc_version() == "13.0"  # what records' provenance says
 
 
 def test_a_toolkit_on_the_machine_comes_before_the_wheel(no_toolkit, monkeypatch):
     _install_wheel(no_toolkit / "site", monkeypatch)
     system = _nvcc(no_toolkit / "usr-local-cuda" / "bin" / "nvcc")
-    monkeypatch.setattr(cuda, "SYSTEM_NVCC", system)
-    assert cuda.find_nvcc() == str(system)
+    monkeypatch.setattr(toolkit, "SYSTEM_NVCC", system)
+    assert toolkit.find_nvcc() == str(system)
     on_path = _nvcc(no_toolkit / "bin" / "nvcc")
-    assert cuda.find_nvcc() == str(on_path)
+    assert toolkit.find_nvcc() == str(on_path)
     home = _nvcc(no_toolkit / "cuda-home" / "bin" / "nvcc")
     monkeypatch.setenv("CUDA_HOME", str(home.parent.parent))
-    assert cuda.find_nvcc() == str(home)
+    assert toolkit.find_nvcc() == str(home)
 
 
 def test_the_test_extra_brings_nvcc_and_the_headers_on_linux():

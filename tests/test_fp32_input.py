@@ -13,7 +13,7 @@ import pytest
 
 from tc_autotune import build_conv2d, conv2d_space
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.schedule import schedule_conv2d
 from tc_autotune.templates.tc_gemm.workspaces import workspace_shape, workspaces
@@ -256,7 +256,7 @@ def test_gpu_fp32_input_matches_the_reference(spec):
 def test_gpu_fp32_input_through_the_runner_and_the_timing_path():
     """LocalMeasurer checks against the reference and times with the workspaces allocated;
     time_kernel and checked_kernel_time pass them through Kernel.time (the one timer)."""
-    from tc_autotune.tuning.benchmark import checked_kernel_time
+    from tc_autotune.measure.checked_timing import checked_kernel_time
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions, time_kernel
     from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 

@@ -8,7 +8,7 @@ import pytest
 from matrix import operand_matrix
 
 from tc_autotune.search import cost_model
-from tc_autotune.core import tasks
+from tc_autotune.core import builtin_tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.templates.tc_gemm.gemm import GemmView, Operand, RowMajor, Transposed
 from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR
@@ -43,7 +43,7 @@ def test_conv2d_view_has_the_implicit_gemms_m_n_k(spec, mnk):
     assert view.flops == wl.flops
     assert [op.shape for op in (view.a, view.b, view.c)] == [wl.data_shape, wl.weight_shape, wl.out_shape]
     assert view_of(wl) == view and view_of(view) is view
-    assert tasks.CONV2D.space(wl, SM90).view == view
+    assert builtin_tasks.CONV2D.space(wl, SM90).view == view
     assert conv2d_space(wl, SM90).view == view
 
 

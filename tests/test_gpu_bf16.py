@@ -108,7 +108,7 @@ def measure_and_benchmark(wl, gpu, samples: int, limit: dict) -> None:
     under ``limit[out_dtype]``.  (``test_gpu_fp8`` measures fp8 workloads with it.)"""
     from tc_autotune.api.build import build
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
-    from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
+    from tc_autotune.measure.checked_timing import checked_kernel_time, task_arrays
 
     space = tasks.of(wl).space(wl, gpu)
     configs = [space.default_config(), *space.sample(samples, seed=2)]
@@ -127,7 +127,7 @@ def measure_and_benchmark(wl, gpu, samples: int, limit: dict) -> None:
 def test_the_baselines_compute_bf16_workloads_in_bf16(spec, cuda_torch):
     """cuDNN and cuBLAS on bf16 tensors (bf16 output, the epilogue's ops in bf16), checked first."""
     from tc_autotune.measure import baseline
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     wl = dataclasses.replace(workloads.get(spec), dtype="bfloat16")  # the presets' fp16 shapes too
     arrays = task_arrays(wl)

@@ -119,7 +119,7 @@ def test_gpu_a_persistent_kernel_launches_a_block_per_sm_of_this_gpu(spec, tiles
     import tvm
 
     from tc_autotune.core.results import relative_l2_error
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     workload, config = _persistent(spec)
     kernel = build_dense(workload, config)

@@ -5,6 +5,7 @@ benchmark's timing and the PyTorch baseline take the epilogue's inputs and check
 import numpy as np
 import pytest
 
+from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.core.results import relative_l2_error
@@ -19,7 +20,6 @@ def run(workload, config=None, seed=0):
     the kernel's config)."""
     import tvm
 
-    from tc_autotune.backends.cuda.gpu import default_gpu
     from tc_autotune.api.build import build
 
     if config is not None and config.intrinsic == "wgmma" and default_gpu().arch != "sm_90":
@@ -52,7 +52,7 @@ def test_every_epilogue_matches_the_reference_on_every_path(base, index):
         for variant in variants:
             check(wl, _config(wl, variant, SPLIT_PATHS[index % 3]))
     wl = _workload(base, name)
-    check(wl, tasks.of(wl).space(wl).default_config())
+    check(wl, tasks.of(wl).space(wl, default_gpu()).default_config())
 
 
 @pytest.mark.parametrize("spec", [
@@ -69,19 +69,19 @@ def test_presets_and_odd_shapes_match_the_reference(spec):
 
     wl = workloads.get(spec)
     check(wl, seed=2)
-    space = tasks.of(wl).space(wl)
+    space = tasks.of(wl).space(wl, default_gpu())
     split = replace(space.default_config(), split_k=4)
     if space.is_valid(split):
         check(wl, split, seed=2)
 
 
 def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
-    from tc_autotune.tuning.benchmark import checked_kernel_time, task_arrays
+    from tc_autotune.measure.checked_timing import checked_kernel_time, task_arrays
     from tc_autotune.api.build import build
     from tc_autotune.measure.measurer import LocalMeasurer, MeasureOptions
 
     wl = _workload(CONV, "scale_bias_residual_relu", "float16")
-    space = tasks.of(wl).space(wl)
+    space = tasks.of(wl).space(wl, default_gpu())
     configs = [space.default_config(), _config(wl, "split-k", "wmma")]
     with LocalMeasurer(space, MeasureOptions(build_workers=2, run_timeout=60, repeat=3, min_repeat_ms=5)) as measure:
         for result in measure(configs):
@@ -96,7 +96,7 @@ def test_the_runner_checks_fused_kernels_and_the_benchmark_times_them():
                                   f"{DENSE},epilogue=bias_gelu", f"{DENSE},b=nk,epilogue=scale_bias_residual_relu"])
 def test_the_pytorch_baseline_applies_the_epilogue_and_matches_the_reference(spec):
     from tc_autotune.measure import baseline
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     if not baseline.available():
         pytest.skip("needs PyTorch with CUDA")
@@ -111,7 +111,7 @@ def test_a_dense_bias_baseline_is_nn_linears_one_gemm_and_still_right(layout):
     (with a GELU after it, two), not the GEMM plus an add a PyTorch model never launches."""
     from tc_autotune.measure import baseline
     from tc_autotune.measure.profiler import kernel_table
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     if not baseline.available():
         pytest.skip("needs PyTorch with CUDA")

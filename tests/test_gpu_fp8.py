@@ -112,7 +112,7 @@ def test_an_fp8_workload_through_the_measurer_and_the_benchmark():
 ])
 def test_the_scaled_mm_baseline_matches_the_reference_and_is_timed(spec, cuda_torch):
     from tc_autotune.measure import baseline
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     _gpu()
     wl = workloads.get(spec)

@@ -33,7 +33,7 @@ def _arguments(kernel, wl, seed=0):
     """TVM tensors of the task's inputs and a NaN-poisoned output, and the reference."""
     import tvm
 
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     *inputs, reference = task_arrays(wl, seed)
     dev = tvm.cuda(0)
@@ -144,7 +144,7 @@ def test_gpu_the_baselines_graph_holds_their_ops_and_beats_eager_launches(cuda_t
     sees their kernels take (an empty or partial graph would time less)."""
     torch = cuda_torch
     from tc_autotune.measure import baseline
-    from tc_autotune.tuning.benchmark import task_arrays
+    from tc_autotune.measure.checked_timing import task_arrays
 
     for spec, make in [("resnet50-res3-1x1-128-512-b32-bias_residual_relu", baseline.cudnn_conv2d),
                        ("dense:m=16,n=4096,k=4096,b=nk", baseline.cublas_dense)]:

@@ -6,7 +6,7 @@ pipeline, give numpy's C."""
 import pytest
 
 from probes import tma_wgmma_probe as probe
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 
 pytestmark = pytest.mark.gpu
 

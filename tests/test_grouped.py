@@ -12,7 +12,7 @@ from matrix import operand_matrix
 
 from tc_autotune.api import apply
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.search import zero_shot
 from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.templates.tc_gemm.views import conv2d_view

@@ -20,7 +20,7 @@ from tc_autotune.api.kernel import code_hash_of, lower, uses_pdl, verify_record
 from tc_autotune.backends.cuda.gpu import gpu_for_arch, has_pdl
 from tc_autotune.backends.cuda import code_hash as code_keys
 from tc_autotune.backends.cuda import nvcc
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.core import tasks
 from tc_autotune.database import records
 from tc_autotune.templates.tc_gemm import pdl

@@ -17,6 +17,7 @@ import tc_autotune as tc  # noqa: E402
 from tc_autotune.api import apply  # noqa: E402
 from tc_autotune.api import build_cache
 from tc_autotune.tuning import jobs
+from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.workloads.dense import DenseWorkload  # noqa: E402
@@ -268,7 +269,7 @@ def test_a_launch_refuses_what_it_cannot_read_in_place():
     import tvm
 
     wl = workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias")
-    k = kernel.Kernel(wl, tasks.of(wl).space(wl).default_config(),
+    k = kernel.Kernel(wl, tasks.of(wl).space(wl, default_gpu()).default_config(),
                       tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
     function, calls = _llvm_function_of(wl), []
     k._main = lambda *args: (calls.append(args), function(*args))
@@ -304,7 +305,7 @@ def test_a_function_that_checks_size_1_strides_gets_canonical_views_from_then_on
     import tvm
 
     wl = workloads.get("n=1,h=4,c=8,k=16,r=1,out_dtype=float16,epilogue=bias")
-    k = kernel.Kernel(wl, tasks.of(wl).space(wl).default_config(),
+    k = kernel.Kernel(wl, tasks.of(wl).space(wl, default_gpu()).default_config(),
                       tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
     calls = []
 

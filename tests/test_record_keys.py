@@ -20,7 +20,7 @@ from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.cli import records as records_command
 from tc_autotune.core.results import MeasureErrorNo, MeasureResult
 from tc_autotune.templates.registry import conv2d_space
-from tc_autotune.core.tasks import CONV2D, DENSE
+from tc_autotune.core.builtin_tasks import CONV2D, DENSE
 from tc_autotune.core.template import Template
 from tc_autotune.database import journal, record as record_module, restamp
 from tc_autotune.database import records as rec

@@ -17,7 +17,7 @@ import pytest
 from tc_autotune.database import journal
 from tc_autotune.backends.cuda import peaks
 from tc_autotune.database import records as rec
-from tc_autotune.core.tasks import CONV2D
+from tc_autotune.core.builtin_tasks import CONV2D
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult
 from tc_autotune.database.records import Record
@@ -659,7 +659,7 @@ _KILLABLE_WRITER = textwrap.dedent("""
     from tc_autotune.database.records import Record
     from tc_autotune.core.results import MeasureResult
     from tc_autotune.templates.registry import conv2d_space
-    from tc_autotune.core.tasks import CONV2D
+    from tc_autotune.core.builtin_tasks import CONV2D
     from tc_autotune.workloads.conv2d import get
 
     path, tag = sys.argv[1], sys.argv[2]

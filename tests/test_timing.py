@@ -17,12 +17,12 @@ import fake_cuda
 from synthetic import SyntheticMeasurer
 from tc_autotune.api.kernel import Kernel
 from tc_autotune.tuning import autotune, benchmark, nightly
-from tc_autotune.measure import baseline
+from tc_autotune.measure import baseline, checked_timing
 from tc_autotune.database import records
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
 from tc_autotune.backends.cuda import timer
-from tc_autotune.backends.cuda.gpu import GpuInfo
+from tc_autotune.backends.cuda.gpu import GpuInfo, default_gpu
 from tc_autotune.core.results import CUDA_TIMER, MeasureResult
 
 WL = workloads.get("n=1,h=8,c=16,k=16,r=3,pad=1")
@@ -34,7 +34,7 @@ def cuda(monkeypatch):
     sys.modules; our kernels' TVM tensors live on the CPU device."""
     lib = fake_cuda.install(monkeypatch)
     monkeypatch.setitem(sys.modules, "torch", fake_cuda.fake_torch(lib))
-    monkeypatch.setattr(benchmark.tvm, "cuda", lambda index=0: tvm.cpu(index))
+    monkeypatch.setattr(tvm, "cuda", lambda index=0: tvm.cpu(index))
     return lib
 
 
@@ -100,7 +100,7 @@ def test_the_baseline_is_timed_only_when_its_output_is_right(cuda, monkeypatch):
     assert baseline._checked_time((run, nan), reference, 20, 3, 10) == (None, float("inf"))
 
 
-# ---- benchmark.checked_kernel_time: our side -------------------------------------------------------
+# ---- checked_timing.checked_kernel_time: our side -----------------------------------------------
 class FakeKernel:
     """A 'built kernel' of WL: called, it writes its reference (times ``1 + error``; None: writes
     nothing) into ``out``; its host function (what ``Kernel.time`` times: the real one) launches
@@ -131,15 +131,15 @@ class FakeKernel:
 
 
 def test_a_kernel_is_checked_then_timed_by_the_one_timer(no_torch):
-    arrays = benchmark.task_arrays(WL)
+    arrays = checked_timing.task_arrays(WL)
     right = FakeKernel(1e-5, error=1e-4, cuda=no_torch)
-    seconds, err = benchmark.checked_kernel_time(right, WL, *arrays, number=20, repeat=5, min_repeat_ms=0)
+    seconds, err = checked_timing.checked_kernel_time(right, WL, *arrays, number=20, repeat=5, min_repeat_ms=0)
     assert seconds == pytest.approx(1e-5) and err == pytest.approx(1e-4, rel=1e-2)
     assert right.runs == 1 and right.launches == 10 + 20  # the checked run; the timer's warm-up and graph
     for wrong in (FakeKernel(1e-6, error=0.02, cuda=no_torch), FakeKernel(1e-6, error=None, cuda=no_torch)):
-        seconds, err = benchmark.checked_kernel_time(wrong, WL, *arrays, repeat=5)  # off by 2%; writes nothing
+        seconds, err = checked_timing.checked_kernel_time(wrong, WL, *arrays, repeat=5)  # off by 2%; writes nothing
         assert seconds is None and err > 0.0199 and wrong.launches == 0 and wrong.runs == 1
-    assert benchmark.checked_kernel_time(FakeKernel(1e-6, error=None, cuda=no_torch), WL, *arrays)[1] == float("inf")
+    assert checked_timing.checked_kernel_time(FakeKernel(1e-6, error=None, cuda=no_torch), WL, *arrays)[1] == float("inf")
 
 
 def test_our_kernel_is_timed_as_the_baseline_is(cuda, monkeypatch):
@@ -155,9 +155,9 @@ def test_our_kernel_is_timed_as_the_baseline_is(cuda, monkeypatch):
         return real(launch, **options)
 
     monkeypatch.setattr(timer, "time_launches", spy)
-    arrays = benchmark.task_arrays(WL)
+    arrays = checked_timing.task_arrays(WL)
     kernel = FakeKernel(2e-5, cuda=cuda)
-    seconds, err = benchmark.checked_kernel_time(kernel, WL, *arrays, number=20, repeat=9, min_repeat_ms=10)
+    seconds, err = checked_timing.checked_kernel_time(kernel, WL, *arrays, number=20, repeat=9, min_repeat_ms=10)
     assert seconds == pytest.approx(2e-5) and err < 1e-6
     assert cuda.captured == [20, 500] and cuda.replays == 2 + 9 + 1  # 10 ms of 20-us launches
     assert kernel.runs == 1 and kernel.launches == 10 + 20 + 500  # checked run; warm-up, both graphs
@@ -165,12 +165,12 @@ def test_our_kernel_is_timed_as_the_baseline_is(cuda, monkeypatch):
     ours, theirs = calls
     assert ours == theirs == dict(device=0, warmup=10, number=20, repeat=9, min_repeat_ms=10)
     wrong = FakeKernel(2e-5, error=0.5, cuda=cuda)
-    assert benchmark.checked_kernel_time(wrong, WL, *arrays)[0] is None and wrong.runs == 1 and wrong.launches == 0
+    assert checked_timing.checked_kernel_time(wrong, WL, *arrays)[0] is None and wrong.runs == 1 and wrong.launches == 0
 
 
 # ---- benchmark.benchmark: the rows of the table -------------------------------------------------
 def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_torch, monkeypatch, tmp_path):
-    space = tasks.of(WL).space(WL)
+    space = tasks.of(WL).space(WL, default_gpu())
     default = space.default_config()
     logged = next(c for c in space.sample(50, seed=1) if c != default)
     log = tmp_path / "log.jsonl"
@@ -201,7 +201,7 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_
     assert row.as_dict()["baseline"] == "cuDNN" and "cudnn_s" not in row.as_dict()
     # timed once: a 20-launch graph sized the repeat, a 334-launch one filled it, 3 + 1 timed replays
     assert row.tuned_s == row.default_s == pytest.approx(3e-5) and no_torch.replays - replays == 2 + 3 + 1
-    assert len(inputs) == 1 and np.array_equal(inputs[0][-1], benchmark.task_arrays(WL)[-1])  # same reference
+    assert len(inputs) == 1 and np.array_equal(inputs[0][-1], checked_timing.task_arrays(WL)[-1])  # same reference
 
 
 def _baselines_are(monkeypatch, timed) -> None:
@@ -233,7 +233,7 @@ def retiming(cuda, monkeypatch):
 
 
 def test_retiming_times_each_distinct_config_once_beside_the_baseline_on_the_same_inputs(retiming, caplog):
-    space = tasks.of(WL).space(WL)
+    space = tasks.of(WL).space(WL, default_gpu())
     default = space.default_config()
     tuned, wrong = [c for c in space.sample(20, seed=2) if c != default][:2]
     retiming["seconds"].update({default: 3e-5, tuned: 1e-5})
@@ -242,7 +242,7 @@ def test_retiming_times_each_distinct_config_once_beside_the_baseline_on_the_sam
         pytest.approx(1e-5), pytest.approx(3e-5), 2e-5, timer=CUDA_TIMER)
     assert retiming["built"] == [tuned, default]
     (arrays,) = retiming["baseline"]  # the baseline ran on the inputs ours ran on (seed 1)
-    assert all(np.array_equal(a, b) for a, b in zip(arrays, benchmark.task_arrays(WL, seed=1)))
+    assert all(np.array_equal(a, b) for a, b in zip(arrays, checked_timing.task_arrays(WL, seed=1)))
     retiming["built"].clear()
     timed, baseline_s = autotune.time_configs(WL, {"tuned": default, "default": default}, repeat=5)
     assert timed == {"tuned": pytest.approx(3e-5), "default": pytest.approx(3e-5)} and len(retiming["built"]) == 1
@@ -264,7 +264,7 @@ def test_nightly_re_times_with_the_real_retiming_and_records_it(retiming, tmp_pa
     path.write_text(f'log = "n.jsonl"\nreport_dir = "reports"\nbest_log_dir = "best"\ntrials = 16\n'
                     f'workloads = [{{ name = "{WL}" }}]\n')
     job = nightly.load_job(path)
-    default = tasks.of(WL).space(WL).default_config()
+    default = tasks.of(WL).space(WL, default_gpu()).default_config()
     retiming["seconds"][default] = 3e-5
     (row,) = nightly.run_nightly(job, gpu=gpu, measurer_factory=SyntheticMeasurer).rows
     assert (row.status, row.retimed_s, row.default_s, row.baseline_s) == ("ok", pytest.approx(1e-5),

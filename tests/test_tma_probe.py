@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from probes import tma_wgmma_probe as probe
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc (set CUDA_HOME or put nvcc on PATH)")

@@ -11,6 +11,7 @@ import pytest
 import tc_autotune as tc
 from tc_autotune.workloads import epilogue, conv2d as workloads
 from tc_autotune.api import functional, kernel
+from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
 from tc_autotune.api.apply import dense_workload_of, workload_of
 from tc_autotune.workloads.dense import DenseWorkload
@@ -79,7 +80,7 @@ def conv_kernel():
     """A kernel of CONV that was never compiled: its arguments are checked before it runs."""
     import tvm
 
-    config = tasks.of(CONV).space(CONV).default_config()
+    config = tasks.of(CONV).space(CONV, default_gpu()).default_config()
     return kernel.Kernel(CONV, config, tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), None, b"")
 
 

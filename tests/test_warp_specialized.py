@@ -12,7 +12,7 @@ import pytest
 
 from tc_autotune.core import tasks
 from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.templates.tc_gemm.gemm import box_tile
 from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch

@@ -23,7 +23,7 @@ from tc_autotune.search import zero_shot
 from tc_autotune.tuning import zero_shot_train
 from tc_autotune.api.apply import NoTunedConfigWarning, choose_config, packaged_logs_dir
 from tc_autotune.search.cost_model import XGBCostModel
-from tc_autotune.backends.cuda.nvcc import find_nvcc
+from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.tuning.nightly import load_job
 from tc_autotune.templates.registry import conv2d_space

@@ -25,7 +25,8 @@ from tc_autotune.api.build import resolve_config
 from tc_autotune.api.kernel import build_arch, compile_kernel
 from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
-from tc_autotune.tuning.benchmark import checked_kernel_time, device_times, geomean, task_arrays
+from tc_autotune.measure.checked_timing import checked_kernel_time, task_arrays
+from tc_autotune.tuning.benchmark import device_times, geomean
 from tc_autotune.workloads.conv2d import get
 
 TIMING = dict(number=20, repeat=30, min_repeat_ms=10)

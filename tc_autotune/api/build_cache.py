@@ -49,7 +49,7 @@ from ..database import paths as log_paths
 from . import apply, build_server
 from ..core import tasks
 from ..search import zero_shot
-from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.toolkit import nvcc_version
 from ..backends.cuda.gpu import GpuInfo, default_gpu
 from .kernel import Kernel, build_arch, compile_kernel, uses_pdl, verify_record
 from ..workloads.conv2d import get as get_workload
@@ -310,13 +310,14 @@ def _build_all(workloads, gpu: GpuInfo, logs: tuple, workers: int, pdl: bool = F
 
 
 def _worker_context():
-    """Workers forked from a server that imported this module (TVM with it) once: importing it
-    in each of 16 freshly spawned processes at once took ~9 s of a cold build.  The server never
-    touches CUDA, so its forks are safe; "spawn" where forkserver is missing."""
+    """Workers forked from a server that imported this module (TVM with it) and the templates' TVM
+    sides (``tasks.lowering_modules``) once: importing them in each of 16 freshly spawned processes
+    at once took ~9 s of a cold build.  The server never touches CUDA, so its forks are safe;
+    "spawn" where forkserver is missing."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload([build_server.__name__, __name__])
+    context.set_forkserver_preload([build_server.__name__, __name__, *tasks.lowering_modules()])
     return context
 
 

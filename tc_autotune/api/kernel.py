@@ -35,8 +35,6 @@ from ..backends.cuda import nvcc, tensormap, tensormap_bf16, timer
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, has_pdl, probe_local_gpu
 from ..workloads.conv2d import get
-# The default template's TVM side: importing its schedule registers its lowering of each task.
-from ..templates.tc_gemm import schedule  # noqa: F401
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,11 @@
 """The knob space of a template (``core.template.Template``) for one workload on one GPU.
 
-Generic: it imports no template.  ``templates.registry.ConfigSpace`` is the same space with the
-default template (tc_gemm) unless told otherwise.
+Generic: it imports no template, and no GPU: a space is given its template (a
+``core.template.Template``) and its GPU (a ``backends.cuda.gpu.GpuInfo``: the facts its rules
+read), and probes nothing, so it is a leaf of the package that the tasks, the records and the
+search stand on.  Which GPU is this machine's is asked above it: ``templates.registry.ConfigSpace``
+is the same space with the default template (tc_gemm) and the local GPU (else a nominal sm_90)
+unless told otherwise.
 
 AutoTVM-style: every knob has an explicit candidate list (``knobs``), a config is one
 choice per knob, and its index is the mixed-radix number of those choices (the
@@ -19,9 +23,6 @@ import random
 from typing import Any, Iterator, Mapping
 
 import numpy as np
-
-from ..backends.cuda.gpu import GpuInfo, default_gpu
-from .template import Template
 
 __all__ = ["ConfigSpace", "valid_mask", "radices", "positions_from_indices", "indices_from_positions",
            "positions_from_configs"]
@@ -72,12 +73,16 @@ class ConfigSpace:
     a GemmView included); validity, the default config, the prior and the features read
     only what the template's ``problem`` gives: ``view`` (tc_gemm: ``views.view_of``: M, N, K
     and the operands' layout) and ``context``.  Everything template-specific is a call on
-    ``self.template``, so the same space serves any template."""
+    ``self.template``, so the same space serves any template.  ``gpu`` (a ``GpuInfo``) is the
+    GPU whose limits the rules read; ``template`` a ``Template``."""
 
-    def __init__(self, workload, gpu: GpuInfo | None = None, knobs: dict | None = None, *, template: Template):
+    def __init__(self, workload, gpu, knobs: dict | None = None, *, template):
+        if gpu is None:
+            raise TypeError("a space is of one GPU: give its GpuInfo (backends.cuda.gpu.default_gpu() for this "
+                            "machine's, gpu_for_arch('sm_90') for an arch)")
         self.template = template
         self.workload = workload
-        self.gpu = gpu or default_gpu()
+        self.gpu = gpu
         self.view, self.context = self.template.problem(workload, self.gpu)
         table, defaults = self.template.knobs, self.template.knob_defaults
         # A narrower table pins knobs; a knob it lacks is pinned to its knob_defaults value.
@@ -211,5 +216,5 @@ class ConfigSpace:
 
 
 @functools.lru_cache(maxsize=256)
-def _default_config(template: Template, workload, gpu: GpuInfo, knobs: tuple):
+def _default_config(template, workload, gpu, knobs: tuple):
     return template.default_config(ConfigSpace(workload, gpu, dict(knobs), template=template))

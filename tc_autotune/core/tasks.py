@@ -2,15 +2,21 @@
 
 A task is an operator family the package can tune: its name (written in every record), its
 workload type (parses the spec a record holds), the tensors a kernel takes, and the host
-reference and random inputs every kernel is checked with.  Those are facts of the workloads,
-so the tasks are defined here, from ``workloads`` alone.
+reference and random inputs every kernel is checked with.  ``Task`` is that record of facts,
+and this module is the registry a record's task name and a workload's type are looked up in
+(``get``, ``of``).  The tasks themselves are defined from the workloads they compute
+(``core.builtin_tasks``: conv2d and dense), and registered as that module loads: the package
+face imports it first, so a record of any task is readable wherever the package is.  The
+registry imports no workload: the records (``database.record``) read it below the workloads'
+spec parsers and presets.
 
 Which template makes a task's kernels (its knob space, rules, prior, lowering, and the
 ``source_hash`` its records are keyed by: ``database.record``) and what its timings are compared with (cuDNN, cuBLAS)
-are not: the package face (``tc_autotune/__init__``) chooses them, at the top, and binds them
-here (``use_template``, ``use_baseline``) before any other module of the package loads.  So
-core/, search/ and database/ reach a template only through a task or a space, and import
-none.  A new task is one more ``register`` call plus a template that serves it.
+are not facts of the workloads either: the package face (``tc_autotune/__init__``) chooses
+them, at the top, and binds them here (``use_template``, ``use_baseline``) before any other
+module of the package loads.  So core/, search/ and database/ reach a template only through a
+task or a space, and import none.  A new task is one more ``register`` call (beside conv2d's and
+dense's) plus a template that serves it.
 """
 
 from __future__ import annotations
@@ -18,12 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..workloads import epilogue
-from ..workloads.dense import DenseWorkload
-from ..workloads.reference import conv2d_reference, dense_inputs, dense_reference, random_inputs
 from .config_space import ConfigSpace
 from .template import Template
-from ..workloads.conv2d import Conv2dWorkload
 
 # task name -> the template that makes its kernels, and the function that times its baseline
 # ((workload, *inputs, reference) -> (seconds or None, error)): bound at the top.
@@ -63,8 +65,9 @@ class Task:
         """What reports call ``workload``'s baseline (``baseline_name``)."""
         return self.baseline_name(workload) if callable(self.baseline_name) else self.baseline_name
 
-    def space(self, workload, gpu=None) -> ConfigSpace:
-        """The template's knob space for one workload (on ``gpu``, default: local or sm_90)."""
+    def space(self, workload, gpu) -> ConfigSpace:
+        """The template's knob space for one workload on ``gpu`` (``backends.cuda.gpu``: the
+        local one is ``default_gpu()``)."""
         return ConfigSpace(workload, gpu, template=self.template)
 
     def lower(self, workload, config, target, pdl: bool = False):
@@ -95,12 +98,23 @@ def use_baseline(task: Task, timed: Callable) -> None:
     _BASELINES[task.name] = timed
 
 
+def lowering_modules() -> list[str]:
+    """The TVM side of each template bound to a task (``Template.lowering_module``), each once:
+    what lowering the tasks' kernels loads, and so what a server that forks builders loads first."""
+    return list(dict.fromkeys(t.lowering_module for t in _TEMPLATES.values() if t.lowering_module))
+
+
 def of(workload) -> Task:
     """The task whose workload type ``workload`` is."""
+    return of_type(type(workload))
+
+
+def of_type(workload_type: type) -> Task:
+    """The task whose workloads are ``workload_type``'s (or a subclass's)."""
     for task in _TASKS.values():
-        if isinstance(workload, task.workload_type):
+        if issubclass(workload_type, task.workload_type):
             return task
-    raise KeyError(f"no task for {type(workload).__name__} workloads")
+    raise KeyError(f"no task for {workload_type.__name__} workloads")
 
 
 def names() -> list[str]:
@@ -112,45 +126,3 @@ def get(name: str) -> Task:
         return _TASKS[name]
     except KeyError:
         raise KeyError(f"unknown task {name!r} (known: {', '.join(_TASKS)})") from None
-
-
-def _signature(wl, operands):
-    """The operands' (name, shape, dtype), the epilogue's inputs, then the output's: the
-    kernel's arguments before its workspaces."""
-    return [*operands, *epilogue.workload_input_specs(wl), ("out", wl.out_shape, wl.out_dtype)]
-
-
-def _conv2d_signature(wl: Conv2dWorkload):
-    return _signature(wl, [("data", wl.data_shape, wl.dtype), ("weight", wl.weight_shape, wl.dtype)])
-
-
-CONV2D = register(Task(
-    name="conv2d_nhwc_tensorcore.cuda",
-    workload_type=Conv2dWorkload,
-    signature=_conv2d_signature,
-    reference=conv2d_reference,
-    inputs=random_inputs,
-))
-
-
-# fp8 dense's per-tensor scales: fp32 1-element tensors after the operands, as torch._scaled_mm's
-SCALES = (("scale_a", (1,), "float32"), ("scale_b", (1,), "float32"))
-
-
-def _dense_signature(wl: DenseWorkload):
-    operands = [("data", wl.a_shape, wl.dtype), ("weight", wl.b_shape, wl.weight_dtype)]
-    return _signature(wl, operands + list(SCALES) * wl.scaled)
-
-
-def _dense_baseline_name(wl: DenseWorkload) -> str:
-    return "torch._scaled_mm" if wl.scaled else "cuBLAS"  # fp8: cuBLASLt's scaled GEMM
-
-
-DENSE = register(Task(
-    name="dense_tensorcore.cuda",
-    workload_type=DenseWorkload,
-    signature=_dense_signature,
-    reference=dense_reference,
-    inputs=dense_inputs,
-    baseline_name=_dense_baseline_name,
-))

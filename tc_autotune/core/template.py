@@ -12,6 +12,14 @@ literal, a missing part fails at construction, and the functions take the space 
 holds the template) explicitly, so they stay vectorised numpy code with no hidden state.
 ``eq=False``: a template hashes by identity, so it can key caches (``default_config``).
 
+A template is light: its lowering (TVM's schedule of a config) is its *TVM side*, a module it
+names (``lowering_module``) rather than imports.  ``lower`` loads that module the first time a
+kernel is lowered, and its ``lowers`` decorators register the lowering of each task as it loads.
+So the rest of the package lowers any template through this protocol and names none of their
+modules: a template is a plug-in, and what builds kernels (``api.kernel``) sits on core, not on
+a template's TVM side.  The import-graph test lists this load beside the package's few others
+(``tests/test_import_graph.py``: ``BY_NAME``).
+
 ``source_hash`` keys the records of a template's kernels: the sha256 of the source files that
 shape the code it generates and of the toolchain that compiles it (``sources``, ``toolchain``;
 the template names both, and hashes them with ``hash_sources``).  It replaced a version number
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,6 +121,10 @@ class Template:
     # caller allocates once; (config, arch) -> the arch a kernel is compiled for ("sm_90a").
     workspaces: Callable = _no_workspaces
     build_arch: Callable = _same_arch
+    # The module of its TVM side, whose ``lowers`` decorators register its lowering of each task
+    # ("tc_autotune.templates.tc_gemm.schedule"): ``lower`` loads it when a kernel is first lowered.
+    # None: its lowerings are registered by whoever defines it (a test's toy template).
+    lowering_module: str | None = None
 
     @property
     def knob_names(self) -> tuple:
@@ -119,15 +132,19 @@ class Template:
 
     def lower(self, task_name: str, workload, config, target, pdl: bool = False):
         """The TVM Executable of one (workload, config) of task ``task_name``: the lowering
-        function registered for it with ``lowers`` (templates register theirs as their
-        TVM-importing modules load, so this module stays light).  ``pdl``: its kernels launched
-        with Programmatic Dependent Launch (sm_90+), which a lowering takes as ``pdl=True``; off, it
-        is called as before the option, so a template without PDL needs no change."""
+        function registered for it with ``lowers``, which the template's TVM side
+        (``lowering_module``, loaded here the first time) registers as it loads; so this module
+        stays light.  ``pdl``: its kernels launched with Programmatic Dependent Launch (sm_90+),
+        which a lowering takes as ``pdl=True``; off, it is called as before the option, so a
+        template without PDL needs no change."""
+        key = (self.name, task_name)
+        if key not in _LOWERINGS and self.lowering_module is not None:
+            importlib.import_module(self.lowering_module)  # the TVM side: its decorators fill _LOWERINGS
         try:
-            func = _LOWERINGS[(self.name, task_name)]
+            func = _LOWERINGS[key]
         except KeyError:
             raise KeyError(f"template {self.name!r} has no lowering for task {task_name!r} "
-                           "(is its schedule module imported?)") from None
+                           f"(its TVM side: {self.lowering_module})") from None
         return func(workload, config, target, pdl=True) if pdl else func(workload, config, target)
 
     def lowers(self, task_name: str):
@@ -140,7 +157,7 @@ class Template:
 
 
 # (template name, task name) -> lowering function; kept outside the frozen dataclass because
-# the schedule modules that fill it import TVM and load after the template object exists.
+# the TVM sides that fill it (``lowering_module``) load after the template object exists.
 _LOWERINGS: dict[tuple[str, str], Callable] = {}
 
 

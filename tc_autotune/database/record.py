@@ -47,13 +47,10 @@ from ..backends.cuda import code_hash as code_keys
 from ..backends.cuda import peaks
 from ..core import tasks
 from ..core.results import CUDA_GRAPH, TIME_EVALUATOR, TIMERS, MeasureErrorNo, MeasureResult
-from ..workloads.conv2d import Conv2dWorkload
-from ..workloads.dense import DenseWorkload
 from .origin import make_provenance, target_arch, tvm_version
 
 # 3: records carry source_hash and code_hash (2-readers skip them); 2: template_version
 RECORD_VERSION = 3
-TASK_NAME = tasks.CONV2D.name  # conv2d's; a record names its own workload's task
 
 # The retired hand-bumped versions: the last one of each task, and the source hash (by template)
 # of the code it named, which is the code of the commit that retired them.  A format-2 record of
@@ -80,7 +77,9 @@ class Record:
     """One measured config of one workload on one target: a line of the log."""
 
     target: str  # e.g. "cuda -arch=sm_90"
-    workload: Conv2dWorkload | DenseWorkload  # its type names the task (``tasks.of``)
+    # a task's workload (Conv2dWorkload, DenseWorkload): its type names the task (``tasks.of``), and
+    # the task's type parsed it, so a record names the workload kinds through the task registry only
+    workload: object
     config: dict  # entity form: {"index": i, "entity": [[knob, "ot", value], ...]}
     result: MeasureResult
     provenance: dict = field(default_factory=dict)
@@ -337,5 +336,5 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-__all__ = ["RECORD_VERSION", "TASK_NAME", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
+__all__ = ["RECORD_VERSION", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
            "STALE", "RETIME_MSG", "Record", "inferred_timer", "arch_of_target"]

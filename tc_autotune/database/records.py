@@ -20,7 +20,7 @@ from .logs import (BAD_LINE_WARNINGS, LOG_SUFFIXES, SHIPPED_LOGS, append, load, 
                    records_of, shipped_log_files, shipped_logs_dir, stat_log_files)
 from .merge import BestLogChange, merge_best, pick_best
 from .origin import make_provenance, target_arch, tc_autotune_version, tvm_version
-from .record import (FRESH, LEGACY_SOURCE_HASHES, LEGACY_VERSIONS, RECORD_VERSION, RETIME_MSG, STALE, TASK_NAME,
+from .record import (FRESH, LEGACY_SOURCE_HASHES, LEGACY_VERSIONS, RECORD_VERSION, RETIME_MSG, STALE,
                      UNVERIFIED, Record, inferred_timer)
 from .restamp import RestampReport, restamp
 from . import selection
@@ -46,7 +46,7 @@ def measured_indices(records, workload, gpu=None) -> set[int]:
 
 
 __all__ = [
-    "RECORD_VERSION", "TASK_NAME", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED", "STALE",
+    "RECORD_VERSION", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED", "STALE",
     "RETIME_MSG", "Record", "append", "load", "log_files", "stat_log_files", "load_best", "best_record",
     "faster", "noise_margin", "inferred_timer", "identity", "best_records", "pick_best", "merge_best",
     "BestLogChange", "measured_indices", "summarize", "summary_table", "LogSummary", "restamp", "RestampReport",

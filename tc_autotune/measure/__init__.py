@@ -1,3 +1,3 @@
 """Building candidates and timing them: the measurer (parallel builds), runners (a local GPU
-process, a remote GPU over RPC), the dispatcher that keeps every device busy, and the
-cuDNN / cuBLAS baseline."""
+process, a remote GPU over RPC), the dispatcher that keeps every device busy, a built kernel
+timed in this process, checked first (``checked_timing``), and the cuDNN / cuBLAS baseline."""

@@ -18,7 +18,8 @@ TVM is imported at the modules' top (building is what this subpackage is for); t
 from .building import build, compile_check, cuda_modules, target_of
 from .kernels import PASS_CONFIG
 from .match import Layer, find_layers
-from .partition import PartitionReport, extract_workloads, partition, report
+from .partition import extract_workloads, partition
+from .partition_report import PartitionReport, report
 from .torch_import import from_torch
 
 __all__ = ["partition", "build", "extract_workloads", "report", "from_torch", "PartitionReport", "find_layers",

@@ -25,7 +25,8 @@ import tvm
 from tvm import relax
 
 from . import building as relax_build
-from .partition import partition, report
+from .partition import partition
+from .partition_report import report
 from .torch_import import from_torch
 
 TARGET_ITER_S = 0.05  # one repeat's calls take about this long

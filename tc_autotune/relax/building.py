@@ -17,7 +17,7 @@ import time
 import tvm
 
 from . import kernels
-from .partition import ATTR, report
+from .partition_report import ATTR, report
 
 
 def target_of(mod, target=None) -> tvm.target.Target:

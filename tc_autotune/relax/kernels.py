@@ -21,7 +21,7 @@ import tvm
 
 from ..api import apply, build_cache
 from ..api.kernel import build_arch
-from ..backends.cuda import nvcc, tensormap_bf16
+from ..backends.cuda import nvcc, tensormap_bf16, toolkit
 from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
 from ..core import tasks
 from ..templates.tc_gemm.views import view_of
@@ -131,4 +131,4 @@ def compile_cuda(source: str, arch: str) -> bytes:
 
 def have_nvcc() -> bool:
     """Whether nvcc is here (without it TVM compiles through its own NVRTC callback)."""
-    return nvcc.find_nvcc() is not None
+    return toolkit.find_nvcc() is not None

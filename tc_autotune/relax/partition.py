@@ -13,17 +13,16 @@ A kernel is the package's PrimFunc (``kernels.prim_func``), added to the module 
 in the kernel's layout, the epilogue's fp32 scale / bias constants and the residual), then its
 output and the workspaces it needs after it (split-K partial sums), which relax's memory
 planner allocates like any other output.  Ops the kernels cannot take stay as they are; the
-report (``report(mod)``) counts them by reason.
+report (``partition_report``: ``report(mod)``) counts them by reason.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,38 +30,12 @@ from tvm import relax
 
 from . import kernels, layout
 from .match import Layer, find_layers, static_shape
+from .partition_report import PartitionReport, with_report
 from ..api.apply import apply_history_best
 from ..workloads.dense import DenseWorkload
 from ..tuning.jobs import write_job
 
 log = logging.getLogger(__name__)
-ATTR = "tc_autotune"  # the module attribute that holds the report (JSON)
-
-
-@dataclass
-class PartitionReport:
-    """What ``partition`` did (``report(mod)``)."""
-
-    layers: int = 0  # conv2d / matmul chains now on tuned kernels
-    fused_ops: int = 0  # the ops folded into them (astype, bias, batch norm, residual add, activation)
-    kernels: dict = field(default_factory=dict)  # workload -> where its config came from (record, zero-shot, ...)
-    left: dict = field(default_factory=dict)  # why an op stays Relax's -> how many
-    layout_conversions: int = 0  # transposes of activations left in the model
-    arch: str = ""  # the arch the module must be built for (sm_90a when a kernel uses wgmma)
-    seconds: float = 0.0
-
-    @property
-    def untuned(self) -> list[str]:
-        return [w for w, source in self.kernels.items() if source != "record"]
-
-    def summary(self) -> str:
-        text = (f"{self.layers} layers on {len(self.kernels)} tuned kernels ({self.fused_ops} ops fused into them, "
-                f"{len(self.untuned)} kernels untuned), {self.layout_conversions} layout conversions")
-        if self.left:
-            text += "; left to Relax: " + ", ".join(f"{n} x {why}" for why, n in self.left.items())
-        return text
-
-
 def _relax_functions(mod):
     return [(gv, f) for gv, f in mod.functions.items() if isinstance(f, relax.Function)]
 
@@ -130,15 +103,7 @@ def partition(mod, logs=None, target=None, im2col: bool = False):
         log.warning("partition: %d ops stay Relax's: %s", sum(report.left.values()),
                     ", ".join(f"{n} x {why}" for why, n in report.left.items()))
     log.info("partition: %s (%.1f s)", report.summary(), report.seconds)
-    return mod.with_attr(ATTR, json.dumps(asdict(report)))
-
-
-def report(mod) -> PartitionReport:
-    """What ``partition`` did to ``mod`` (ValueError if it did not make ``mod``)."""
-    attrs = mod.attrs
-    if attrs is None or ATTR not in attrs:
-        raise ValueError("this module did not come from tc_autotune.relax.partition")
-    return PartitionReport(**json.loads(str(attrs[ATTR])))
+    return with_report(mod, report)
 
 
 def _rewrite(func, layers: list[Layer], adder: "_KernelAdder"):

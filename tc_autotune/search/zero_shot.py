@@ -60,8 +60,8 @@ ANNEAL_CHAINS = 64
 ANNEAL_STEPS = 80
 SEED = 0
 
-# The stored models are trained on conv2d's records: its template's features and knobs sign them.
-TASK = tasks.CONV2D
+# The stored models are trained on conv2d's records (the face registers it: ``core.builtin_tasks``).
+TASK = tasks.of_type(Conv2dWorkload)
 
 
 # ---- the model -----------------------------------------------------------------------------------

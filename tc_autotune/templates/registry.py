@@ -4,13 +4,13 @@ is given its template, and a task is bound to one by the package face (``core.ta
 
 Besides the choice, the default template's conveniences: ``ConfigSpace`` with the default
 template unless one is given, and ``conv2d_space`` / ``dense_space``.  Light: no TVM (a
-template's lowering, its TVM side, registers itself when its schedule module is imported: api
-does, where kernels are built).
+template's lowering, its TVM side, is a module the template names: ``Template.lower`` loads it
+where a kernel is first lowered).
 """
 
 from __future__ import annotations
 
-from ..backends.cuda.gpu import GpuInfo
+from ..backends.cuda.gpu import GpuInfo, default_gpu
 from ..core import config_space
 from ..core.template import Template
 from .tc_gemm.knobs import TcGemmConfig
@@ -26,11 +26,12 @@ Conv2dConfig = TcGemmConfig  # the default template's config, by its earlier nam
 
 
 class ConfigSpace(config_space.ConfigSpace):
-    """``core.config_space.ConfigSpace`` whose template is ``DEFAULT`` unless one is given."""
+    """``core.config_space.ConfigSpace`` whose template is ``DEFAULT`` and whose GPU is the local one
+    (else a nominal sm_90: ``default_gpu``) unless they are given."""
 
     def __init__(self, workload, gpu: GpuInfo | None = None, knobs: dict | None = None,
                  template: Template | None = None):
-        super().__init__(workload, gpu, knobs, template=template or DEFAULT)
+        super().__init__(workload, gpu or default_gpu(), knobs, template=template or DEFAULT)
 
 
 def conv2d_space(workload: Conv2dWorkload, gpu: GpuInfo | None = None) -> ConfigSpace:

@@ -20,11 +20,11 @@ from ..database import records
 from ..core import tasks
 from . import zero_shot_train
 from ..api.apply import best_config, choose_config
-from .benchmark import checked_kernel_time, task_arrays
-from ..backends.cuda.nvcc import nvcc_version
+from ..backends.cuda.toolkit import nvcc_version
 from ..backends.cuda.timer import TimerError
-from ..backends.cuda.gpu import GpuInfo, NoGpuError, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
+from ..backends.cuda.gpu import GpuInfo, NoGpuError, default_gpu, local_gpu, probe_local_gpu  # noqa: F401 (NoGpuError: autotune's API)
 from ..api.build import build
+from ..measure.checked_timing import checked_kernel_time, task_arrays
 from ..measure.devices import RpcDevice, choose_local, local_devices
 from ..measure.dispatch import AllDevicesLost, RunnerFault
 from ..measure.measurer import LocalMeasurer, MeasureOptions
@@ -345,7 +345,7 @@ def retime_against_default(workload: Conv2dWorkload, config: TcGemmConfig, repea
     first (None where wrong)."""
     configs = {"tuned": config}
     if with_default:
-        configs["default"] = tasks.of(workload).space(workload).default_config()
+        configs["default"] = tasks.of(workload).space(workload, default_gpu()).default_config()  # built here
     seconds, baseline_s = time_configs(workload, configs, repeat=repeat)
     return Retimed(seconds["tuned"], seconds.get("default"), baseline_s, TIMER)
 

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import tvm
 
 from ..measure import baseline
 from ..database import records
@@ -28,11 +27,10 @@ from ..api.apply import apply_history_best, best_or_default_config, choose_confi
 from ..backends.cuda.gpu import default_gpu
 from ..api.build import build
 from ..api.kernel import compile_kernel
-from ..measure.measurer import time_kernel
+from ..measure.checked_timing import checked_kernel_time, task_arrays
 from ..measure.profiler import kernel_seconds
-from ..core.results import TIMER, TOLERANCE, check_then_time, relative_l2_error
+from ..core.results import TIMER, TOLERANCE, relative_l2_error
 from ..workloads.conv2d import get
-from ..workloads.reference import host_dtype
 
 log = logging.getLogger(__name__)
 
@@ -85,39 +83,6 @@ def renamed(raw: dict) -> dict:
     out = {OLD_KEYS.get(key, key): value for key, value in raw.items() if key in OLD_KEYS}
     out.update({key: value for key, value in raw.items() if key not in OLD_KEYS})
     return out
-
-
-def checked_kernel_time(kernel, workload, *arrays, number: int = 20, repeat: int = 50,
-                        min_repeat_ms: float = 10) -> tuple[float | None, float]:
-    """(median seconds or None, relative error) on ``arrays`` (the task's inputs, then the
-    reference): run once on NaN-poisoned output, check against the reference, and time only
-    a kernel whose result is right.
-
-    Timed by the package's one timer (``Kernel.time``: CUDA-graph replays of back-to-back
-    launches, each repeat at least ``min_repeat_ms``, the first dropped), as the baseline is
-    (``baseline.time_torch``) and as the runners time: both sides of a ratio pay the same
-    per-launch cost, none of TVM's eager 1.1-2.6 us a call (docs/BENCHMARKS.md, 'Timing method:
-    our launches timed as the baseline's')."""
-    *inputs, reference = arrays
-    dev = tvm.cuda(0)
-    out = tvm.runtime.tensor(np.full(workload.out_shape, np.nan, host_dtype(workload.out_dtype)), device=dev)
-    args = [*(tvm.runtime.tensor(a, device=dev) for a in inputs), out]
-    times, err = check_then_time(
-        lambda: kernel(*args), out.numpy, reference,
-        lambda: time_kernel(kernel, *args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, device=dev),
-        TOLERANCE)
-    if times is None:
-        log.error("%s: kernel %s is WRONG (relative error %.3g); not timed", workload, kernel.config, err)
-        return None, err
-    return float(np.median(times)), err
-
-
-def task_arrays(workload, seed: int = 0) -> tuple:
-    """The task's random inputs (``seed``), then their fp32 reference: what
-    ``checked_kernel_time`` and the task's baseline take."""
-    task = tasks.of(workload)
-    inputs = task.inputs(workload, seed=seed)
-    return (*inputs, task.reference(workload, *inputs))
 
 
 def device_times(kernel, workload, arrays) -> tuple[float | None, float | None]:

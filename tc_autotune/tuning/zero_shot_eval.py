@@ -19,7 +19,6 @@ from . import zero_shot_train
 from ..search import zero_shot
 from ..search.cost_model import positions_from_indices, prior_score
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
-from ..templates.registry import conv2d_space
 from ..workloads.conv2d import get as get_workload
 
 log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ def leave_one_out(workloads=SEED_WORKLOADS, history=None, gpu: GpuInfo | None = 
         model = zero_shot_train.load_model(gpu, logs, exclude=[workload]) if mine else None
         if model is None:
             continue
-        space = conv2d_space(workload, gpu)
+        space = zero_shot.TASK.space(workload, gpu)
         idx = np.array([r.config["index"] for r in mine], dtype=np.int64)
         secs = np.array([r.seconds for r in mine])
         pos = positions_from_indices(space, idx)

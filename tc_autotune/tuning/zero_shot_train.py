@@ -41,7 +41,6 @@ from ..database import journal, records
 from ..search import zero_shot
 from ..search.cost_model import XGBCostModel, features_from_positions, normalise_per_group, positions_from_indices
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
-from ..templates.registry import conv2d_space
 from ..search.tree_ranker import TreeEnsemble
 from ..search.tuner import _entity_matches
 from .jobs import load_job
@@ -133,7 +132,7 @@ def training_set(recs, gpu: GpuInfo, exclude=()) -> TrainingSet | None:
     by_group: dict[tuple, list[tuple[int, float]]] = {}
     skipped = 0
     for record in chosen:
-        space = conv2d_space(record.workload, gpu)
+        space = zero_shot.TASK.space(record.workload, gpu)
         try:
             index = int(record.config["index"])
         except (KeyError, TypeError, ValueError):
@@ -152,7 +151,7 @@ def training_set(recs, gpu: GpuInfo, exclude=()) -> TrainingSet | None:
     for gid, key in enumerate(sorted(by_group)):
         spec, _source, stale, era = key
         workload = get_workload(spec)
-        space = conv2d_space(workload, gpu)
+        space = zero_shot.TASK.space(workload, gpu)
         indices = np.array([i for i, _ in by_group[key]], dtype=np.int64)
         tput = np.array([t for _, t in by_group[key]], dtype=np.float64)
         xs.append(features_from_positions(space, positions_from_indices(space, indices)))

@@ -147,7 +147,7 @@ def mismatches(got: dict, want: dict) -> list[str]:
 def main() -> int:
     import tempfile
 
-    from tc_autotune.backends.cuda.nvcc import find_nvcc
+    from tc_autotune.backends.cuda.toolkit import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:

@@ -27,13 +27,13 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from . import nvcc
+from . import toolkit
 
 
 @functools.lru_cache(maxsize=None)
 def compiler_release() -> str | None:
     """The nvcc release that compiles kernels here ("13.0"), None without nvcc; read once."""
-    return nvcc.nvcc_version()
+    return toolkit.nvcc_version()
 
 
 def _dist_version(name: str) -> str | None:
@@ -49,7 +49,7 @@ def toolchain() -> dict:
     CUDA codegen), its FFI, and nvcc with its flags."""
     return {"tvm": _dist_version("apache-tvm") or _dist_version("tvm"),
             "tvm_ffi": _dist_version("apache-tvm-ffi") or _dist_version("tvm-ffi"),
-            "nvcc": compiler_release(), "nvcc_flags": list(nvcc.NVCC_FLAGS)}
+            "nvcc": compiler_release(), "nvcc_flags": list(toolkit.NVCC_FLAGS)}
 
 
 def _digest(obj) -> str:
@@ -64,7 +64,7 @@ def code_hash(source: str, arch: str, host_files: Iterable[tuple[str, Path]] = (
     """The key of one generated kernel: its CUDA ``source``, the ``arch`` it is compiled for
     (sm_90a for wgmma), nvcc's flags and release, and the ``host_files`` ((name, path)) whose
     code the kernel's host side calls when it runs."""
-    return _digest({"source": source, "arch": arch, "nvcc": compiler_release(), "nvcc_flags": list(nvcc.NVCC_FLAGS),
+    return _digest({"source": source, "arch": arch, "nvcc": compiler_release(), "nvcc_flags": list(toolkit.NVCC_FLAGS),
                     "host": {name: file_sha256(path) for name, path in sorted(host_files)}})
 
 

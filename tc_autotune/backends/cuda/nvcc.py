@@ -1,5 +1,8 @@
 """CUDA source -> cubin with nvcc, cached on disk by content hash.
 
+Which nvcc, its release and its flags are the toolkit's (``toolkit``), which records' keys read
+without this module's compiling and the default GPU it asks TVM's callback for.
+
 TVM 0.27 compiles CUDA kernels through the global ``tvm_callback_cuda_compile``:
 at build time where it has a CUDA runtime (its default callback uses NVRTC, whose
 ptxas makes different code), else when the module is loaded.  We compile eagerly
@@ -12,21 +15,16 @@ The disk cache is the only hand-off between the two.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 import os
-import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from . import toolkit
 from .gpu import default_gpu
 
 log = logging.getLogger(__name__)
-
-NVCC_FLAGS = ("-O3", "-w", "-cubin")
-
 
 class CudaCompileError(RuntimeError):
     """nvcc rejected a kernel (the message holds its diagnostics)."""
@@ -40,51 +38,7 @@ def cache_dir() -> Path:
 
 
 def _key(source: str, arch: str) -> str:
-    return hashlib.sha256(f"{arch}\0{' '.join(NVCC_FLAGS)}\0{source}".encode()).hexdigest()
-
-
-SYSTEM_NVCC = Path("/usr/local/cuda/bin/nvcc")
-# Where NVIDIA's CUDA 13 wheels on PyPI (nvidia-cuda-nvcc, -runtime, -crt, -cccl, nvidia-nvvm: the
-# "test" extra) put nvcc: one tree under the ``nvidia`` namespace package, bin/ beside the include/
-# and nvvm/ that its nvcc.profile finds relative to itself, so it compiles with no CUDA_HOME.
-WHEEL_NVCC = Path("cu13") / "bin" / "nvcc"
-
-
-def find_nvcc() -> str | None:
-    """nvcc: CUDA_HOME's (or CUDA_PATH's), else the PATH's, else /usr/local/cuda's, else the one of
-    NVIDIA's pip wheels (a machine without a CUDA toolkit, after ``pip install -e ".[test]"``)."""
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home and (Path(cuda_home) / "bin" / "nvcc").exists():
-        return str(Path(cuda_home) / "bin" / "nvcc")
-    found = shutil.which("nvcc") or (str(SYSTEM_NVCC) if SYSTEM_NVCC.exists() else None)
-    return found or _wheel_nvcc()
-
-
-def _wheel_nvcc() -> str | None:
-    """The nvcc of the ``nvidia-cuda-nvcc`` wheel, wherever ``nvidia`` (a namespace package that
-    several NVIDIA wheels share) is importable from; None without it."""
-    try:
-        spec = importlib.util.find_spec("nvidia")
-    except (ImportError, ValueError):
-        return None
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        nvcc = Path(root) / WHEEL_NVCC
-        if nvcc.is_file() and os.access(nvcc, os.X_OK):
-            return str(nvcc)
-    return None
-
-
-def nvcc_version() -> str | None:
-    """The CUDA release of the nvcc that compiles kernels ("13.0"), for record provenance."""
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return None
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"release (\d+\.\d+)", out)
-    return match.group(1) if match else None
+    return hashlib.sha256(f"{arch}\0{' '.join(toolkit.NVCC_FLAGS)}\0{source}".encode()).hexdigest()
 
 
 def compile_cubin(source: str, arch: str, timeout: float | None = None) -> bytes:
@@ -92,14 +46,14 @@ def compile_cubin(source: str, arch: str, timeout: float | None = None) -> bytes
     cached = cache_dir() / f"{_key(source, arch)}.cubin"
     if cached.exists():
         return cached.read_bytes()
-    nvcc = find_nvcc()
+    nvcc = toolkit.find_nvcc()
     if nvcc is None:
         raise CudaCompileError("nvcc not found (pip install -e \".[test]\" brings NVIDIA's nvcc wheels; or set "
                                 "CUDA_HOME or put nvcc on PATH)")
     with tempfile.TemporaryDirectory(prefix="tc_autotune_") as tmp:
         src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
         src.write_text(source)
-        cmd = [nvcc, *NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(src)]
+        cmd = [nvcc, *toolkit.NVCC_FLAGS, f"-arch={arch}", "-o", str(out), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise CudaCompileError(f"nvcc failed for {arch}: {proc.stderr.strip()[-2000:]}")
@@ -125,7 +79,7 @@ def install_compile_callback() -> None:
     """Make TVM compile (at build or load time) through ``compile_cubin``: cache first, then nvcc."""
     import tvm_ffi
 
-    if find_nvcc() is None:  # keep TVM's own NVRTC path
+    if toolkit.find_nvcc() is None:  # keep TVM's own NVRTC path
         return
 
     def tvm_callback_cuda_compile(code, *_):

@@ -17,7 +17,7 @@ import math
 
 import tvm
 
-from ...core import tasks
+from ...core import builtin_tasks
 from ...workloads.dense import DenseWorkload
 from .compute import gemm_compute, gemm_schedule  # noqa: F401 (gemm_compute: the CPU twins' compute)
 from .gemm import GemmView
@@ -140,13 +140,13 @@ def _schedule_input_cast(sch, view: GemmView) -> None:
 PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
-@TC_GEMM.lowers(tasks.CONV2D.name)
+@TC_GEMM.lowers(builtin_tasks.CONV2D.name)
 def lower_conv2d(workload: Conv2dWorkload, config: TcGemmConfig, target, pdl: bool = False):
     """Schedule and compile to a TVM Executable (CUDA source inside, not yet nvcc-compiled)."""
     return lower_gemm(conv2d_view(workload), config, target, pdl)
 
 
-@TC_GEMM.lowers(tasks.DENSE.name)
+@TC_GEMM.lowers(builtin_tasks.DENSE.name)
 def lower_dense(workload: DenseWorkload, config: TcGemmConfig, target, pdl: bool = False):
     """``lower_conv2d`` of a dense workload: the same template on its view."""
     return lower_gemm(dense_view(workload), config, target, pdl)

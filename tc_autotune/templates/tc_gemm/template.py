@@ -3,8 +3,9 @@
 Only wiring: each part is the function that existed before the protocol (knobs, the rule table
 through ``validity``, the prior, ``features``, the starting tilings, the workspaces, the build
 arch of each intrinsic path), so the generated code, the config indices and the records are
-unchanged.  Light: no TVM (the lowering functions register themselves from ``schedule``
-through ``Template.lowers``).  Which tasks it serves is the package face's choice
+unchanged.  Light: no TVM.  Its TVM side is ``schedule``, named here (``lowering_module``) and
+loaded by ``Template.lower`` when a kernel is first lowered; its lowering functions register
+themselves through ``Template.lowers``.  Which tasks it serves is the package face's choice
 (``core.tasks.use_template``).
 """
 
@@ -74,4 +75,5 @@ TC_GEMM = Template(
     starting_configs=starting_configs,
     workspaces=workspaces,
     build_arch=build_arch,
+    lowering_module=f"{__package__}.schedule",  # its TVM side: the TE compute and TensorIR schedules
 )
