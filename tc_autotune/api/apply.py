@@ -297,24 +297,19 @@ def choose_config(workload: Conv2dWorkload, gpu: GpuInfo, warn: bool = True, log
         log.debug("%s: best record %.4f ms from %s", workload, found[1] * 1e3, found[2])
         return ConfigChoice(found[0], "record", found[1], found[2])
     untuned = f"no tuning record for workload {workload} on {gpu.arch}: using"
-    borrowed = sibling_config(workload, gpu, logs)
-    if borrowed is not None:  # the same GEMM's record
-        if warn:
-            warnings.warn(f"{untuned} the config tuned for {borrowed[2]} (the same GEMM; tune it for the best "
-                          "kernel)", NoTunedConfigWarning, stacklevel=3)
-        return ConfigChoice(borrowed[0], "sibling", None, borrowed[2])
-    ranked = dense_zero_shot_config(workload, gpu, logs)
-    if ranked is not None:  # a 16-bit dense GEMM: the model's pick near the nearest tuned GEMMs
-        if warn:
-            warnings.warn(f"{untuned} a zero-shot config ranked among those tuned for the nearest GEMMs ("
-                          f"{ranked[1]} first; tune it for the best kernel)", NoTunedConfigWarning, stacklevel=3)
-        return ConfigChoice(ranked[0], "zero-shot", None, ranked[1])
-    borrowed = neighbour_config(workload, gpu, logs)
-    if borrowed is not None:  # another dense GEMM without a model: the nearest tuned one's record
-        if warn:
-            warnings.warn(f"{untuned} the config tuned for {borrowed[2]} (the nearest tuned GEMM; tune it for the "
-                          "best kernel)", NoTunedConfigWarning, stacklevel=3)
-        return ConfigChoice(borrowed[0], "neighbour", None, borrowed[2])
+    # from other workloads' records: the same GEMM's; a 16-bit dense GEMM's model pick near the
+    # nearest tuned GEMMs; else (fp8, no model) the nearest tuned GEMM's record.  Each finder gives
+    # the config first and the workload it started from last.
+    for source, find, using in (("sibling", sibling_config, "the config tuned for {} (the same GEMM"),
+                                ("zero-shot", dense_zero_shot_config,
+                                 "a zero-shot config ranked among those tuned for the nearest GEMMs ({} first"),
+                                ("neighbour", neighbour_config, "the config tuned for {} (the nearest tuned GEMM")):
+        borrowed = find(workload, gpu, logs)
+        if borrowed is not None:
+            if warn:
+                warnings.warn(f"{untuned} {using.format(borrowed[-1])}; tune it for the best kernel)",
+                              NoTunedConfigWarning, stacklevel=3)
+            return ConfigChoice(borrowed[0], source, None, borrowed[-1])
     predicted = zero_shot.zero_shot_config(workload, gpu)
     if predicted is not None:
         if warn:
