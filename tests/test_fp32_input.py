@@ -205,6 +205,60 @@ def test_wgmma_with_fp32_input_and_split_k_compiles_for_sm90a():
     assert len(kernels(kernel.cuda_source)) == 3 and kernel.cubin[:4] == b"\x7fELF"
 
 
+# ---- CPU: the warp-specialized kernel folds the cast into its producer's loads ----------------
+_WS32 = dict(block_row_warps=4, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=8, chunk=4, wmma="m16n16k16",
+             offset_a=0, offset_b=0, offset_c=0, vec_a=8, vec_b=8, vec_c=1, stages=4, frag_buffers=1, split_k=1,
+             intrinsic="wgmma", wgmma_in_flight=1, warp_specialized=1)
+# (spec, knobs): a gathered 3x3 A and a [k][n] B; a 1x1 conv's matrix A, persistent, C by TMA stores,
+# fp16 output; split-K over a cluster with an OHWI weight (B [n][k]); consumers along M, an epilogue.
+WS32_CASES = (
+    ("n=2,h=14,c=64,k=256,r=3,pad=1,dtype=float32", _WS32),
+    ("n=4,h=14,c=512,k=256,r=1,dtype=float32,out_dtype=float16", dict(_WS32, warp_specialized=2, tma_store=1)),
+    ("n=2,h=9,w=11,c=32,k=128,r=3,pad=2,dilation=2,dtype=float32,weight_layout=OHWI",
+     dict(_WS32, warp_col_tiles=4, stages=2, split_k=2)),
+    ("n=2,h=14,c=64,k=256,r=3,pad=1,dtype=float32,out_dtype=float16,epilogue=bias_relu",
+     dict(_WS32, consumers_along_m=1, stages=3, wgmma_in_flight=0)),
+)
+
+
+def _ws32(case):
+    from tc_autotune.templates.registry import TcGemmConfig
+
+    spec, knobs = case
+    return workloads.get(spec), TcGemmConfig(**knobs)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", WS32_CASES, ids=lambda c: c[0])
+def test_warp_specialized_kernel_converts_fp32_input_as_it_loads(case):
+    wl, config = _ws32(case)
+    space = conv2d_space(wl, SM90)
+    assert space.why_invalid(config) is None
+    assert workspaces(wl, config) == []  # no fp16 copies (and split-K sums in its cluster)
+    kernel = build_conv2d(wl, config, target="sm_90")
+    src = kernel.cuda_source
+    (gemm,) = kernels(src)  # one kernel: no cast kernel before it
+    assert "const float* __restrict__ A, const float* __restrict__ B" in src
+    assert src.count("load8_f32(v[j], A,") == 1 and src.count("load8_f32(v[j], B,") == 1
+    assert "store8_f16(" in src and 'fence.proxy.async.shared::cta;" ::: "memory");  // the stores' in src
+    body = src.split("void tc_ws_gemm(")[1]
+    assert "copy16(" not in body and "tma_load_" not in body  # neither operand by cp.async or TMA
+    assert kernel.arch == "sm_90a" and kernel.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("knob", ["tma_im2col", "multicast_b", "setmaxnreg"])
+def test_fp32_input_refuses_what_loads_an_operand_by_tma_or_starves_the_producer(knob):
+    from tc_autotune.templates.registry import TcGemmConfig
+
+    spec = "n=8,h=28,c=64,k=256,r=3,pad=1"
+    fp32, fp16 = workloads.get(spec + ",dtype=float32"), workloads.get(spec)
+    extra = dict(block_col_warps=1, warp_specialized=2, ping_pong=1) if knob == "setmaxnreg" else {}
+    config = TcGemmConfig(**{**_WS32, **extra, knob: 1})
+    assert conv2d_space(fp16, SM90).why_invalid(config) is None
+    why = conv2d_space(fp32, SM90).why_invalid(config)
+    assert why is not None and "float32 input converts A and B in its producer's loads" in why and f"{knob}=1" in why
+
+
 # ---- GPU -------------------------------------------------------------------------------------
 def gpu_configs(wl):
     """The default config, a split-K one, an mma one and (on Hopper) a wgmma one."""
@@ -246,6 +300,8 @@ def test_gpu_fp32_input_matches_the_reference(spec):
             assert np.isfinite(result).all(), f"{name}: outputs never written"
             err = relative_l2_error(result, reference)
             assert err < 1e-2, f"{name}: relative L2 error {err:.3g} for {config}"
+        if config.warp_specialized:  # its producer converts as it loads: no fp16 copies
+            continue
         # the fp16 copies are the inputs rounded to nearest (as numpy rounds them)
         data16, weight16 = kernel._extra_args(dev)[-2:]
         assert np.array_equal(data16.numpy(), data.astype(np.float16))
@@ -282,3 +338,51 @@ def test_gpu_fp32_input_through_the_runner_and_the_timing_path():
     out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, device=dev)
     times = time_kernel(kernel, d, w, out, number=5, repeat=3)
     assert len(times) == 3 and all(0 < t < 0.1 for t in times)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", WS32_CASES, ids=lambda c: c[0])
+def test_gpu_warp_specialized_fp32_input_matches_the_reference(case):
+    """The producer's converted loads (fp32 -> fp16, round to nearest) give what the cast kernel's
+    copies give: the fp32 reference of the fp16-rounded inputs, on NaN-poisoned output."""
+    import tvm
+
+    from tc_autotune.core.results import relative_l2_error
+    from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+
+    wl, config = _ws32(case)
+    dev = tvm.cuda(0)
+    inputs = random_inputs(wl, seed=5)
+    reference = conv2d_reference(wl, *inputs)
+    kernel = build_conv2d(wl, config)
+    for _ in range(2):
+        out = tvm.runtime.tensor(np.full(wl.out_shape, np.nan, wl.out_dtype), device=dev)
+        kernel(*inputs, out)
+        result = out.numpy()
+        assert np.isfinite(result).all(), "outputs never written"
+        err = relative_l2_error(result, reference)
+        assert err < (2e-3 if wl.out_dtype == "float16" else 1e-5), f"relative L2 error {err:.3g}"
+
+
+@pytest.mark.gpu
+def test_gpu_cudnn_baseline_of_fp32_input_casts_both_tensors_on_every_call():
+    """cuDNN's figure for an fp32-input conv is PyTorch's cast of data and weight, then the fp16
+    conv, each call (as our kernel reads the fp32 tensors each call); an fp16 conv has no cast."""
+    import torch
+
+    from tc_autotune.core.results import relative_l2_error
+    from tc_autotune.measure.baseline import cudnn_conv2d
+    from tc_autotune.workloads.reference import conv2d_reference, random_inputs
+
+    copies = {}
+    for dtype in ("float32", "float16"):
+        wl = workloads.get(f"n=2,h=14,c=64,k=128,r=3,pad=1,dtype={dtype}")
+        data, weight = random_inputs(wl, seed=1)
+        run, out = cudnn_conv2d(wl, data, weight)
+        assert relative_l2_error(out, conv2d_reference(wl, data, weight)) < 1e-2
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        copies[dtype] = sum("copy" in name for name in names)
+    assert copies == {"float32": 2, "float16": 0}, copies

@@ -31,7 +31,7 @@ def test_each_module_is_small_and_patches_no_generated_text(module):
 
 def test_the_fixed_cuda_is_read_from_the_packages_cuh_files():
     assert {p.name for p in CUDA_FILES} == {"pipeline.cuh", "cluster.cuh", "multicast.cuh", "im2col.cuh",
-                                            "tma_store.cuh", "bf16.cuh"}
+                                            "tma_store.cuh", "bf16.cuh", "convert.cuh"}
     for path in CUDA_FILES:
         text = layout.fixed_cuda(path.name)
         assert text == path.read_text() and text.startswith("#ifndef TC_WS_") and text.endswith("#endif\n")

@@ -12,10 +12,13 @@ Ways:
                   place of the GPU's own; for a dense GEMM, the pick near its nearest tuned GEMMs
   neighbour       a dense GEMM: the nearest tuned GEMM's best record (``apply.neighbour_config``)
   default         the space's default config
+  fp16-twin       an fp32-input conv: what a build picks for the same conv with fp16 input, with the
+                  knobs an fp32 kernel cannot take (TMA loads of an operand, setmaxnreg) switched off
 """
 import argparse
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 from tc_autotune.api import apply
@@ -28,7 +31,10 @@ from tc_autotune.tuning.jobs import load_job
 # Hopper GPUs the shipped logs name: 132 SMs, 227 KB of opt-in shared memory a block (driver facts)
 GPUS = {name: GpuInfo(name=name, arch="sm_90", sm_count=132, max_smem_per_block=227 * 1024)
         for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3")}
-WAYS = ("choice", "zero-shot-arch", "neighbour", "default")
+WAYS = ("choice", "zero-shot-arch", "neighbour", "default", "fp16-twin")
+# fp16-twin: the knobs of a twin's config that fp32 input refuses (the warp-specialized kernel's
+# producer converts both operands with its threads' loads), and the value they take instead
+FP32_REFUSED = {"tma_im2col": 0, "multicast_b": 0, "setmaxnreg": 0}
 
 
 def shipped_logs(gpu: GpuInfo) -> tuple:
@@ -48,6 +54,11 @@ def arch_model(gpu: GpuInfo):
 
 def pick(workload, gpu: GpuInfo, way: str, logs: tuple):
     """(config, source) of ``workload`` by ``way``; (None, why) where the way has no pick."""
+    if way == "fp16-twin":
+        choice = apply.choose_config(workload.replace(dtype="float16"), gpu, warn=False, logs=logs)
+        config = replace(choice.config, **{k: v for k, v in FP32_REFUSED.items() if getattr(choice.config, k)})
+        why = tasks.of(workload).space(workload, gpu).why_invalid(config)
+        return (None, f"twin invalid: {why}") if why else (config, f"fp16 twin's {choice.source}")
     if way == "default":
         return tasks.of(workload).space(workload, gpu).default_config(), "default"
     if way == "neighbour":

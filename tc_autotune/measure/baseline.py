@@ -87,17 +87,21 @@ def torch_epilogue(workload, arrays, channel_view, tensor_view, dtype=None, devi
 def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray, *epilogue_inputs):
     """(run, output) for the workload on cuDNN: ``run()`` launches the conv once (grouped: with
     PyTorch's ``groups``), then the epilogue's ops; inputs are fp16 (bf16) NHWC (the residual NHWC
-    too), the weight in the workload's layout, which cuDNN is given as its channels-last OIHW."""
+    too), the weight in the workload's layout, which cuDNN is given as its channels-last OIHW.
+    fp32 input (``dtype=float32``): the tensors stay fp32 and ``run()`` casts both to fp16 before
+    the conv, as a PyTorch user runs an fp32 conv on the Tensor Cores (our kernel reads the fp32
+    tensors on every call too)."""
     import torch
     import torch.nn.functional as F
 
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = False
     wl = workload
-    x = device_tensor(data, torch_dtype(wl)).permute(0, 3, 1, 2)  # NCHW view of NHWC
+    held = torch.float32 if wl.dtype == "float32" else torch_dtype(wl)
+    x = device_tensor(data, held).permute(0, 3, 1, 2)  # NCHW view of NHWC
     x = x.contiguous(memory_format=torch.channels_last)
     hwio = np.transpose(weight, TO_HWIO[wl.weight_layout])
-    w = device_tensor(hwio, torch_dtype(wl)).permute(3, 2, 0, 1)  # OIHW
+    w = device_tensor(hwio, held).permute(3, 2, 0, 1)  # OIHW
     w = w.contiguous(memory_format=torch.channels_last)
     top, left, bottom, right = wl.padding
     if (top, left) != (bottom, right):
@@ -109,8 +113,11 @@ def cudnn_conv2d(workload: Conv2dWorkload, data: np.ndarray, weight: np.ndarray,
     finish = torch_epilogue(wl, epilogue_inputs, lambda t: t.reshape(1, -1, 1, 1),
                             lambda t: t.permute(0, 3, 1, 2))  # NCHW views, as the conv's output
 
+    cast = (lambda t: t.to(torch.float16)) if held == torch.float32 else (lambda t: t)  # keeps channels-last
+
     def run():
-        return finish(F.conv2d(x, w, stride=wl.stride, padding=padding, dilation=wl.dilation, groups=wl.groups))
+        return finish(F.conv2d(cast(x), cast(w), stride=wl.stride, padding=padding, dilation=wl.dilation,
+                               groups=wl.groups))
 
     out = run()
     torch.cuda.synchronize()

@@ -126,7 +126,7 @@ def _block_rows_consecutive(view, block_m: np.ndarray, tma_im2col: np.ndarray) -
     """Per row: the warp-specialized block's block_m rows are consecutive rows of C (a matrix or
     im2col A, or a gathered one); not where TMA boxes load whole output rows (``gemm.box_tile``),
     whose blocks use only the rows that fill them, so a full-height store would cross into the next."""
-    if a_is_matrix(view):
+    if a_is_matrix(view) or view.dtype != view.operand_dtype:  # (fp32 input: A is gathered)
         return np.ones(np.shape(block_m), dtype=bool)
     return (np.asarray(tma_im2col) > 0) | per_block_m(block_m, lambda bm: box_tile(view, bm) is None, bool)
 
@@ -156,10 +156,13 @@ _WARP_SPECIALIZED_RULES = (
     _ws_rule("c_tile", lambda v, c: (v["vec_c"] == 1) & (v["offset_c"] == 0),
              lambda cfg, v, c: f"needs vec_c=1 and offset_c=0, not {cfg.vec_c} and {cfg.offset_c}: its "
                                "consumers store C from their registers, so no other value makes another kernel"),
-    # (fp32 input only: fp16 and bf16 inputs are what the Tensor Cores read.)
-    _ws_rule("dtype", lambda v, c: c.view.dtype == c.view.operand_dtype,
-             lambda cfg, v, c: f"needs float16 input, not {c.view.dtype}: the producer copies the input "
-                               "tensors straight into the stages, with no fp16 copies"),
+    # fp32 input: the producer's threads load both operands and store them as fp16 (the cast folded
+    # into the load), so nothing that TMA-loads an operand, nor a producer short of registers.
+    _ws_rule("dtype", lambda v, c: (c.view.dtype == c.view.operand_dtype)
+             | ((v["tma_im2col"] == 0) & (v["multicast_b"] == 0) & (v["setmaxnreg"] == 0) & (v["swap_ab"] == 0)),
+             lambda cfg, v, c: f"with {c.view.dtype} input converts A and B in its producer's loads: it takes "
+                               f"no tma_im2col, multicast_b, setmaxnreg or swap_ab, not tma_im2col={cfg.tma_im2col}, "
+                               f"multicast_b={cfg.multicast_b}, setmaxnreg={cfg.setmaxnreg}, swap_ab={cfg.swap_ab}"),
     _ws_rule("consumers", lambda v, c: v["block_col_warps"] <= _WS_CONSUMERS,
              lambda cfg, v, c: f"needs block_col_warps <= {_WS_CONSUMERS} (consumer warpgroups), not "
                                f"{cfg.block_col_warps}: {cfg.threads} threads leave too few registers for the "

@@ -24,13 +24,14 @@ def workspace_shape(workload, config: TcGemmConfig) -> tuple[int, int, int] | No
 def workspaces(workload, config: TcGemmConfig) -> list[tuple[tuple[int, ...], str]]:
     """(shape, dtype) of each buffer the kernel takes after its output, in order: the fp32
     split-K partial sums (split_k > 1), then for fp32 input the fp16 copies of the A and B
-    tensors (conv2d: data and weight) that the cast kernel writes and the GEMM kernel reads.
+    tensors (conv2d: data and weight) that the cast kernel writes and the GEMM kernel reads (not
+    the warp-specialized kernel's: its producer converts the fp32 tensors as it loads them).
     The caller allocates them (once; their contents need not survive between calls)."""
     view = view_of(workload)
     out = []
     split = workspace_shape(view, config)
     if split is not None:
         out.append((split, "float32"))
-    if view.dtype != view.operand_dtype:  # fp32 input
+    if view.dtype != view.operand_dtype and not config.warp_specialized:  # fp32 input, cast by a kernel first
         out += [(operand.shape, view.operand_dtype) for operand in view.inputs]
     return out

@@ -120,12 +120,15 @@ def _matrix_box(operand, box_rows: int, col: str, row: str, element_bytes: int =
 
 
 def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox | None, list[TmaBox]]:
-    """(A's box or None: A is gathered with cp.async, B's boxes per k-step).  B is always
+    """(A's box or None: A is gathered by the producer's threads, B's boxes per k-step: none where
+    the threads convert fp32 input, A's and B's, into the stages).  B is otherwise always
     TMA-loaded ((N, K): one box of the tile; (K, N): one per 64-column atom); A is for dense
     and 1x1 unpadded stride-1 convs (a matrix box), for convs with ``tma_im2col`` (an im2col
     box of the block's pixels from ``a_img``, ``a_h``, ``a_w``) and for box-tiled convs
     (``gemm.box_tile``: a 4-D box per tap, or per tap and output row: its coords then name the
     row's image ``row_img`` and output row ``row_oh``)."""
+    if view.dtype != view.operand_dtype:  # fp32 input: the producer's threads load and convert both
+        return None, []
     size = view.element_bytes  # fp8: 1-byte elements, k-steps of 128 (a (N, K) B only: K-major)
     if view.b.layout == COL_MAJOR:
         b = [_matrix_box(view.b, config.block_n, "k0", "n0", size)]

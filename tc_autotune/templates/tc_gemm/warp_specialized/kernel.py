@@ -31,7 +31,7 @@ class KernelPlan:
     threads: int
     smem_bytes: int
     a_box: TmaBox | Im2colBox | None  # the tensor maps' boxes (``tma_boxes``): A's, or None (gathered)
-    b_box: TmaBox  # B's (each of a (K, N) B's atoms is such a box)
+    b_box: TmaBox | None  # B's (each of a (K, N) B's atoms is such a box), or None (fp32: converted)
     cluster: int = 1  # blocks of a cluster along x (split-K)
     c_box: TmaBox | None = None  # tma_store: C's tensor map and box (``c_store_box``)
     persistent: bool = False  # warp_specialized=2: blocks walk the tiles (blockIdx.x, + gridDim.x, ...)
@@ -65,7 +65,7 @@ def plan(view: GemmView, config: TcGemmConfig, pdl: bool = False) -> KernelPlan:
     consumer = _persistent_consumer(lay) if lay.persistent else _consumer(lay)
     source += pipeline.init(lay, pdl) + _producer(lay) + _consumer_start(lay) + consumer
     return KernelPlan(NAME, source, tile_scheduler.grid(lay), PRODUCER_THREADS * (1 + lay.warpgroups),
-                      smem_bytes(config), lay.a_box, lay.b_boxes[0], 2 if lay.multicast else lay.split, lay.c_box,
+                      smem_bytes(config), lay.a_box, lay.b_boxes[0] if lay.b_boxes else None, 2 if lay.multicast else lay.split, lay.c_box,
                       lay.persistent, lay.swapped)
 
 
@@ -96,11 +96,13 @@ def _head(lay: BlockLayout) -> str:
     b_order = "[n][k]" if view.b.layout == COL_MAJOR else "[k][n] in 64-column atoms"
     map_c = ", unsigned long long map_c" if lay.c_box else ""
     a_t, b_t = (lay.b_t, lay.in_t) if lay.swapped else (lay.in_t, lay.b_t)  # the task's A and B (swapped: unread)
+    if lay.convert:
+        a_t = b_t = "float"
     functions = mainloop.device_functions(lay) + pipeline.helpers(lay) + epilogue.helpers(lay)
     start = tile_scheduler.k_steps(lay) + pipeline.ring(lay, epilogue.staging_bytes(lay))
     return f"""{functions}
 // Warp-specialized wgmma GEMM (tc_autotune.warp_specialized): C[{m}, {n}] = A[{m}, {k}] B[{k}, {n}],
-// A by {a_by}, B by TMA; block {lay.bm} x {lay.bn}, {shares},
+// {"A and B by fp32 loads converted to fp16" if lay.convert else f"A by {a_by}, B by TMA"}; block {lay.bm} x {lay.bn}, {shares},
 // {lay.stages} stages, B {b_order}{variant}.
 __device__ __forceinline__ void {NAME}(const {a_t}* __restrict__ A, const {b_t}* __restrict__ B,{epilogue.params(lay)}
                                         {lay.out_t}* __restrict__ C, unsigned char* smem_raw,

@@ -122,6 +122,12 @@ class BlockLayout:
         return self.a_box is None
 
     @property
+    def convert(self) -> bool:
+        """fp32 input: the producer's threads load A and B as fp32 and store them into the stages
+        as fp16 (no TMA box of either, no cp.async, no cast kernel before the GEMM)."""
+        return self.view.dtype != self.view.operand_dtype
+
+    @property
     def im2col(self) -> bool:
         return isinstance(self.a_box, Im2colBox)
 
@@ -185,11 +191,12 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     n_wg = config.block_n if along_m or ping_pong or config.swap_ab else config.warp_col_tiles * 16
     atom = 8 if config.swap_ab else WGMMA_ATOM  # swap_ab: a K-major B' of 8-row swizzle groups, wgmma's n % 8
     if (config.block_m != config.warp_row_tiles * WGMMA_M or n_wg % atom or n_wg > WS_MAX_WGMMA_N
-            or view.dtype != view.operand_dtype or (along_m and slabs * consumers != config.warp_row_tiles)
+            or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
             or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))
-            or (config.setmaxnreg and warpgroups != 2)):
+            or (config.setmaxnreg and warpgroups != 2)
+            or (view.dtype != view.operand_dtype and not converts(config))):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     C_TYPES[view.out_dtype]  # KeyError: a C of another type
     if not (isinstance(view.c.map, RowMajor) or view.swapped):
@@ -200,3 +207,10 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     if c_box is not None and (tile is not None or split > 1):
         raise ValueError(f"tma_store=1 needs blocks of consecutive rows of C and no split-K: {config}")
     return BlockLayout(view, config, consumers, warpgroups, slabs, n_wg, a_box, tuple(b_boxes), tile, c_box)
+
+
+def converts(config: TcGemmConfig) -> bool:
+    """Whether the kernel can take fp32 input: its producer's threads then load both operands (no
+    TMA box: neither im2col nor B multicast), with their registers (no setmaxnreg), for an
+    unswapped view."""
+    return not (config.tma_im2col or config.multicast_b or config.setmaxnreg or config.swap_ab)

@@ -8,14 +8,17 @@ How the producer fills a stage: one thread issues TMA boxes (128-byte swizzle, t
 on the stage's *full* barrier) for B, and for A where its tile is a box of the data (or, with row
 boxes, the producer warp's lanes issue one box per output row); any other A is gathered by the
 whole producer warpgroup with 16-byte ``cp.async``, each thread arriving on *full* when its copies
-land.  With ``multicast_b`` each block of a cluster pair loads half of B's boxes into both blocks'
+land.  fp32 input is converted on the way (``convert``): the producer warpgroup loads A's and B's
+fp32 elements with plain vector loads, stores them as fp16 into the swizzled stages, makes the stores
+visible to wgmma (a proxy fence) and arrives on *full*: the cast is folded into the load, with no
+cast kernel before the GEMM.  With ``multicast_b`` each block of a cluster pair loads half of B's boxes into both blocks'
 stages, and a stage is free once both blocks' consumer warps have released it."""
 
 from __future__ import annotations
 
 from ..knobs import PRODUCER_THREADS
 from .boxes import Im2colBox, TmaBox, _element
-from .layout import ATOM_BYTES, ROW_BYTES, BlockLayout, fixed_cuda
+from .layout import ATOM_BYTES, ROW_BYTES, WGMMA_ATOM, BlockLayout, fixed_cuda
 
 CHUNK = 8  # fp16 (bf16) elements per 16-byte cp.async
 # An mbarrier wait that never completes traps instead of hanging (mbar_wait in pipeline.cuh, which
@@ -27,7 +30,7 @@ def helpers(lay: BlockLayout) -> str:
     """The device functions the ring's code calls: mbarriers, TMA loads and cp.async; the cluster's
     barrier and shared memory (split-K, multicast); multicast loads; im2col loads; a gathered bf16 A's
     cp.async."""
-    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["cluster.cuh"] * (lay.split > 1 or lay.multicast)
+    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["convert.cuh"] * lay.convert + ["cluster.cuh"] * (lay.split > 1 or lay.multicast)
     files += ["multicast.cuh"] * lay.multicast + ["im2col.cuh"] * lay.im2col
     return "".join("\n" + fixed_cuda(name) for name in files)
 
@@ -50,7 +53,7 @@ def init(lay: BlockLayout, pdl: bool = False) -> str:
     TMA bytes (and, gathered, the producer threads' cp.async arrivals); *empty* on every consumer
     thread's arrival, or with multicast on each consumer warp's lane 0 of both blocks.  ``pdl``:
     then ``grid_dependency``'s waits (without it the text is the same as before the option)."""
-    full_count = (PRODUCER_THREADS if lay.gather else 0) + 1
+    full_count = (PRODUCER_THREADS if lay.gather else 0) + (not lay.convert)  # thread 0's TMA bytes
     empty_count = 2 * lay.consumers * 4 if lay.multicast else lay.consumers * 128
     if lay.multicast:
         sync = "cluster_sync();  // both blocks' barriers are initialised before either multicasts into the other"
@@ -81,6 +84,8 @@ def grid_dependency() -> str:
 def producers(lay: BlockLayout) -> tuple[str, str]:
     """(the condition of the producer warpgroup's threads that copy, why): the others exit.  (A
     gathering producer's condition holds for all of them; its comment is the TMA one's.)"""
+    if lay.convert:
+        return f"tid < {PRODUCER_THREADS}", "every thread converts its chunks of A and B"
     if lay.gather:
         return f"tid < {PRODUCER_THREADS}", "TMA only: one thread issues every copy"
     if lay.row_boxes:
@@ -102,9 +107,10 @@ def producer_loop(lay: BlockLayout, step: str, first_k: str, indent: str) -> str
 
 
 def producer_end(lay: BlockLayout) -> str:
-    """A gathering producer waits for its last copies before it exits."""
+    """A gathering producer waits for its last copies before it exits (a converting one's loads
+    and stores are done when it arrives)."""
     return """
-    asm volatile("cp.async.wait_all;" ::: "memory");""" if lay.gather else ""
+    asm volatile("cp.async.wait_all;" ::: "memory");""" if lay.gather and not lay.convert else ""
 
 
 def consumer_acquire(step: str, indent: str) -> str:
@@ -130,10 +136,13 @@ def cluster_end(lay: BlockLayout) -> str:
 def _fill(lay: BlockLayout, first_k: str, indent: str) -> str:
     """One stage's copies: k-step ``first_k``'s A and B tiles (k0: its first column of A)."""
     i = indent
-    return f"""
+    head = f"""
 {i}unsigned char* a_s = smem + stage * STAGE_BYTES;
 {i}unsigned char* b_s = a_s + A_BYTES;
-{i}const int k0 = {first_k} * {lay.k_step};{_tma_issue(lay, i)}{_gather(lay, i)}"""
+{i}const int k0 = {first_k} * {lay.k_step};"""
+    if lay.convert:
+        return head + _convert(lay, i)
+    return head + _tma_issue(lay, i) + _gather(lay, i)
 
 
 def _tma_issue(lay: BlockLayout, indent: str) -> str:
@@ -188,3 +197,60 @@ def _gather(lay: BlockLayout, indent: str) -> str:
 {i}  copy16(a_s + r * {ROW_BYTES} + ((c ^ (r & 7)) << 4), A, {inside}, {offset});
 {i}}}
 {i}asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(smem_u32(&full[stage])) : "memory");"""
+
+
+# Chunks a converting thread loads before it stores any: 8 x 32 bytes of fp32 in flight (64
+# registers), so a stage's loads overlap instead of waiting one by one.
+CONVERT_BATCH = 8
+
+
+def _convert(lay: BlockLayout, indent: str) -> str:
+    """fp32 A and B into one stage as fp16: each of the producer warpgroup's threads takes 8-element
+    chunks q = t, t + 128, ... of A's rows (K-major, as a gathered A's) and of B's rows ([n][k]) or
+    64-column atoms ([k][n]), loads them in batches of ``CONVERT_BATCH`` (zeros outside the
+    operand), stores each as 16 bytes of fp16 at its swizzled place (row r, 16-byte column c), fences
+    the stores for wgmma and arrives on *full*."""
+    i = indent
+    view = lay.view
+    m, n, k = view.shape
+    a_at = _element(view.a, m, k, "m", "k")
+    b_at = _element(view.b, k, n, "k", "n")
+    rows = f"const int r = q / {CHUNK}, c = q % {CHUNK};"
+    a = (rows, f"const int m = m0 + r, k = k0 + c * {CHUNK};", "a_s")
+    if lay.b_col_major:  # [n][k]: a row per column of the tile, as A's
+        b = (rows, f"const int n = n0 + r, k = k0 + c * {CHUNK};", "b_s")
+    else:  # [k][n]: 64-column atoms of k_step rows, atom after atom
+        atom = WGMMA_ATOM // CHUNK * lay.k_step  # chunks of an atom
+        b = (f"const int r = q % {atom} / {CHUNK}, c = q % {CHUNK};",
+             f"const int k = k0 + r, n = n0 + q / {atom} * {WGMMA_ATOM} + c * {CHUNK};", f"b_s + q / {atom} * {ATOM_BYTES}")
+    return (_convert_operand("A", lay.bm * CHUNK, *a, *a_at, i) + _convert_operand("B", lay.bn * CHUNK, *b, *b_at, i)
+            + f"""
+{i}asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, visible to wgmma
+{i}mbar_arrive(&full[stage]);""")
+
+
+def _convert_operand(name: str, chunks: int, place: str, element: str, base: str, offset: str, inside: str,
+                     indent: str) -> str:
+    """One operand's converting copy: ``chunks`` 8-element chunks, chunk q's swizzled place (row r,
+    16-byte column c of the 128-byte rows from ``base``) given by the C statements ``place``, its
+    GEMM element by ``element``."""
+    i = indent
+    per_thread = chunks // PRODUCER_THREADS
+    batch = max(b for b in range(1, CONVERT_BATCH + 1) if per_thread % b == 0)
+    return f"""
+{i}#pragma unroll
+{i}for (int j0 = 0; j0 < {per_thread}; j0 += {batch}) {{  // {name}: {chunks} chunks, {batch} a batch
+{i}  float4 v[{batch}][2];
+{i}  #pragma unroll
+{i}  for (int j = 0; j < {batch}; ++j) {{
+{i}    const int q = tid + {PRODUCER_THREADS} * (j0 + j);
+{i}    {place} {element}
+{i}    load8_f32(v[j], {name}, {inside}, {offset});
+{i}  }}
+{i}  #pragma unroll
+{i}  for (int j = 0; j < {batch}; ++j) {{
+{i}    const int q = tid + {PRODUCER_THREADS} * (j0 + j);
+{i}    {place}
+{i}    store8_f16({base} + r * {ROW_BYTES} + ((c ^ (r & 7)) << 4), v[j]);
+{i}  }}
+{i}}}"""

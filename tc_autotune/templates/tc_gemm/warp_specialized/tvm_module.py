@@ -61,7 +61,10 @@ def ir_module(kp, view: GemmView):
             for operand, box in operand_boxes]
     map_args = [T.address_of(tmap) if tmap is not None else T.uint64(0) for tmap in maps]
     # fp16, bf16 or fp8 (B's its own: an e5m2 B): the producer copies the tensors as they are
+    # (fp32 input: it converts them, as the task's tensors are)
     in_dtype, b_dtype = view.operand_dtype, view.b_operand_dtype
+    if view.dtype != view.operand_dtype:
+        in_dtype = b_dtype = view.dtype
     map_dtypes = [(in_dtype, b_dtype)[i] for i in order] + [out_dtype]  # what the maps' elements are
     scaled = 2 if view.fp8 else 0  # fp8's per-tensor scales, after B
     # fp8's two scales, then the epilogue's inputs (up to 3): the function takes 5 slots, the unused
