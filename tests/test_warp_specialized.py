@@ -209,6 +209,23 @@ def test_the_prior_weighs_the_kernel_by_how_it_loads_a():
     assert ratios["rfc-3x3-b32"] > ratios["resnet50-res3-1x1-256-512-s2-b1"], ratios
 
 
+def test_the_prior_weighs_a_producer_converting_fp32_input_at_its_measured_cost():
+    """fp32 input: the warp-specialized kernel's producer converts A and B with its threads' loads
+    (0.45x of the cast kernel's paths on compute-bound convs, H200), while a plain path's config
+    keeps the prior it has with fp16 input (the cast kernel is not its own knob)."""
+    from tc_autotune.templates.tc_gemm.prior import prior_score
+    from tc_autotune.core.config_space import positions_from_configs
+
+    scores = {}
+    for dtype in ("float16", "float32"):
+        wl = workloads.get("rfc-3x3-b32").replace(dtype=dtype)
+        space = tasks.of(wl).space(wl, gpu_for_arch("sm_90"))
+        scores[dtype] = prior_score(space, positions_from_configs(space, [WS, replace(WS, warp_specialized=0)]))
+    (ws16, plain16), (ws32, plain32) = scores["float16"], scores["float32"]
+    assert math.isclose(ws32, 0.45 * ws16) and plain32 == plain16
+    assert ws32 < plain32 and ws16 > plain16  # the plain path first with fp32 input, not with fp16
+
+
 def test_the_prior_counts_k_slices_that_split_a_gathered_as_channels():
     """A plain (no producer warpgroup) mma or wgmma conv whose k-slice is not a multiple of its
     channels computes a filter tap per vector load: 2-2.5x slower in the H100 logs.  The producer

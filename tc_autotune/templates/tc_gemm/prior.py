@@ -40,6 +40,12 @@ _RIDGE_FLOPS_PER_BYTE = 150.0
 # the deepest ring that fits keeps most bytes in flight (cuBLAS's 64x8 fp8 kernel: 16 stages).
 # Unmeasured when written; its padding (M rows to swap_ab instead of 64) counts in ``padding``.
 _SWAP_STAGES_WEIGHT = {2: 0.9, 3: 0.95, 4: 1.0}
+# fp32 input on the warp-specialized kernel: its producer's threads load and convert A and B with
+# at most 32 KB in flight per block, against TMA's whole ring.  H200, the fp16 twins' records so
+# converted against the cast kernel and a plain path's zero-shot pick: 0.45-0.47x on compute-bound
+# 3x3 convs, 0.85x and 1.0x on the 1x1s at 14x14 with 1024 channels (the cast kernel's extra pass
+# hurts most there).
+_CONVERTING_PRODUCER_WEIGHT = 0.45
 # A conv whose A is gathered (not a matrix), on a path without a producer warpgroup, where a block's
 # k-slice splits A's runs (its channels per filter tap are not a multiple of block_k): each vector
 # of the A tile then computes its own tap, a division and a remainder per load in the main loop.
@@ -83,8 +89,9 @@ def prior_score(space, pos: np.ndarray) -> np.ndarray:
     preferences for wide vector loads, a 32-64 deep k-tile, the square WMMA shape
     and padded shared-memory rows (or a swizzled path, by its ``prior_weight``), a
     pipelined (multi-stage) k-loop, wgmma groups kept in flight across k-steps, a
-    warp-specialized wgmma kernel, a mild cost for split-K's second kernel, and a heavy one for a
-    plain mma or wgmma k-loop whose k-slices split a gathered A's channels.
+    warp-specialized wgmma kernel (but with fp32 input, which its producer converts), a mild cost
+    for split-K's second kernel, and a heavy one for a plain mma or wgmma k-loop whose k-slices
+    split a gathered A's channels.
     """
     return prior_of(space, derive_rows(space, pos))
 
@@ -119,7 +126,8 @@ def prior_of(space, v: dict[str, np.ndarray]) -> np.ndarray:
     # (tma_im2col: A is one TMA box a k-step, whatever the conv)
     boxed = np.where(v["tma_im2col"] > 0, _WARP_SPECIALIZED_WEIGHT[True], _a_boxed_weight(space.context.view, v["bm"]))
     stored = np.where(v["tma_store"] > 0, _TMA_STORE_WEIGHT.get(space.view.out_dtype, 1.0), 1.0)
-    specialized = np.where(v["warp_specialized"] > 0, boxed * stored, 1.0)
+    converting = _CONVERTING_PRODUCER_WEIGHT if space.view.dtype != space.view.operand_dtype else 1.0
+    specialized = np.where(v["warp_specialized"] > 0, boxed * stored * converting, 1.0)
     # Split-K: a fuller grid (counted in wave_use) against a second kernel and fp32 partials.
     splitting = np.where(split > 1, 0.9, 1.0)
     packing = np.where(v["group_pack"] > 1, _block_diagonal_weight(space.view, v["group_pack"]), 1.0)
