@@ -131,10 +131,14 @@ def test_bf16_needs_sm80_and_takes_every_path_on_hopper():
     view = view_of(wl)
     assert view.operand_dtype == "bfloat16" and view_of(fp16).operand_dtype == "float16"
     assert tasks.of(wl).template.workspaces(wl, replace(probe_kernels(BF16_PROBES)[0][1], split_k=1)) == []
-    # fp32 input still has no warp-specialized kernel (fp16 copies first); bf16 input has
+    # bf16 input takes the warp-specialized kernel as fp16 does (no fp16 copies); fp32 input takes it only
+    # converting in its producer's loads, so not with an operand by TMA
     ws = probe_kernels(BF16_PROBES)[7][1]
+    assert tasks.of(wl).template.workspaces(wl, ws) == []
     fp32 = workloads.get("n=4,h=14,c=128,k=256,r=3,pad=1,dtype=float32")
-    assert "needs float16 input, not float32" in tasks.of(fp32).space(fp32, gpu_for_arch("sm_90")).why_invalid(ws)
+    fp32_space = tasks.of(fp32).space(fp32, gpu_for_arch("sm_90"))
+    assert fp32_space.why_invalid(ws) is None
+    assert "converts A and B in its producer's loads" in fp32_space.why_invalid(replace(ws, tma_im2col=1))
 
 
 # ---- the code of every path --------------------------------------------------------------------

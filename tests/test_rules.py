@@ -107,16 +107,14 @@ def _space_of(spec, arch="sm_90"):
      "warp_specialized=1 needs vec_a=8 and vec_b=8, not 4 and 8: the producer copies A and B in 16-byte "
      "cp.async chunks"),
     ("tutorial", dict(vec_b=2), "warp_specialized=1 needs vec_a=8 and vec_b=8, not 8 and 2"),
-    ("n=8,h=14,c=256,k=256,r=3,pad=1,dtype=float32", {},
-     "warp_specialized=1 needs float16 input, not float32: the producer copies the input tensors straight "
-     "into the stages, with no fp16 copies"),
     ("tutorial", dict(block_col_warps=4),
      "warp_specialized=1 needs block_col_warps <= 2 (consumer warpgroups), not 4: 640 threads leave too few "
      "registers for the accumulators"),
     ("tutorial", dict(vec_c=4, offset_c=4),
      "warp_specialized=1 needs vec_c=1 and offset_c=0, not 4 and 4: its consumers store C from their "
      "registers, so no other value makes another kernel"),
-], ids=["mma", "wmma", "split_k", "stages", "vec_a", "vec_b", "fp32_input", "consumers", "c_tile"])
+], ids=["mma", "wmma", "split_k", "stages", "vec_a", "vec_b", "consumers", "c_tile"])
+# (fp32 input takes the kernel with a converting producer: test_fp32_input's refusals)
 def test_warp_specialized_is_refused_off_the_wgmma_path_and_outside_its_kernel(spec, changes, reason):
     space = _space_of(spec)
     config = replace(WS, **changes)
