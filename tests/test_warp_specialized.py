@@ -171,8 +171,8 @@ def test_split_k_rules_of_the_warp_specialized_kernel():
 
 
 def test_the_gpu_cases_are_valid_configs_of_their_spaces():
-    from test_gpu_warp_specialized import (A_MULTICAST_CASES, ALONG_M_CASES, CASES, IM2COL_CASES, MULTICAST_CASES,
-                                           PING_PONG_CASES, SPLIT_CASES, TMA_STORE_CASES)
+    from test_gpu_warp_specialized import (ALONG_M_CASES, CASES, IM2COL_CASES, MULTICAST_CASES, PING_PONG_CASES,
+                                           SPLIT_CASES, TMA_STORE_CASES)
 
     along_m = [(name, dict(knobs, consumers_along_m=1)) for name, knobs in ALONG_M_CASES]
     multicast = [(name, dict(knobs, multicast_b=1)) for name, knobs in MULTICAST_CASES]
@@ -180,8 +180,7 @@ def test_the_gpu_cases_are_valid_configs_of_their_spaces():
                  for name, knobs in PING_PONG_CASES]
     im2col = [(name, dict(knobs, tma_im2col=1)) for name, knobs in IM2COL_CASES]
     stored = [(name, dict(knobs, tma_store=1)) for name, knobs in TMA_STORE_CASES]
-    a_multicast = [(name, dict(knobs, multicast_a=1)) for name, knobs in A_MULTICAST_CASES]
-    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col + stored + a_multicast:
+    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col + stored:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -277,40 +276,6 @@ def test_b_multicast_pairs_blocks_along_m_that_each_load_half_of_b():
     assert "release_stage_pair(&empty[" in kp.source and kp.source.count("cluster_sync();") == 2
     col_major = tma_boxes(view_of(workloads.get("dense:m=330,n=200,k=520,b=nk")), config)[1]
     assert [(box.box, box.coords[1]) for box in col_major] == [((64, 128), "n0 + cta_rank * 128")]
-
-
-def test_a_multicast_pairs_the_blocks_of_one_m_tile_along_n_that_each_load_half_of_a():
-    view = view_of(workloads.get("dense:m=100,n=320,k=520,b=nk,out_dtype=float16"))  # one M tile, 3 N tiles
-    config = replace(WS, warp_col_tiles=4, consumers_along_m=1, stages=3, multicast_a=1)
-    kp = plan(view, config)
-    assert kp.cluster == 2 and kp.grid == (4, 1)  # N tiles along x; a fourth block past N partners the third
-    half, _ = tma_boxes(view, config)
-    assert half.box == (64, 64) and half.coords == ("k0", "m0 + cta_rank * 64")  # 64 of the block's 128 rows
-    assert "tma_load_2d_multicast(a_s + cta_rank * 8192, map_a, &full[stage], k0, m0 + cta_rank * 64, 0x3);" in kp.source
-    assert kp.source.count("tma_load_2d(b_s") == 1  # B its own
-    # the stage counts the whole A (128 rows, half from the peer) and B (128 rows)
-    assert "mbar_arrive_expect_tx(&full[stage], 32768);" in kp.source
-    assert "const int m_tile = 0, n_tile = blockIdx.x;" in kp.source
-    assert "release_stage_pair(&empty[" in kp.source and kp.source.count("cluster_sync();") == 2
-    assert "A multicast to a pair along N" in kp.source
-
-
-def test_rules_of_a_multicast():
-    gpu = gpu_for_arch("sm_90")
-    one_tile = workloads.get("dense:m=128,n=4096,k=4096,b=nk")
-    space = tasks.of(one_tile).space(one_tile, gpu)
-    config = replace(WS, warp_col_tiles=4, consumers_along_m=1, multicast_a=1)
-    assert space.why_invalid(config) is None
-    for broken in (replace(config, warp_specialized=2), replace(config, split_k=2)):
-        assert "multicast_a=1 needs" in space.why_invalid(broken)
-    assert space.why_invalid(replace(config, multicast_b=1)) is not None  # (one M tile: B's pairs refuse first)
-    mma = replace(config, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0, block_row_warps=2, chunk=2, vec_c=4,
-                  consumers_along_m=0)
-    assert "multicast_a=1 multicasts A" in space.why_invalid(mma)
-    many = workloads.get("dense:m=2048,n=4096,k=4096,b=nk")  # 16 M tiles: pairs would not share A
-    assert "16 M tile(s)" in tasks.of(many).space(many, gpu).why_invalid(config)
-    conv = workloads.get("n=1,h=8,w=8,c=256,k=512,r=3,pad=1")  # one M tile, but A gathered from the image
-    assert "A a matrix" in tasks.of(conv).space(conv, gpu).why_invalid(config)
 
 
 def test_rules_of_consumers_along_m_and_b_multicast():

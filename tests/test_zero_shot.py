@@ -111,32 +111,6 @@ def test_deterministic_across_calls_and_reads():
     assert all(len(p) == 8 for p in first)
 
 
-def test_the_search_holds_the_knobs_no_record_has_moved():
-    """multicast_a is valid for a dense of one M tile, but no tuned record has it: the zero-shot
-    search holds it at 0 (``Template.zero_shot_held``), even when a seed has it at 1, and maps its
-    candidates back to the full table's indices (the same configs either way)."""
-    from dataclasses import replace
-
-    from tc_autotune.core import tasks
-    from tc_autotune.search import held_knobs
-
-    wl = get("dense:m=128,n=11008,k=4096,b=nk")
-    space = tasks.of(wl).space(wl, H100)
-    held = held_knobs.held_space(space)
-    assert held.knobs["multicast_a"] == (0,) and space.knobs["multicast_a"] == (0, 1)
-    assert {k: v for k, v in held.knobs.items() if k != "multicast_a"} == {
-        k: v for k, v in space.knobs.items() if k != "multicast_a"}
-    configs = [c for c in space.sample(40, seed=3)]
-    with_a = [replace(c, multicast_a=1) for c in configs]
-    full = [space.index(c) for c in configs + with_a]
-    back = held_knobs.to_full(space, held, held_knobs.to_held(space, held, full))
-    assert [space.get(int(i)) for i in back] == configs + configs  # multicast_a=1 seeds land on their 0 twin
-    seeds = [space.index(c) for c in space.template.starting_configs(space) if c.multicast_a]
-    assert seeds and all(space.is_valid(space.get(i)) for i in seeds)  # the tuner's starting tilings have it
-    picks = zero_shot.zero_shot_configs(wl, H100, k=8, seeds=seeds, neighbours=[wl])
-    assert picks and all(c.multicast_a == 0 and space.is_valid(c) for c in picks)
-
-
 @pytest.mark.parametrize("steps", [80, 7, 1])
 def test_the_walk_two_steps_a_batch_is_the_walk_step_by_step(steps):
     """The zero-shot walk checks and scores two steps' candidates per batch (``lookahead``): it must

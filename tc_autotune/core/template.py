@@ -105,10 +105,6 @@ class Template:
     # a sliver of the space; the search reaches them by moves and starting configs), or a
     # mapping {knob: the value its draws stay at} (where a workload is valid only in a corner).
     draw_pinned: Callable = _no_pins
-    # {knob: value} the zero-shot search holds (``search.held_knobs``): knobs no tuned record has
-    # moved yet, whose values the model cannot rank; tuning measures them (a new knob's home until
-    # records of it exist and the held-out sets have judged the model's picks with it free).
-    zero_shot_held: Mapping[str, Any] = field(default_factory=dict)
     starting_configs: Callable = _no_starts  # (space) -> configs worth measuring first
     # () -> (name, path) of every file whose text shapes the generated code: the template's
     # own sources and those outside it that its code generation reads.

@@ -59,7 +59,6 @@ _WGMMA_KNOBS = {
     "tma_store": "stores a warp-specialized kernel's C with TMA",
     "setmaxnreg": "moves registers from a warp-specialized kernel's producer to its consumers",
     "swap_ab": "swaps a warp-specialized kernel's operands (C^T = B^T A^T)",
-    "multicast_a": "multicasts A to a cluster of warp-specialized blocks",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -185,17 +184,6 @@ _WARP_SPECIALIZED_RULES = (
          lambda cfg, v, c: "multicast_b=1 needs the unpersistent warp-specialized kernel (warp_specialized=1) "
                            f"without split-K and 2+ M tiles to pair, not warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}, {v['gm']} M tile(s)"),
-    # Pairs along N share A: where M is one block of rows (the pairs are then consecutive blocks),
-    # A a TMA box of the matrix, and no other cluster (B multicast, split-K) or swapped operands.
-    Rule("multicast_a",
-         lambda v, c: (v["multicast_a"] == 0) | ((v["warp_specialized"] == 1) & (v["split_k"] == 1) & (v["gm"] == 1)
-                                                & (v["gn"] >= 2) & (v["multicast_b"] == 0) & (v["swap_ab"] == 0)
-                                                & a_is_matrix(c.view) & (c.view.dtype == c.view.operand_dtype)),
-         lambda cfg, v, c: "multicast_a=1 needs the unpersistent warp-specialized kernel (warp_specialized=1) "
-                           "without split-K, B multicast or swap_ab, one M tile and 2+ N tiles to pair, and A a "
-                           f"matrix of 16-bit elements TMA loads (a dense), not warp_specialized={cfg.warp_specialized}, "
-                           f"split_k={cfg.split_k}, multicast_b={cfg.multicast_b}, swap_ab={cfg.swap_ab}, "
-                           f"{v['gm']} M tile(s), {v['gn']} N tile(s)"),
     # Ping-pong: each of 2 consumer warpgroups computes whole tiles, one wgmma over all block_n
     # columns (block_col_warps=2 only names the 256-column tile: 128 would repeat block_col_warps=1).
     Rule("ping_pong",

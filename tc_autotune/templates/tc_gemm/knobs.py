@@ -84,21 +84,13 @@ KNOBS: dict[str, tuple] = {
     # SWAP_STAGE_FACTOR x stages deep: a 64 x 8 stage is 9 KB, so a GEMV-like dense keeps 8-16 k-steps
     # in flight (the stages candidates are part of the log format and stay).
     "swap_ab": (0, 8, 16, 32, 64),
-    # 1 (warp_specialized=1, a dense whose M is one block of rows, A by a TMA box): blocks run in
-    # clusters of 2 along N that share their A tile (the activations of a weight-streaming GEMM at M <= 256):
-    # each block loads half of it and TMA multicasts that half into both, so A crosses from L2 once
-    # per pair, not once per block (cuBLAS's M = 128 kernels run clusters along the weight's rows).
-    # Not a feature of the cost models yet (a new column retrains the zero-shot model into other picks,
-    # which the held-out sets would have to judge again): the tuner measures it from its starting
-    # configs, and a record that wins is applied as any other.
-    "multicast_a": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
                  "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
-                 "tma_store": 0, "setmaxnreg": 0, "group_pack": 1, "swap_ab": 0, "multicast_a": 0}
+                 "tma_store": 0, "setmaxnreg": 0, "group_pack": 1, "swap_ab": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -183,7 +175,6 @@ class TcGemmConfig:
     setmaxnreg: int = 0
     group_pack: int = 1
     swap_ab: int = 0
-    multicast_a: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:

@@ -37,12 +37,6 @@ STARTING_TILINGS: tuple[dict, ...] = (
     # the same in 4 K slices: a whole 128-row M of a weight-streaming dense (M = 128) on 4x the blocks
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
          consumers_along_m=1, split_k=4),
-    # A multicast to a pair along N (a dense whose M is one block of rows: up to 256 tokens streaming the
-    # weights), as cuBLAS's M = 128 kernels share the activations across a cluster; 128x128 and 64x256
-    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
-         consumers_along_m=1, multicast_a=1),
-    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=1, warp_col_tiles=8, warp_specialized=1,
-         multicast_a=1),
     # ping-pong at 128x128 and 64x256 (one m64n256 a warpgroup): the fastest kernels of those tiles
     # on the H100, best where 128x256 tiles are too few to fill the GPU; with the producer's
     # registers moved to the consumers (setmaxnreg: 1.02-1.05x on ping-pong)

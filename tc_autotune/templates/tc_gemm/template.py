@@ -68,7 +68,6 @@ TC_GEMM = Template(
     # warpgroup, chunk 4, one fragment buffer); off wgmma, wgmma_in_flight and warp_specialized 0
     requires={"intrinsic": {name: path.requires for name, path in PATHS.items()}},
     draw_pinned=validity.draw_pinned,
-    zero_shot_held={"multicast_a": 0},  # no record has it yet (added 2026-12-02)
     # records stamp the hash of these (``Template.source_hash``) and of each kernel's code
     sources=source_files,
     toolchain=code_hash.toolchain,

@@ -138,8 +138,7 @@ def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox 
     if config.multicast_b:  # each block of the pair loads half of each box's rows for both
         b = [_half_box(box) for box in b]
     if a_is_matrix(view):
-        a = _matrix_box(view.a, config.block_m, "k0", "m0", size)
-        return (_half_box(a) if config.multicast_a else a), b  # multicast_a: as B's halves, along N
+        return _matrix_box(view.a, config.block_m, "k0", "m0", size), b
     a = view.a.map
     n, h, w, c = view.a.shape
     (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad
@@ -164,8 +163,7 @@ def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox 
 
 
 def _half_box(box: TmaBox) -> TmaBox:
-    """Half of a 2-D box's rows: block ``cta_rank`` of a multicast pair loads half ``cta_rank``
-    (of B's rows with multicast_b, of A's with multicast_a)."""
+    """Half of a 2-D box's rows: block ``cta_rank`` of a multicast pair loads half ``cta_rank``."""
     rows = box.box[1] // 2
     return TmaBox(box.dims, box.strides, (box.box[0], rows), (box.coords[0], f"{box.coords[1]} + cta_rank * {rows}"),
                   element_bytes=box.element_bytes)

@@ -65,7 +65,7 @@ def plan(view: GemmView, config: TcGemmConfig, pdl: bool = False) -> KernelPlan:
     consumer = _persistent_consumer(lay) if lay.persistent else _consumer(lay)
     source += pipeline.init(lay, pdl) + _producer(lay) + _consumer_start(lay) + consumer
     return KernelPlan(NAME, source, tile_scheduler.grid(lay), PRODUCER_THREADS * (1 + lay.warpgroups),
-                      smem_bytes(config), lay.a_box, lay.b_boxes[0] if lay.b_boxes else None, 2 if lay.cluster_pair else lay.split, lay.c_box,
+                      smem_bytes(config), lay.a_box, lay.b_boxes[0] if lay.b_boxes else None, 2 if lay.multicast else lay.split, lay.c_box,
                       lay.persistent, lay.swapped)
 
 
@@ -88,7 +88,6 @@ def _head(lay: BlockLayout) -> str:
         (lay.in_flight, ", groups in flight"), (lay.persistent, ", persistent"),
         (lay.ping_pong, ", ping-pong (2 consumer warpgroups, whole tiles in turn)"),
         (lay.split > 1, f", split-K over a cluster of {lay.split}"), (lay.multicast, ", B multicast to a pair along M"),
-        (lay.multicast_a, ", A multicast to a pair along N"),
         (lay.c_box, ", C by TMA stores"), (config.setmaxnreg, ", registers moved to the consumers (setmaxnreg)"),
         (lay.swapped, ", swap-AB: the task's C^T = B^T A^T, stored into C transposed"),
         (fused, f", epilogue {fused}")) if on)

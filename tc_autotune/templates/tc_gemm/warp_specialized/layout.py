@@ -110,18 +110,6 @@ class BlockLayout:
         return bool(self.config.multicast_b)
 
     @property
-    def multicast_a(self) -> bool:
-        """multicast_a: a cluster of 2 blocks along N (the GEMM's one M tile) shares A, each loading
-        half of it into both."""
-        return bool(self.config.multicast_a)
-
-    @property
-    def cluster_pair(self) -> bool:
-        """A cluster of 2 blocks that fill each other's stages (B or A multicast): a stage is free
-        once both blocks' consumers are done with it."""
-        return self.multicast or self.multicast_a
-
-    @property
     def in_flight(self) -> bool:
         return bool(self.config.wgmma_in_flight)
 
@@ -206,8 +194,6 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
             or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
-            or (config.multicast_a and (config.warp_specialized != 1 or split > 1 or config.multicast_b
-                                        or math.ceil(view.m / config.block_m) != 1))
             or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))
             or (config.setmaxnreg and warpgroups != 2)
             or (view.dtype != view.operand_dtype and not converts(config))):
@@ -227,4 +213,4 @@ def converts(config: TcGemmConfig) -> bool:
     """Whether the kernel can take fp32 input: its producer's threads then load both operands (no
     TMA box: neither im2col nor B multicast), with their registers (no setmaxnreg), for an
     unswapped view."""
-    return not (config.tma_im2col or config.multicast_b or config.multicast_a or config.setmaxnreg or config.swap_ab)
+    return not (config.tma_im2col or config.multicast_b or config.setmaxnreg or config.swap_ab)

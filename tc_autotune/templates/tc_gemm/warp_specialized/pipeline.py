@@ -8,7 +8,7 @@ How the producer fills a stage: one thread issues TMA boxes (128-byte swizzle, t
 on the stage's *full* barrier) for B, and for A where its tile is a box of the data (or, with row
 boxes, the producer warp's lanes issue one box per output row); any other A is gathered by the
 whole producer warpgroup with 16-byte ``cp.async``, each thread arriving on *full* when its copies
-land.  With ``multicast_a`` (one M tile) the pair runs along N and shares A the same way.  fp32 input is converted on the way (``convert``): the producer warpgroup loads A's and B's
+land.  fp32 input is converted on the way (``convert``): the producer warpgroup loads A's and B's
 fp32 elements with plain vector loads, stores them as fp16 into the swizzled stages, makes the stores
 visible to wgmma (a proxy fence) and arrives on *full*: the cast is folded into the load, with no
 cast kernel before the GEMM.  With ``multicast_b`` each block of a cluster pair loads half of B's boxes into both blocks'
@@ -30,17 +30,17 @@ def helpers(lay: BlockLayout) -> str:
     """The device functions the ring's code calls: mbarriers, TMA loads and cp.async; the cluster's
     barrier and shared memory (split-K, multicast); multicast loads; im2col loads; a gathered bf16 A's
     cp.async."""
-    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["convert.cuh"] * lay.convert
-    files += ["cluster.cuh"] * (lay.split > 1 or lay.cluster_pair) + ["multicast.cuh"] * lay.cluster_pair + ["im2col.cuh"] * lay.im2col
+    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["convert.cuh"] * lay.convert + ["cluster.cuh"] * (lay.split > 1 or lay.multicast)
+    files += ["multicast.cuh"] * lay.multicast + ["im2col.cuh"] * lay.im2col
     return "".join("\n" + fixed_cuda(name) for name in files)
 
 
 def ring(lay: BlockLayout, after_stages: int) -> str:
     """The ring's shared memory: the stages from the first 1024-byte boundary (the swizzle pattern
     repeats every 8 rows of 128 bytes), ``after_stages`` bytes of the epilogue's, then the barriers;
-    with multicast, which half of B (or of A) this block loads."""
+    with multicast, which half of B this block loads."""
     after = f" + {after_stages}" if after_stages else ""
-    rank = "\n  const unsigned cta_rank = blockIdx.x % 2;  // in the multicast pair" if lay.cluster_pair else ""
+    rank = "\n  const unsigned cta_rank = blockIdx.x % 2;  // in the multicast pair" if lay.multicast else ""
     return f"""{rank}
   constexpr int A_BYTES = {lay.a_bytes}, STAGE_BYTES = {lay.a_bytes + lay.b_bytes};
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -54,8 +54,8 @@ def init(lay: BlockLayout, pdl: bool = False) -> str:
     thread's arrival, or with multicast on each consumer warp's lane 0 of both blocks.  ``pdl``:
     then ``grid_dependency``'s waits (without it the text is the same as before the option)."""
     full_count = (PRODUCER_THREADS if lay.gather else 0) + (not lay.convert)  # thread 0's TMA bytes
-    empty_count = 2 * lay.consumers * 4 if lay.cluster_pair else lay.consumers * 128
-    if lay.cluster_pair:
+    empty_count = 2 * lay.consumers * 4 if lay.multicast else lay.consumers * 128
+    if lay.multicast:
         sync = "cluster_sync();  // both blocks' barriers are initialised before either multicasts into the other"
     else:
         sync = "__syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers"
@@ -123,12 +123,12 @@ def consumer_acquire(step: str, indent: str) -> str:
 def release(lay: BlockLayout, stage: str) -> str:
     """A consumer is done with ``stage``: its thread arrives on the stage's *empty* barrier; with
     multicast, lane 0 of each warp on both blocks' barriers (the peer's producer fills it too)."""
-    return f"{'release_stage_pair' if lay.cluster_pair else 'mbar_arrive'}(&empty[{stage}]);"
+    return f"{'release_stage_pair' if lay.multicast else 'mbar_arrive'}(&empty[{stage}]);"
 
 
 def cluster_end(lay: BlockLayout) -> str:
     """With multicast, neither block of the pair exits while the other may still arrive on its barriers."""
-    if not lay.cluster_pair:
+    if not lay.multicast:
         return ""
     return "\n  cluster_sync();  // the peer may still arrive on this block's barriers until both are done"
 
@@ -148,8 +148,7 @@ def _fill(lay: BlockLayout, first_k: str, indent: str) -> str:
 def _tma_issue(lay: BlockLayout, indent: str) -> str:
     """Thread 0 posts the stage's bytes on *full* and issues the boxes: B's land as [n][k] rows or
     64-column atoms, A's as its K-major rows, all 128-byte swizzled; with multicast, this block's
-    half of each B box (multicast_a: of A's box) lands in both blocks, whose barriers count the whole
-    B (A).  Row boxes: the
+    half of each B box lands in both blocks, whose barriers count the whole B.  Row boxes: the
     producer warp's lanes issue the output rows' boxes (a row past the last image reads zeros;
     bytes landing before the expect_tx are allowed, the phase cannot complete until thread 0 has
     arrived)."""
@@ -157,11 +156,9 @@ def _tma_issue(lay: BlockLayout, indent: str) -> str:
     half = f" + cta_rank * {lay.b_boxes[0].box[1] * ROW_BYTES}" if lay.multicast else ""
     boxes = [("map_b", f"b_s + {j * ATOM_BYTES}{half}", box) for j, box in enumerate(lay.b_boxes)]
     if lay.a_box is not None and not lay.row_boxes:
-        a_half = f" + cta_rank * {lay.a_box.box[1] * ROW_BYTES}" if lay.multicast_a else ""
-        boxes.insert(0, ("map_a", f"a_s{a_half}", lay.a_box))
+        boxes.insert(0, ("map_a", "a_s", lay.a_box))
     tx = (sum(box.bytes for _, _, box in boxes) + (lay.tile.rows * lay.a_box.bytes if lay.row_boxes else 0)
-          + (sum(box.bytes for box in lay.b_boxes) if lay.multicast else 0)  # the peer's half of B
-          + (lay.a_box.bytes if lay.multicast_a else 0))  # or of A
+          + (sum(box.bytes for box in lay.b_boxes) if lay.multicast else 0))  # the peer's half of B
     loads = "".join(f"\n{i}  {_tma_load(lay, *box)}" for box in boxes)
     text = f"""
 {i}if (tid == 0) {{
@@ -180,7 +177,7 @@ def _tma_issue(lay: BlockLayout, indent: str) -> str:
 def _tma_load(lay: BlockLayout, tmap: str, dst: str, box: TmaBox | Im2colBox) -> str:
     if isinstance(box, Im2colBox):
         return f"tma_load_im2col_4d({dst}, {tmap}, &full[stage], {', '.join(box.coords)}, {', '.join(box.offsets)});"
-    if lay.multicast and tmap == "map_b" or lay.multicast_a and tmap == "map_a":
+    if lay.multicast and tmap == "map_b":
         return f"tma_load_2d_multicast({dst}, {tmap}, &full[stage], {', '.join(box.coords)}, 0x3);"
     return f"tma_load_{len(box.box)}d({dst}, {tmap}, &full[stage], {', '.join(box.coords)});"
 
