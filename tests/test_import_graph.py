@@ -44,11 +44,13 @@ LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workl
 
 # Modules that load a module of the package by name (``importlib.import_module``), with why: the
 # graph above does not see those loads, so they are few and listed.  A template's TVM side is a
-# plug-in of its template (``Template.lowering_module``), loaded where a kernel is first lowered:
-# what builds kernels (api) lowers through the template protocol and names no template's module.
+# plug-in of its template (``Template.lowering_module``), loaded where a kernel is first lowered
+# or scheduled: what builds kernels (api, relax) goes through the template protocol and names no
+# template's module.
 BY_NAME = {
     PACKAGE: "the face's lazy exports (tc.build_conv2d, ...) and submodules: light imports stay light",
-    f"{PACKAGE}.core.template": "a template's TVM side, which the template names, where a kernel is first lowered",
+    f"{PACKAGE}.core.template": "a template's TVM side, which the template names, where a kernel is first lowered"
+                                " or scheduled",
     f"{PACKAGE}.measure.rpc_server": "the --init hook that a GPU host's command line names",
 }
 
@@ -358,7 +360,8 @@ def test_only_the_listed_modules_load_modules_by_name():
 
 def test_each_template_names_its_tvm_side_and_api_imports_none():
     """A template's lowering module is a module of the package that imports TVM (its TVM side);
-    api builds every kernel through ``Template.lower`` and imports no template's TVM side."""
+    api builds every kernel through ``Template.lower``, and relax schedules its kernels through
+    ``Template.schedule``: neither imports a template's TVM side."""
     from tc_autotune.templates.registry import TEMPLATES
 
     modules = _modules()
@@ -368,6 +371,6 @@ def test_each_template_names_its_tvm_side_and_api_imports_none():
         assert side in modules, side
         assert any(target.split(".")[0] == "tvm" for target, _, in_function in _imports(side, modules[side])
                    if not in_function), f"{side} imports no TVM at its top: it is not a TVM side"
-    for name in sorted(n for n in edges if n.startswith(f"{PACKAGE}.api.")):
+    for name in sorted(n for n in edges if n.startswith((f"{PACKAGE}.api.", f"{PACKAGE}.relax."))):
         reached = _closure(edges, name) & sides
         assert not reached, f"{name} imports {sorted(reached)}: it lowers through Template.lower"
