@@ -25,8 +25,8 @@ LAZY = {
     "tomli": "the tomllib fallback on 3.10",
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
-LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workloads.epilogue", "backends.cuda.gpu",
-         "backends.cuda.driver",
+LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workloads.epilogue",
+         "workloads.host_dtypes", "backends.cuda.gpu", "backends.cuda.driver",
          "templates.tc_gemm.gemm", "database.journal", "core.results", "templates.tc_gemm.knobs",
          "templates.tc_gemm.rules", "templates.tc_gemm.intrinsic_paths", "templates.tc_gemm.prior",
          "core.config_space", "search.cost_model", "search.tuner", "database.records", "cli.common",

@@ -33,7 +33,7 @@ from .dispatch import RunnerFault
 from ..backends.cuda.gpu import GpuInfo, gpu_from_device
 from ..core.results import check_error_then_time, relative_error_of_sums
 from .runner_protocol import MeasureOptions, serve
-from ..workloads.reference import host_dtype
+from ..workloads.host_dtypes import host_dtype
 
 log = logging.getLogger(__name__)
 
