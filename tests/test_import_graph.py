@@ -159,22 +159,33 @@ def test_intra_package_imports_are_at_module_top():
 
 
 # Import floors of the deepest chain of modules: a ratchet at today's depth (13 before issue
-# #30's cuts: the template's TVM side a plug-in of its template, the task registry apart from the
-# tasks, the space given its GPU, the toolkit apart from nvcc's compiling, checked timing in
-# measure, the Relax report apart from partition).  The goal was 8.  Three chains of 10 remain,
-# and each floor of them is a role's own:
-#   pytorch -> optimize -> modules -> ops -> api.build_cache -> apply -> database.logs -> record
-#     -> code_hash -> toolkit: the adapter's face, model rewrite, fused layers and eager launch
-#     path stack on the cached builds, which stand on the choice of a config from the logs;
-#   relax -> building -> kernels -> tc_gemm.schedule -> template -> features -> intrinsic_paths
-#     -> rules -> gemm -> operand_layout: Relax's adapter emits the template's TensorIR itself;
-#   cli.nightly -> nightly -> autotune -> measure.measurer -> rpc_runner -> runner -> checker ->
-#     nvcc -> gpu -> driver.
-# Below 10 needs the PyTorch adapter's layers injected into each other (its fused layers would
-# no longer call the eager path they are built on), or modules merged past the 400-line limit:
-# the layering a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this
+# #30's cuts; 10 after the first ones: the template's TVM side a plug-in of its template, the task
+# registry apart from the tasks, the space given its GPU, the toolkit apart from nvcc's compiling,
+# checked timing in measure, the Relax report apart from partition; 9 after the second: Relax
+# schedules its kernels through the template protocol, the commands' shared code stands off the
+# templates, tuning imports the database modules it uses rather than the records facade, the
+# runners take the host dtypes from workloads.host_dtypes and call the checker as they call a
+# kernel, the fused layers live beside optimize).  The goal was 8.  Three families of chains of 9
+# remain, and each floor of them is a role's own:
+#   pytorch -> optimize -> ops -> api.build_cache -> apply -> selection -> workloads.conv2d ->
+#     dense -> epilogue (and apply -> logs -> record -> core.tasks -> config_space): the adapter's
+#     face, model rewrite and eager launch path on the cached builds, on the choice of a config
+#     from the logs; relax -> partition -> kernels -> api.build_cache -> ... (the same below);
+#   cli.nightly -> tuning.nightly -> autotune -> measure.measurer -> rpc_runner -> runner -> nvcc
+#     -> gpu -> driver (and tuning.nightly -> templates.registry -> tc_gemm.template -> features
+#     -> intrinsic_paths -> rules -> gemm -> operand_layout).
+# Below 9 needs the config choice (api.apply) at floor 4.  It reads the logs through logs and
+# selection, three floors each: the record format (record -> core.tasks, whose Task.space makes a
+# ConfigSpace; record also stamps a measurement with the code-hash memo and the provenance), and
+# workloads read by name (selection takes a spec or a preset: workloads.conv2d.get, which reads
+# dense's specs too, each kind on its epilogue).  So apply is at 5, and the adapters' floors on the
+# cached builds make 9.  Lower would take the space off the task registry, the stamping off the
+# record and the names off the selection, or the PyTorch adapter's layers injected into each
+# other; the nightly chain would need the measure stack shorter too (the RPC runner shares the
+# local runner's bench; nvcc asks the GPU's facts for its compile callback).
+# The layering a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this
 # as chains are cut.
-MAX_DEPTH = 10
+MAX_DEPTH = 9
 
 # Space, search (tuners, cost model, transfer, zero-shot) and database take a template as a
 # parameter (a space's, or a task's, which the package face binds): none of them imports one,
