@@ -25,8 +25,8 @@ LAZY = {
     "tomli": "the tomllib fallback on 3.10",
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
-LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workloads.epilogue", "backends.cuda.gpu",
-         "backends.cuda.driver",
+LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workloads.epilogue",
+         "workloads.host_dtypes", "backends.cuda.gpu", "backends.cuda.driver",
          "templates.tc_gemm.gemm", "database.journal", "core.results", "templates.tc_gemm.knobs",
          "templates.tc_gemm.rules", "templates.tc_gemm.intrinsic_paths", "templates.tc_gemm.prior",
          "core.config_space", "search.cost_model", "search.tuner", "database.records", "cli.common",
@@ -44,11 +44,13 @@ LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workl
 
 # Modules that load a module of the package by name (``importlib.import_module``), with why: the
 # graph above does not see those loads, so they are few and listed.  A template's TVM side is a
-# plug-in of its template (``Template.lowering_module``), loaded where a kernel is first lowered:
-# what builds kernels (api) lowers through the template protocol and names no template's module.
+# plug-in of its template (``Template.lowering_module``), loaded where a kernel is first lowered
+# or scheduled: what builds kernels (api, relax) goes through the template protocol and names no
+# template's module.
 BY_NAME = {
     PACKAGE: "the face's lazy exports (tc.build_conv2d, ...) and submodules: light imports stay light",
-    f"{PACKAGE}.core.template": "a template's TVM side, which the template names, where a kernel is first lowered",
+    f"{PACKAGE}.core.template": "a template's TVM side, which the template names, where a kernel is first lowered"
+                                " or scheduled",
     f"{PACKAGE}.measure.rpc_server": "the --init hook that a GPU host's command line names",
 }
 
@@ -157,22 +159,33 @@ def test_intra_package_imports_are_at_module_top():
 
 
 # Import floors of the deepest chain of modules: a ratchet at today's depth (13 before issue
-# #30's cuts: the template's TVM side a plug-in of its template, the task registry apart from the
-# tasks, the space given its GPU, the toolkit apart from nvcc's compiling, checked timing in
-# measure, the Relax report apart from partition).  The goal was 8.  Three chains of 10 remain,
-# and each floor of them is a role's own:
-#   pytorch -> optimize -> modules -> ops -> api.build_cache -> apply -> database.logs -> record
-#     -> code_hash -> toolkit: the adapter's face, model rewrite, fused layers and eager launch
-#     path stack on the cached builds, which stand on the choice of a config from the logs;
-#   relax -> building -> kernels -> tc_gemm.schedule -> template -> features -> intrinsic_paths
-#     -> rules -> gemm -> operand_layout: Relax's adapter emits the template's TensorIR itself;
-#   cli.nightly -> nightly -> autotune -> measure.measurer -> rpc_runner -> runner -> checker ->
-#     nvcc -> gpu -> driver.
-# Below 10 needs the PyTorch adapter's layers injected into each other (its fused layers would
-# no longer call the eager path they are built on), or modules merged past the 400-line limit:
-# the layering a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this
+# #30's cuts; 10 after the first ones: the template's TVM side a plug-in of its template, the task
+# registry apart from the tasks, the space given its GPU, the toolkit apart from nvcc's compiling,
+# checked timing in measure, the Relax report apart from partition; 9 after the second: Relax
+# schedules its kernels through the template protocol, the commands' shared code stands off the
+# templates, tuning imports the database modules it uses rather than the records facade, the
+# runners take the host dtypes from workloads.host_dtypes and call the checker as they call a
+# kernel, the fused layers live beside optimize).  The goal was 8.  Three families of chains of 9
+# remain, and each floor of them is a role's own:
+#   pytorch -> optimize -> ops -> api.build_cache -> apply -> selection -> workloads.conv2d ->
+#     dense -> epilogue (and apply -> logs -> record -> core.tasks -> config_space): the adapter's
+#     face, model rewrite and eager launch path on the cached builds, on the choice of a config
+#     from the logs; relax -> partition -> kernels -> api.build_cache -> ... (the same below);
+#   cli.nightly -> tuning.nightly -> autotune -> measure.measurer -> rpc_runner -> runner -> nvcc
+#     -> gpu -> driver (and tuning.nightly -> templates.registry -> tc_gemm.template -> features
+#     -> intrinsic_paths -> rules -> gemm -> operand_layout).
+# Below 9 needs the config choice (api.apply) at floor 4.  It reads the logs through logs and
+# selection, three floors each: the record format (record -> core.tasks, whose Task.space makes a
+# ConfigSpace; record also stamps a measurement with the code-hash memo and the provenance), and
+# workloads read by name (selection takes a spec or a preset: workloads.conv2d.get, which reads
+# dense's specs too, each kind on its epilogue).  So apply is at 5, and the adapters' floors on the
+# cached builds make 9.  Lower would take the space off the task registry, the stamping off the
+# record and the names off the selection, or the PyTorch adapter's layers injected into each
+# other; the nightly chain would need the measure stack shorter too (the RPC runner shares the
+# local runner's bench; nvcc asks the GPU's facts for its compile callback).
+# The layering a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this
 # as chains are cut.
-MAX_DEPTH = 10
+MAX_DEPTH = 9
 
 # Space, search (tuners, cost model, transfer, zero-shot) and database take a template as a
 # parameter (a space's, or a task's, which the package face binds): none of them imports one,
@@ -358,7 +371,8 @@ def test_only_the_listed_modules_load_modules_by_name():
 
 def test_each_template_names_its_tvm_side_and_api_imports_none():
     """A template's lowering module is a module of the package that imports TVM (its TVM side);
-    api builds every kernel through ``Template.lower`` and imports no template's TVM side."""
+    api builds every kernel through ``Template.lower``, and relax schedules its kernels through
+    ``Template.schedule``: neither imports a template's TVM side."""
     from tc_autotune.templates.registry import TEMPLATES
 
     modules = _modules()
@@ -368,6 +382,6 @@ def test_each_template_names_its_tvm_side_and_api_imports_none():
         assert side in modules, side
         assert any(target.split(".")[0] == "tvm" for target, _, in_function in _imports(side, modules[side])
                    if not in_function), f"{side} imports no TVM at its top: it is not a TVM side"
-    for name in sorted(n for n in edges if n.startswith(f"{PACKAGE}.api.")):
+    for name in sorted(n for n in edges if n.startswith((f"{PACKAGE}.api.", f"{PACKAGE}.relax."))):
         reached = _closure(edges, name) & sides
         assert not reached, f"{name} imports {sorted(reached)}: it lowers through Template.lower"

@@ -19,9 +19,25 @@ import logging
 import sys
 
 from . import common as cli  # no TVM import: fast argument errors
+from ..templates.registry import DEFAULT  # the default template's knobs (--sweep); no TVM either
 
 PROG = "tc-benchmark"
 DEFAULT_WORKLOADS = ["tutorial", "rfc-3x3-b1", "rfc-3x3-b32", "rfc-3x3-b256", "rfc-1x1-b32", "rfc-1x1-b256"]
+
+
+def knob_values(text) -> tuple[str, list]:
+    """``KNOB=V1,V2,...`` with every value among the knob's candidates (the default template's):
+    (knob, values)."""
+    knobs = DEFAULT.knobs
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or name not in knobs or not values.strip():
+        raise cli.BadValue(f"{text!r}: expected KNOB=V1,V2 with KNOB one of {', '.join(knobs)}")
+    parsed = [int(v) if v.strip().isdigit() else v.strip() for v in values.split(",")]
+    outside = [v for v in parsed if v not in knobs[name]]
+    if outside:
+        raise cli.BadValue(f"{name}: {outside} not among its values {list(knobs[name])}")
+    return name, parsed
 
 
 def parse_args(argv, prog: str = PROG):
@@ -36,7 +52,7 @@ def parse_args(argv, prog: str = PROG):
                    help="write PNG plots here (needs matplotlib; not with --sweep)")
     p.add_argument("--curve-log", action="append", default=[], type=cli.existing_path,
                    help="log(s) to draw tuning curves from (default: the --log files)")
-    p.add_argument("--sweep", action="append", default=[], type=cli.knob_values, metavar="KNOB=V1,V2,...",
+    p.add_argument("--sweep", action="append", default=[], type=knob_values, metavar="KNOB=V1,V2,...",
                    help="ablation: vary knobs of each workload's best (else default) config (repeatable)")
     p.add_argument("--profile", action="store_true",
                    help="also each side's kernel device time per call from the profiler (CUPTI via "

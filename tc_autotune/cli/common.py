@@ -4,7 +4,8 @@ argument types for numbers, paths and workloads.
 Every script checks all of its input with these before it touches the GPU or builds a
 kernel, so a typo costs a second and one line on stderr, never a traceback after a
 measured batch.  Nothing here imports TVM (a bad argument must fail fast); the
-workload and knob checks import only the pure-Python ``workloads`` and ``space``.
+workload checks import only the pure-Python ``workloads``.  An argument type that one command
+alone takes is that command's (``benchmark.knob_values``).
 The path checks never create or modify anything.  A path the user may not read or
 write (permission denied) is ``NoAccess``: one line and ``EXIT_IO_ERROR``, not exit 2,
 so a cron job can tell a permissions problem from a typo.
@@ -24,7 +25,6 @@ from pathlib import Path
 from ..measure import devices
 from .. import workloads
 from ..tuning.jobs import MAX_TRIALS
-from ..templates.registry import DEFAULT
 
 # Exit codes of all scripts (scripts/nightly.py's agree with tc_autotune.tuning.nightly.EXIT_*).
 EXIT_OK = 0
@@ -291,18 +291,3 @@ def cuda_arch(text) -> str:
     if not (text.startswith("sm_") and text[3:].isdigit()):
         raise BadValue(f"{text!r} is not a CUDA arch such as sm_90")
     return text
-
-
-def knob_values(text) -> tuple[str, list]:
-    """``KNOB=V1,V2,...`` with every value among the knob's candidates (the default template's):
-    (knob, values)."""
-    knobs = DEFAULT.knobs
-    name, sep, values = text.partition("=")
-    name = name.strip()
-    if not sep or name not in knobs or not values.strip():
-        raise BadValue(f"{text!r}: expected KNOB=V1,V2 with KNOB one of {', '.join(knobs)}")
-    parsed = [int(v) if v.strip().isdigit() else v.strip() for v in values.split(",")]
-    outside = [v for v in parsed if v not in knobs[name]]
-    if outside:
-        raise BadValue(f"{name}: {outside} not among its values {list(knobs[name])}")
-    return name, parsed

@@ -75,6 +75,11 @@ class Task:
         ``pdl``: launched with Programmatic Dependent Launch (``Template.lower``)."""
         return self.template.lower(self.name, workload, config, target, pdl)
 
+    def schedule(self, workload, config):
+        """The template's scheduled TensorIR module of one (workload, config), not yet lowered
+        (``Template.schedule``)."""
+        return self.template.schedule(self.name, workload, config)
+
 
 _TASKS: dict[str, Task] = {}
 

@@ -14,10 +14,12 @@ holds the template) explicitly, so they stay vectorised numpy code with no hidde
 
 A template is light: its lowering (TVM's schedule of a config) is its *TVM side*, a module it
 names (``lowering_module``) rather than imports.  ``lower`` loads that module the first time a
-kernel is lowered, and its ``lowers`` decorators register the lowering of each task as it loads.
-So the rest of the package lowers any template through this protocol and names none of their
-modules: a template is a plug-in, and what builds kernels (``api.kernel``) sits on core, not on
-a template's TVM side.  The import-graph test lists this load beside the package's few others
+kernel is lowered (or scheduled: ``schedule``, what a Relax model's build compiles with the rest
+of the model under the template's ``pass_config``), and its ``lowers`` and ``schedules``
+decorators register the functions of each task as it loads.  So the rest of the package lowers
+any template through this protocol and names none of their modules: a template is a plug-in, and
+what builds kernels (``api.kernel``, ``relax.kernels``) sits on core, not on a template's TVM
+side.  The import-graph test lists this load beside the package's few others
 (``tests/test_import_graph.py``: ``BY_NAME``).
 
 ``source_hash`` keys the records of a template's kernels: the sha256 of the source files that
@@ -121,10 +123,14 @@ class Template:
     # caller allocates once; (config, arch) -> the arch a kernel is compiled for ("sm_90a").
     workspaces: Callable = _no_workspaces
     build_arch: Callable = _same_arch
-    # The module of its TVM side, whose ``lowers`` decorators register its lowering of each task
-    # ("tc_autotune.templates.tc_gemm.schedule"): ``lower`` loads it when a kernel is first lowered.
-    # None: its lowerings are registered by whoever defines it (a test's toy template).
+    # The module of its TVM side, whose ``lowers`` (and ``schedules``) decorators register its
+    # lowering of each task ("tc_autotune.templates.tc_gemm.schedule"): ``lower`` loads it when a
+    # kernel is first lowered.  None: its lowerings are registered by whoever defines it (a test's
+    # toy template).
     lowering_module: str | None = None
+    # The TIR pass options its kernels are lowered with (``tvm.transform.PassContext(config=...)``):
+    # what a build that lowers its scheduled kernels itself (relax.build of a model) must set too.
+    pass_config: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def knob_names(self) -> tuple:
@@ -137,28 +143,48 @@ class Template:
         stays light.  ``pdl``: its kernels launched with Programmatic Dependent Launch (sm_90+),
         which a lowering takes as ``pdl=True``; off, it is called as before the option, so a
         template without PDL needs no change."""
-        key = (self.name, task_name)
-        if key not in _LOWERINGS and self.lowering_module is not None:
-            importlib.import_module(self.lowering_module)  # the TVM side: its decorators fill _LOWERINGS
-        try:
-            func = _LOWERINGS[key]
-        except KeyError:
-            raise KeyError(f"template {self.name!r} has no lowering for task {task_name!r} "
-                           f"(its TVM side: {self.lowering_module})") from None
+        func = self._tvm_side(_LOWERINGS, task_name, "lowering")
         return func(workload, config, target, pdl=True) if pdl else func(workload, config, target)
 
     def lowers(self, task_name: str):
         """Decorator: ``func(workload, config, target[, pdl=True])`` lowers task ``task_name``'s
         configs (``lower``)."""
+        return self._registers(_LOWERINGS, task_name)
+
+    def schedule(self, task_name: str, workload, config):
+        """The scheduled TensorIR module of one (workload, config) of task ``task_name``, not yet
+        lowered: what ``lower`` compiles, for a build that compiles it with more (a Relax model,
+        under ``pass_config``).  Registered with ``schedules`` by the TVM side, as ``lower``'s."""
+        return self._tvm_side(_SCHEDULES, task_name, "schedule")(workload, config)
+
+    def schedules(self, task_name: str):
+        """Decorator: ``func(workload, config)`` schedules task ``task_name``'s configs (``schedule``)."""
+        return self._registers(_SCHEDULES, task_name)
+
+    def _tvm_side(self, registry: dict, task_name: str, what: str) -> Callable:
+        """The function of ``registry`` for task ``task_name``, the TVM side (``lowering_module``)
+        loaded the first time: its decorators fill the registries."""
+        key = (self.name, task_name)
+        if key not in registry and self.lowering_module is not None:
+            importlib.import_module(self.lowering_module)
+        try:
+            return registry[key]
+        except KeyError:
+            raise KeyError(f"template {self.name!r} has no {what} for task {task_name!r} "
+                           f"(its TVM side: {self.lowering_module})") from None
+
+    def _registers(self, registry: dict, task_name: str):
         def register(func):
-            _LOWERINGS[(self.name, task_name)] = func
+            registry[(self.name, task_name)] = func
             return func
         return register
 
 
-# (template name, task name) -> lowering function; kept outside the frozen dataclass because
-# the TVM sides that fill it (``lowering_module``) load after the template object exists.
+# (template name, task name) -> lowering function, and -> scheduling function; kept outside the
+# frozen dataclass because the TVM sides that fill them (``lowering_module``) load after the
+# template object exists.
 _LOWERINGS: dict[tuple[str, str], Callable] = {}
+_SCHEDULES: dict[tuple[str, str], Callable] = {}
 
 
 def with_requirements(space, pos):

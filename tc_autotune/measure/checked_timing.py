@@ -17,7 +17,7 @@ import tvm
 
 from ..core import tasks
 from ..core.results import TOLERANCE, check_then_time
-from ..workloads.reference import host_dtype
+from ..workloads.host_dtypes import host_dtype
 
 log = logging.getLogger(__name__)
 

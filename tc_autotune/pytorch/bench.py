@@ -28,8 +28,7 @@ from ..api import functional
 from ..measure.profiler import kernel_seconds
 from .. import workloads
 from . import models, ops
-from .modules import FusedConv2d
-from .optimize import optimize
+from .optimize import FusedConv2d, optimize
 
 
 @dataclass

@@ -1,14 +1,16 @@
 """The package's side of the Relax dispatch: which config a workload gets, and its kernel as a
 TIR PrimFunc that ``relax.build`` compiles with the rest of the model.
 
-Every kernel of the template is a PrimFunc "main" (``schedule_gemm``: a TensorIR schedule, or
-for a warp-specialized config one launch of generated CUDA whose host code encodes the TMA
-tensor maps).  It goes into the model's IRModule scheduled but not lowered: relax.build runs the
-same TIR pipeline on it that ``tvm.compile`` runs for a standalone kernel (the generated CUDA is
-the same, byte for byte, but for the kernel's name), provided the template's pass options
-(``PASS_CONFIG``) are set around the build (``build.build`` does).  This module is the one place
-that reaches into the package's internals for that; the rest of ``tc_autotune.relax`` sees
-``choose``, ``prim_func`` and ``workspaces``.
+Every kernel is its template's scheduled PrimFunc "main" (``Task.schedule``, through the template
+protocol: tc_gemm's is a TensorIR schedule, or for a warp-specialized config one launch of
+generated CUDA whose host code encodes the TMA tensor maps).  It goes into the model's IRModule
+scheduled but not lowered: relax.build runs the same TIR pipeline on it that ``tvm.compile`` runs
+for a standalone kernel (the generated CUDA is the same, byte for byte, but for the kernel's
+name), provided the templates' pass options (``PASS_CONFIG``) are set around the build
+(``build.build`` does).  As api, it names no template's module: a template's TVM side is loaded
+where a kernel is first scheduled (``Template.schedule``).  This module is the one place that
+reaches into the package's internals for that; the rest of ``tc_autotune.relax`` sees ``choose``,
+``prim_func`` and ``workspaces``.
 """
 
 from __future__ import annotations
@@ -24,13 +26,24 @@ from ..api.kernel import build_arch
 from ..backends.cuda import nvcc, tensormap_bf16, toolkit
 from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
 from ..core import tasks
-from ..templates.tc_gemm.views import view_of
-from ..templates.tc_gemm.schedule import PASS_CONFIG, schedule_gemm  # noqa: F401 (re-exported)
-from ..templates.tc_gemm.workspaces import workspaces  # noqa: F401 (re-exported)
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.dense import DenseWorkload
 
 OPAQUE = 8  # relax's kOpaque op pattern: FuseOps must never fuse other ops into a tuned kernel
 KERNEL_ATTR = "tc_autotune.workload"  # marks the package's PrimFuncs in a module (their workload)
 CONFIG_ATTR = "tc_autotune.config"  # and their config (JSON of the knobs)
+
+
+def _pass_config() -> dict:
+    """The TIR pass options of the templates that make the kernels Relax takes (conv2d's and
+    dense's ``Template.pass_config``): one PassContext around the model's build serves them all."""
+    config: dict = {}
+    for workload_type in (Conv2dWorkload, DenseWorkload):
+        config.update(tasks.of_type(workload_type).template.pass_config)
+    return config
+
+
+PASS_CONFIG = _pass_config()
 
 
 def gpu_of(target) -> GpuInfo:
@@ -107,13 +120,20 @@ def prim_func(workload, config, name: str, arch: str) -> tvm.tirx.PrimFunc:
     kernel in a CUDA module of its own: one translation unit, as when it was tuned, so the
     device functions that warp-specialized kernels define in their source (the same names in
     each) never meet, and nvcc compiles each kernel apart (``build.precompile``: in parallel)."""
-    func = schedule_gemm(view_of(workload), config)["main"]
-    expected = len(tasks.of(workload).signature(workload)) + len(workspaces(workload, config))
+    task = tasks.of(workload)
+    func = task.schedule(workload, config)["main"]
+    expected = len(task.signature(workload)) + len(workspaces(workload, config))
     if len(func.params) != expected:  # the call_tir below passes exactly these
         raise RuntimeError(f"the kernel of {workload} takes {len(func.params)} arguments, expected {expected}")
     target = tvm.target.Target({"kind": "cuda", "arch": arch, "tag": name}, host="llvm")
     return func.with_attrs({"global_symbol": name, "op_pattern": OPAQUE, "tirx.is_scheduled": True,
                             "target": target, KERNEL_ATTR: str(workload), CONFIG_ATTR: json.dumps(asdict(config))})
+
+
+def workspaces(workload, config) -> list:
+    """[(shape, dtype)] of the buffers the kernel takes after its output (``Template.workspaces``),
+    which the caller allocates."""
+    return tasks.of(workload).template.workspaces(workload, config)
 
 
 def prepare_process() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..measure import baseline
-from ..database import records
+from ..database.logs import load
 from ..core import tasks
 from ..api.apply import apply_history_best, best_or_default_config, choose_config
 from ..backends.cuda.gpu import default_gpu
@@ -275,7 +275,7 @@ def markdown_table(rows: list[BenchRow]) -> str:
 def tuning_curve(log, workload) -> list[float]:
     """Best-so-far TFLOP/s after each measurement of ``workload`` in ``log`` (file order)."""
     workload, best, curve = get(workload), 0.0, []
-    for record in records.load(log):
+    for record in load(log):
         if record.workload == workload:
             best = max(best, record.tflops)
             curve.append(best)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..database import records
+from ..database.logs import load
+from ..database.paths import shipped_logs_dir
 from . import zero_shot_train
 from ..search import zero_shot
 from ..search.cost_model import positions_from_indices, prior_score
@@ -65,9 +66,9 @@ def leave_one_out(workloads=SEED_WORKLOADS, history=None, gpu: GpuInfo | None = 
     numbers are the rank correlation and how far the model's favourite measured config is
     from the best.  ``gpu`` defaults to the history's GPU with its arch's nominal limits."""
     if history is None:
-        shipped = records.shipped_logs_dir()
+        shipped = shipped_logs_dir()
         history = shipped / H100_NVCC_HISTORY if shipped is not None else []
-    hist = [r for r in records.load(history) if r.ok]
+    hist = [r for r in load(history) if r.ok]
     if gpu is None:
         if not hist:
             return []

@@ -37,7 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..database import journal, records
+from ..database import journal
+from ..database.logs import load
+from ..database.paths import log_files, shipped_log_files, shipped_logs_dir
+from ..database.selection import identity
 from ..search import zero_shot
 from ..search.cost_model import XGBCostModel, features_from_positions, normalise_per_group, positions_from_indices
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
@@ -113,7 +116,7 @@ def select_records(recs, gpu: GpuInfo, exclude=()) -> tuple[list, str]:
         if (not record.ok or record.arch != gpu.arch or record.workload in exclude
                 or not isinstance(record.workload, Conv2dWorkload)):
             continue
-        ident = records.identity(record)  # the reader has rejected impossible times
+        ident = identity(record)  # the reader has rejected impossible times
         if ident not in seen:
             seen.add(ident)
             ok.append(record)
@@ -226,7 +229,7 @@ def load_model(gpu: GpuInfo, logs=None, exclude=()) -> zero_shot.ZeroShotModel |
     """The model of ``gpu`` trained now on ``logs`` (default: the shipped logs) without the
     held-out and validation shapes and ``exclude``; kept in memory by the logs' content, the GPU
     and the exclusions.  For leave-one-out and experiments: a build reads the stored model."""
-    files = records.shipped_log_files() if logs is None else records.log_files(logs)
+    files = shipped_log_files() if logs is None else log_files(logs)
     if not files:
         return None
     exclude = frozenset(get_workload(w) for w in exclude) | excluded_workloads()
@@ -235,7 +238,7 @@ def load_model(gpu: GpuInfo, logs=None, exclude=()) -> zero_shot.ZeroShotModel |
     if key not in _MEMORY:
         while len(_MEMORY) >= _MEMORY_MAX:
             _MEMORY.pop(next(iter(_MEMORY)))
-        _MEMORY[key] = train(records.load(files), gpu, exclude, key[:12])
+        _MEMORY[key] = train(load(files), gpu, exclude, key[:12])
     return _MEMORY[key]
 
 
@@ -292,9 +295,9 @@ def stored_document(folder, files=None) -> dict:
     import xgboost
 
     folder = Path(folder)
-    files = records.log_files([folder, folder / "history"]) if files is None else files
+    files = log_files([folder, folder / "history"]) if files is None else files
     doc = provenance(folder, files)
-    recs = list(records.load(files))
+    recs = list(load(files))
     exclude = excluded_workloads()
     models = [train(recs, gpu, exclude) for gpu in training_gpus(recs, exclude)]
     return {**doc, "xgboost": xgboost.__version__, "models": [m.to_dict() for m in models if m is not None]}
@@ -326,7 +329,7 @@ def _states(paths) -> tuple:
 
 def stored_is_current(folder=None) -> tuple[bool, str]:
     """(whether the stored model of the logs in ``folder`` is current, why not / its path)."""
-    folder = records.shipped_logs_dir() if folder is None else Path(folder)
+    folder = shipped_logs_dir() if folder is None else Path(folder)
     if folder is None:
         return False, "there are no shipped logs"
     path = zero_shot.model_path(folder)
@@ -336,7 +339,7 @@ def stored_is_current(folder=None) -> tuple[bool, str]:
         return False, f"there is no zero-shot model at {path}"
     except (OSError, ValueError) as err:
         return False, f"{path} cannot be read: {err}"
-    wanted = provenance(folder, records.log_files([folder, folder / "history"]))
+    wanted = provenance(folder, log_files([folder, folder / "history"]))
     moved = [key for key in _CURRENT_KEYS if stored.get(key) != wanted[key]]
     return (False, f"{path}: its {', '.join(moved)} moved") if moved else (True, str(path))
 
@@ -344,10 +347,10 @@ def stored_is_current(folder=None) -> tuple[bool, str]:
 def store(folder=None, files=None) -> Path:
     """Train the stored model of the logs in ``folder`` (default: the shipped logs) and write it
     beside them, atomically; OSError where it cannot be written, ValueError without a folder."""
-    folder = records.shipped_logs_dir() if folder is None else Path(folder)
+    folder = shipped_logs_dir() if folder is None else Path(folder)
     if folder is None:
         raise ValueError("there are no shipped logs to train the zero-shot model on")
-    files = records.log_files([folder, folder / "history"]) if files is None else files
+    files = log_files([folder, folder / "history"]) if files is None else files
     path = zero_shot.model_path(folder)
     start = time.perf_counter()
     data = dumps(stored_document(folder, files))
@@ -361,11 +364,11 @@ def refresh_stored_model(folder=None, force: bool = False) -> Path | None:
     where the stored one is missing, unreadable, stale or made from other logs or settings
     (``force``: always).  Returns the model file, None without a logs folder or where it cannot
     be written (a warning says so; builds then use what is there, or the default config)."""
-    folder = records.shipped_logs_dir() if folder is None else Path(folder)
+    folder = shipped_logs_dir() if folder is None else Path(folder)
     if folder is None:
         return None
     path = zero_shot.model_path(folder)
-    files = records.log_files([folder, folder / "history"])
+    files = log_files([folder, folder / "history"])
     state = _states([*files, path])
     if not force and _REFRESHED.get(str(folder)) == state:
         return path

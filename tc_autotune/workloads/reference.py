@@ -1,38 +1,25 @@
 """fp32 references on the host (conv2d, dense), to check every kernel that is built or timed.
 
 A task's inputs are its operands, then its fused epilogue's inputs (``epilogue.input_specs``);
-the reference applies that epilogue to the fp32 result (``epilogue.reference``).  numpy has no
-bfloat16 nor fp8: a bf16 (fp8) workload's arrays are ``ml_dtypes.bfloat16`` (``float8_e4m3fn``,
-``float8_e5m2``) ones (TVM's own dependency, which TVM and PyTorch take as such), and importing it
-here also lets numpy read those names (``astype("bfloat16")``, as the epilogue's residual of a bf16
-output is drawn)."""
+the reference applies that epilogue to the fp32 result (``epilogue.reference``).  A bf16 (fp8)
+workload's arrays are ml_dtypes' (``host_dtypes``: numpy has neither)."""
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from . import epilogue
 from .conv_weights import TO_HWIO
 from .dense import DenseWorkload
 from .conv2d import Conv2dWorkload
-
-
-# dtype names numpy knows only through ml_dtypes (TVM's and PyTorch's names for the same formats)
-_ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-              "float8_e5m2": ml_dtypes.float8_e5m2}
-
-
-def host_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a workload's dtype name (bfloat16, the fp8 ones: ml_dtypes')."""
-    return np.dtype(_ML_DTYPES.get(name, name))
+from .host_dtypes import ML_DTYPES, host_dtype
 
 
 def as_operand(array: np.ndarray, workload, dtype: str | None = None) -> np.ndarray:
     """An input in fp32, rounded as the kernel's Tensor Core operands hold it: to ``dtype`` (default
     the workload's) where that is bf16 or fp8, else to fp16 (fp32 input is cast to fp16 copies
     first).  Exact for arrays already of that dtype."""
-    rounding = _ML_DTYPES.get(dtype or workload.dtype, np.float16)
+    rounding = ML_DTYPES.get(dtype or workload.dtype, np.float16)
     return np.asarray(array).astype(rounding).astype(np.float32)
 
 

@@ -9,7 +9,8 @@ rule checks (inf when any output is not finite: a NaN left by the poisoned outpu
 The reference's own sum of squares is known on the host.  One checker is built per output
 (shape, dtype) and device kind: on CUDA two kernels (``BLOCKS`` blocks of ``THREADS``
 threads sum strided slices, one block sums their partial sums); on the CPU (tests) plain
-loops.
+loops.  A runner calls its module's function as it calls a kernel's, ``main``: it loads both
+alike and needs nothing of this module.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tvm import te
 from . import nvcc
 
 BLOCKS, THREADS = 256, 256
-FUNCTION = "check"  # the checker's function in its module
+FUNCTION = "main"  # the checker's function in its module, named as a kernel's (``runner.Bench`` calls it)
 
 
 def target_for(device_type: str, arch: str):

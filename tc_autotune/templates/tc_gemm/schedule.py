@@ -26,7 +26,7 @@ from .knobs import TcGemmConfig
 from .packing import pack_groups
 from .path_schedules import drain_after
 from .pdl import compile_with_pdl
-from .template import TC_GEMM
+from .template import PASS_CONFIG, TC_GEMM
 from .views import conv2d_view, dense_view
 from .warp_specialized.kernel import kernel_module
 from ...workloads.conv2d import Conv2dWorkload
@@ -45,9 +45,16 @@ def _schedule_split_k_sum(sch, out_block) -> None:
     sch.set_scope(total, 0, "local")
 
 
+@TC_GEMM.schedules(builtin_tasks.CONV2D.name)
 def schedule_conv2d(workload: Conv2dWorkload, config: TcGemmConfig) -> tvm.IRModule:
     """The scheduled TensorIR module of one (workload, config)."""
     return schedule_gemm(conv2d_view(workload), config)
+
+
+@TC_GEMM.schedules(builtin_tasks.DENSE.name)
+def schedule_dense(workload: DenseWorkload, config: TcGemmConfig) -> tvm.IRModule:
+    """``schedule_conv2d`` of a dense workload."""
+    return schedule_gemm(dense_view(workload), config)
 
 
 def schedule_gemm(view: GemmView, config: TcGemmConfig, pdl: bool = False) -> tvm.IRModule:
@@ -134,10 +141,6 @@ def _schedule_input_cast(sch, view: GemmView) -> None:
     sch.bind(sch.merge(*(bx for bx, _ in splits)), "blockIdx.x")
     for _, tx in splits:
         sch.bind(tx, "threadIdx.x")
-
-
-# use_async_copy: copies inside a pipeline's async stage become cp.async (no effect elsewhere).
-PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
 
 
 @TC_GEMM.lowers(builtin_tasks.CONV2D.name)

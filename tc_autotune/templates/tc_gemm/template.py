@@ -4,9 +4,10 @@ Only wiring: each part is the function that existed before the protocol (knobs, 
 through ``validity``, the prior, ``features``, the starting tilings, the workspaces, the build
 arch of each intrinsic path), so the generated code, the config indices and the records are
 unchanged.  Light: no TVM.  Its TVM side is ``schedule``, named here (``lowering_module``) and
-loaded by ``Template.lower`` when a kernel is first lowered; its lowering functions register
-themselves through ``Template.lowers``.  Which tasks it serves is the package face's choice
-(``core.tasks.use_template``).
+loaded by ``Template.lower`` (or ``Template.schedule``) when a kernel is first lowered; its
+lowering and scheduling functions register themselves through ``Template.lowers`` and
+``Template.schedules``, and lower under ``PASS_CONFIG``.  Which tasks it serves is the package
+face's choice (``core.tasks.use_template``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def source_files() -> list[tuple[str, Path]]:
     return [(p.relative_to(_PACKAGE).as_posix(), p) for p in files]
 
 
+# The TIR pass options its kernels are lowered with (``schedule.lower_gemm``, and a Relax model's
+# build of its scheduled kernels): use_async_copy makes the copies inside a pipeline's async stage
+# cp.async (no effect elsewhere); merged static shared memory.
+PASS_CONFIG = {"tirx.merge_static_smem": True, "tirx.use_async_copy": True}
+
+
 def features_from_positions(space, pos):
     """(n, len(FEATURE_NAMES)) float32 features of knob-position rows on ``space``'s workload:
     derived once, the prior a column (composed here so that ``features`` need not import it)."""
@@ -76,4 +83,5 @@ TC_GEMM = Template(
     workspaces=workspaces,
     build_arch=build_arch,
     lowering_module=f"{__package__}.schedule",  # its TVM side: the TE compute and TensorIR schedules
+    pass_config=PASS_CONFIG,
 )
