@@ -67,7 +67,7 @@ VARIANTS = {
 # above; variants that use them.
 LATER_KNOBS = {knob: (KNOB_DEFAULTS[knob],) for knob in (
     "wgmma_in_flight", "warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col",
-    "tma_store", "setmaxnreg", "group_pack", "swap_ab")}
+    "tma_store", "setmaxnreg", "group_pack", "swap_ab", "consumer_n", "deep_ring")}
 LATER_VARIANTS = {
     "wgmma-in-flight": {**VARIANTS["wgmma"], "wgmma_in_flight": (1,)},
     "warp-specialized": {**VARIANTS["wgmma"], "warp_specialized": (1,)},

@@ -1,8 +1,8 @@
 """On a Hopper GPU: the warp-specialized kernel matches the fp32 reference on NaN-poisoned
 output element by element, with TMA (matrix, spatial and row boxes) or cp.async operands, matrix-edge tails in M, N and K, padding, stride,
 dilation, both weight layouts, a batch, fp16 output, 2-4 stages and 1-2 consumer warpgroups (split by
-columns or by rows, or two taking whole tiles in turn), split-K clusters and B multicast to a pair of
-blocks, C stored with TMA, fused epilogues, registers moved by setmaxnreg; and keeping wgmma groups in flight changes no bit of it."""
+columns or by rows, or two taking whole tiles in turn; 48- or 96-column consumers; rings of 6 and 8
+stages), split-K clusters and B multicast to a pair of blocks, C stored with TMA, fused epilogues, registers moved by setmaxnreg; and keeping wgmma groups in flight changes no bit of it."""
 
 from dataclasses import replace
 
@@ -109,6 +109,25 @@ MULTICAST_CASES = [
 @pytest.mark.parametrize("name,knobs", MULTICAST_CASES, ids=[c[0][:40] for c in MULTICAST_CASES])
 def test_b_multicast_matches_the_reference(name, knobs):
     _check_in_flight_and_waiting(workloads.get(name), replace(WS, **knobs, multicast_b=1))
+
+
+# 48- and 96-column consumers over a K-major B (consumer_n), and the ring twice the stages (deep_ring).
+NARROW_CASES = [
+    ("dense:m=100,n=200,k=520,b=nk", dict(block_col_warps=1, consumer_n=96, stages=3, deep_ring=1)),  # N tail: 96+96+8
+    # two consumers along M of 96 columns each, fp16 output through TMA stores, a 6-stage ring
+    ("dense:m=130,n=192,k=520,b=nk,out_dtype=float16", dict(consumers_along_m=1, consumer_n=96, stages=3, deep_ring=1,
+                                                             tma_store=1)),
+    ("dense:m=100,n=200,k=520,b=nk", dict(consumer_n=48, stages=3)),  # two consumers of 48 columns by columns
+    # persistent, 64-row blocks, a batch, an 8-stage ring
+    ("dense:batch=2,m=40,n=136,k=264,b=nk", dict(block_col_warps=1, warp_row_tiles=1, consumer_n=48,
+                                                  warp_specialized=2, stages=4, deep_ring=1)),
+    ("rfc-3x3-b32", dict(block_col_warps=1, stages=3, deep_ring=1)),  # a conv's spatial tiles on a 6-stage ring
+]
+
+
+@pytest.mark.parametrize("name,knobs", NARROW_CASES, ids=[c[0][:40] for c in NARROW_CASES])
+def test_narrow_consumers_and_deep_rings_match_the_reference(name, knobs):
+    _check_in_flight_and_waiting(workloads.get(name), replace(WS, **{"warp_col_tiles": 4, **knobs}))
 
 
 

@@ -171,8 +171,8 @@ def test_split_k_rules_of_the_warp_specialized_kernel():
 
 
 def test_the_gpu_cases_are_valid_configs_of_their_spaces():
-    from test_gpu_warp_specialized import (ALONG_M_CASES, CASES, IM2COL_CASES, MULTICAST_CASES, PING_PONG_CASES,
-                                           SPLIT_CASES, TMA_STORE_CASES)
+    from test_gpu_warp_specialized import (ALONG_M_CASES, CASES, IM2COL_CASES, MULTICAST_CASES, NARROW_CASES,
+                                           PING_PONG_CASES, SPLIT_CASES, TMA_STORE_CASES)
 
     along_m = [(name, dict(knobs, consumers_along_m=1)) for name, knobs in ALONG_M_CASES]
     multicast = [(name, dict(knobs, multicast_b=1)) for name, knobs in MULTICAST_CASES]
@@ -180,7 +180,8 @@ def test_the_gpu_cases_are_valid_configs_of_their_spaces():
                  for name, knobs in PING_PONG_CASES]
     im2col = [(name, dict(knobs, tma_im2col=1)) for name, knobs in IM2COL_CASES]
     stored = [(name, dict(knobs, tma_store=1)) for name, knobs in TMA_STORE_CASES]
-    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col + stored:
+    narrow = [(name, {"warp_col_tiles": 4, **knobs}) for name, knobs in NARROW_CASES]
+    for name, knobs in CASES + SPLIT_CASES + along_m + multicast + ping_pong + im2col + stored + narrow:
         wl = workloads.get(name)
         assert tasks.of(wl).space(wl, gpu_for_arch("sm_90")).why_invalid(replace(WS, **knobs)) is None, name
 
@@ -276,6 +277,36 @@ def test_b_multicast_pairs_blocks_along_m_that_each_load_half_of_b():
     assert "release_stage_pair(&empty[" in kp.source and kp.source.count("cluster_sync();") == 2
     col_major = tma_boxes(view_of(workloads.get("dense:m=330,n=200,k=520,b=nk")), config)[1]
     assert [(box.box, box.coords[1]) for box in col_major] == [((64, 128), "n0 + cta_rank * 128")]
+
+
+def test_narrow_consumers_take_48_or_96_rows_of_a_k_major_b_and_the_deep_ring_doubles_the_stages():
+    view = view_of(workloads.get("dense:m=100,n=200,k=520,b=nk"))
+    config = replace(WS, block_col_warps=1, warp_col_tiles=4, consumer_n=96, stages=3, deep_ring=1)
+    kp = plan(view, config)
+    assert kp.grid == (1, 3) and kp.threads == 256  # 200 columns in 96-column blocks; one consumer
+    assert "m64n96k16" in kp.source and "constexpr int STAGES = 6," in kp.source
+    assert kp.b_box.box == (64, 96)  # 96 rows of B ([n][k]) a k-step
+    assert kp.smem_bytes == config.smem_bytes == 6 * (128 + 96) * 128 + 6 * 16 + 1024
+    along = plan(view, replace(config, block_col_warps=2, consumers_along_m=1))
+    assert along.grid == (1, 3) and "m64n96k16" in along.source  # two consumers of 64 rows, 96 columns each
+    by_cols = plan(view, replace(config, block_col_warps=2, consumer_n=48, deep_ring=0))
+    assert by_cols.grid == (1, 3) and "m64n48k16" in by_cols.source and "STAGES = 3," in by_cols.source
+
+
+def test_rules_of_narrow_consumers_and_the_deep_ring():
+    gpu = gpu_for_arch("sm_90")
+    dense = workloads.get("dense:m=128,n=11008,k=4096,b=nk")
+    space = tasks.of(dense).space(dense, gpu)
+    narrow = replace(WS, block_col_warps=1, warp_col_tiles=4, consumer_n=96, stages=3, deep_ring=1)
+    assert space.why_invalid(narrow) is None
+    for broken in (replace(narrow, warp_col_tiles=8), replace(narrow, warp_specialized=0, vec_c=4, offset_c=4)):
+        assert "consumer_n=96 needs" in space.why_invalid(broken)
+    kn = workloads.get("dense:m=128,n=11008,k=4096,b=kn")  # a (K, N) weight: 64-column atoms
+    assert "B row_major" in tasks.of(kn).space(kn, gpu).why_invalid(narrow)
+    assert "deep_ring=1 needs" in space.why_invalid(replace(narrow, stages=2))
+    mma = replace(WS, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0, block_row_warps=2, chunk=2, vec_c=4,
+                  offset_c=4, warp_col_tiles=4, deep_ring=1, stages=3)
+    assert "deep_ring=1 deepens" in space.why_invalid(mma)
 
 
 def test_rules_of_consumers_along_m_and_b_multicast():

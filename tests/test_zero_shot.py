@@ -111,6 +111,31 @@ def test_deterministic_across_calls_and_reads():
     assert all(len(p) == 8 for p in first)
 
 
+def test_the_search_holds_the_knobs_no_record_has_moved():
+    """consumer_n and deep_ring are valid for a dense with an (N, K) weight, but no tuned record has
+    them yet: the zero-shot search holds them at 0 (``Template.zero_shot_held``), even where its seeds
+    have them (the tuner's starting tilings), and gives its candidates as the full table's indices."""
+    from dataclasses import replace
+
+    from tc_autotune.core import tasks
+    from tc_autotune.search import held_knobs
+
+    wl = get("dense:m=128,n=11008,k=4096,b=nk")
+    space = tasks.of(wl).space(wl, H100)
+    held = held_knobs.held_space(space)
+    assert held.knobs["consumer_n"] == (0,) and held.knobs["deep_ring"] == (0,)
+    assert {k: v for k, v in held.knobs.items() if k not in ("consumer_n", "deep_ring")} == {
+        k: v for k, v in space.knobs.items() if k not in ("consumer_n", "deep_ring")}
+    configs = space.sample(40, seed=3)
+    moved = [replace(c, consumer_n=96, deep_ring=1) for c in configs]
+    back = held_knobs.to_full(space, held, held_knobs.to_held(space, held, [space.index(c) for c in configs + moved]))
+    assert [space.get(int(i)) for i in back] == configs + configs  # a held value becomes the kept one
+    seeds = [space.index(c) for c in space.template.starting_configs(space) if c.consumer_n]
+    assert seeds and all(space.is_valid(space.get(i)) for i in seeds)
+    picks = zero_shot.zero_shot_configs(wl, H100, k=8, seeds=seeds, neighbours=[wl])
+    assert picks and all(c.consumer_n == 0 and c.deep_ring == 0 and space.is_valid(c) for c in picks)
+
+
 @pytest.mark.parametrize("steps", [80, 7, 1])
 def test_the_walk_two_steps_a_batch_is_the_walk_step_by_step(steps):
     """The zero-shot walk checks and scores two steps' candidates per batch (``lookahead``): it must

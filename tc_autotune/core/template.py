@@ -107,6 +107,11 @@ class Template:
     # a sliver of the space; the search reaches them by moves and starting configs), or a
     # mapping {knob: the value its draws stay at} (where a workload is valid only in a corner).
     draw_pinned: Callable = _no_pins
+    # {knob: the candidates the zero-shot search keeps} (``search.held_knobs``): candidates no tuned
+    # record holds yet, whose values the model cannot rank, stay out of its search; tuning measures
+    # them (a new knob's home until records of it exist and the held-out sets have judged the
+    # model's picks with it free).
+    zero_shot_held: Mapping[str, tuple] = field(default_factory=dict)
     starting_configs: Callable = _no_starts  # (space) -> configs worth measuring first
     # () -> (name, path) of every file whose text shapes the generated code: the template's
     # own sources and those outside it that its code generation reads.

@@ -41,6 +41,7 @@ from ..backends.cuda.gpu import GpuInfo
 from ..core import tasks
 from ..core.config_space import ConfigSpace
 from ..database.paths import shipped_log_files, shipped_logs_dir
+from .held_knobs import held_space, to_full, to_held
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
 from .anneal import anneal_walk
@@ -56,9 +57,7 @@ MODEL_FILE = "zero_shot_model.json"  # beside the shipped logs it was trained fr
 PRIOR_MARGIN = 1.0
 NEAREST_WORKLOADS = 4  # tuned workloads whose best configs are candidates and annealing seeds
 BEST_PER_WORKLOAD = 4  # best configs taken from each of them
-ANNEAL_CHAINS = 64
-ANNEAL_STEPS = 80
-SEED = 0
+ANNEAL_CHAINS, ANNEAL_STEPS, SEED = 64, 80, 0  # the annealing's chains and steps, and its generator's seed
 
 # The stored models are trained on conv2d's records (the face registers it: ``core.builtin_tasks``).
 TASK = tasks.of_type(Conv2dWorkload)
@@ -287,15 +286,15 @@ class Candidates:
 
 
 def candidates(model: ZeroShotModel, space: ConfigSpace, seeds=None, neighbours=()) -> Candidates:
-    """Score the candidates for ``space``'s workload: the nearest tuned workloads' best configs
-    (or ``seeds``, config indices the caller found near it, from ``neighbours``), every valid
-    config one or two knobs from them, and what annealing on the model visits."""
-    rng = np.random.default_rng(SEED)
+    """Score the candidates for ``space``'s workload (searched with its held knobs pinned: ``held_knobs``):
+    the nearest tuned workloads' best configs (or ``seeds``, config indices the caller found near it, from
+    ``neighbours``), every valid config one or two knobs from them, and what annealing on the model visits."""
+    rng, full, space = np.random.default_rng(SEED), space, held_space(space)
     if seeds is None:
         neighbours = model.nearest(space.workload)
         seeds = [i for w in neighbours for i in model.best[w][:BEST_PER_WORKLOAD]]
     seeds, neighbours = list(dict.fromkeys(int(i) for i in seeds)), list(neighbours)
-    seed_pos = positions_from_indices(space, np.array(seeds, dtype=np.int64))
+    seed_pos = positions_from_indices(space, to_held(full, space, seeds))
     hood = _moves(space, seed_pos) if len(seed_pos) else seed_pos
     hood = hood[valid_mask(space, hood)]
     hood_scores = model.score(space, hood)
@@ -328,7 +327,7 @@ def candidates(model: ZeroShotModel, space: ConfigSpace, seeds=None, neighbours=
     order = np.lexsort((idx, -scores))  # best score first, ties by index: deterministic
     idx, scores = idx[order], scores[order]
     marked = np.isin(idx, indices_from_positions(space, hood[from_neighbours]))
-    return Candidates(idx, scores, marked, neighbours)
+    return Candidates(to_full(full, space, idx), scores, marked, neighbours)
 
 
 def _known_kernels(model: ZeroShotModel, space: ConfigSpace, pool: np.ndarray) -> np.ndarray:

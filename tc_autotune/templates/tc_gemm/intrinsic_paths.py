@@ -20,6 +20,7 @@ from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, ChannelsOuter, a_is_matrix
                    im2col_window)
 from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
                     storing_warpgroups)
+from .operand_layout import COL_MAJOR
 from .rules import Rule, per_block_m, requires_rule, round_up
 
 
@@ -59,6 +60,8 @@ _WGMMA_KNOBS = {
     "tma_store": "stores a warp-specialized kernel's C with TMA",
     "setmaxnreg": "moves registers from a warp-specialized kernel's producer to its consumers",
     "swap_ab": "swaps a warp-specialized kernel's operands (C^T = B^T A^T)",
+    "consumer_n": "sets a warp-specialized kernel's consumer columns",
+    "deep_ring": "deepens a warp-specialized kernel's stage ring",
 }
 _NO_WGMMA = {knob: 0 for knob in _WGMMA_KNOBS}
 
@@ -184,6 +187,21 @@ _WARP_SPECIALIZED_RULES = (
          lambda cfg, v, c: "multicast_b=1 needs the unpersistent warp-specialized kernel (warp_specialized=1) "
                            f"without split-K and 2+ M tiles to pair, not warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}, {v['gm']} M tile(s)"),
+    # 48- or 96-column consumers: a K-major B (rows of 128 bytes, swizzled 8 at a time) gives whole
+    # wgmma columns at any multiple of 16; warp_col_tiles stays 4 (no second name for a kernel).
+    Rule("consumer_n",
+         lambda v, c: (v["consumer_n"] == 0) | ((v["warp_specialized"] > 0) & (v["swap_ab"] == 0)
+                                               & (v["warp_col_tiles"] == 4) & (c.view.b.layout == COL_MAJOR)),
+         lambda cfg, v, c: f"consumer_n={cfg.consumer_n} needs the warp-specialized kernel (warp_specialized > 0) "
+                           "without swap_ab, warp_col_tiles=4 (which it replaces) and a K-major B (a dense's (N, K) "
+                           f"weight), not warp_specialized={cfg.warp_specialized}, swap_ab={cfg.swap_ab}, "
+                           f"warp_col_tiles={cfg.warp_col_tiles}, B {c.view.b.layout}"),
+    # The ring twice the stages knob: 6 or 8 stages (from 2 it would name stages=4's kernel again).
+    Rule("deep_ring",
+         lambda v, c: (v["deep_ring"] == 0) | ((v["warp_specialized"] > 0) & (v["swap_ab"] == 0) & (v["stages"] >= 3)),
+         lambda cfg, v, c: "deep_ring=1 needs the warp-specialized kernel (warp_specialized > 0) without swap_ab and "
+                           f"stages 3 or 4, not warp_specialized={cfg.warp_specialized}, swap_ab={cfg.swap_ab}, "
+                           f"stages={cfg.stages}"),
     # Ping-pong: each of 2 consumer warpgroups computes whole tiles, one wgmma over all block_n
     # columns (block_col_warps=2 only names the 256-column tile: 128 would repeat block_col_warps=1).
     Rule("ping_pong",

@@ -84,13 +84,23 @@ KNOBS: dict[str, tuple] = {
     # SWAP_STAGE_FACTOR x stages deep: a 64 x 8 stage is 9 KB, so a GEMV-like dense keeps 8-16 k-steps
     # in flight (the stages candidates are part of the log format and stay).
     "swap_ab": (0, 8, 16, 32, 64),
+    # > 0 (warp_specialized, unswapped, a K-major B: a dense's (N, K) weight): each consumer warpgroup
+    # takes this many columns instead of warp_col_tiles x 16 (which stays 4): B's tile is rows of 128
+    # bytes swizzled 8 at a time, so 48 or 96 of them are whole wgmma columns; a weight-streaming GEMM
+    # of one M tile then puts a third more blocks on the SMs than 128-column tiles (cuBLAS's M = 128
+    # kernels run 96-column tiles).
+    "consumer_n": (0, 48, 96),
+    # 1 (warp_specialized, unswapped): the producer's ring is twice the stages knob deep (6 or 8 stages:
+    # small tiles keep more k-steps in flight; cuBLAS's M = 128 kernels keep 7-13).
+    "deep_ring": (0, 1),
 }
 
 # Knobs a record may lack (written before the knob existed), with the value it implies.
 KNOB_DEFAULTS = {"stages": 1, "frag_buffers": 1, "split_k": 1, "intrinsic": "wmma", "wgmma_in_flight": 0,
                  "warp_specialized": 0, "consumers_along_m": 0,
                  "multicast_b": 0, "ping_pong": 0, "tma_im2col": 0,
-                 "tma_store": 0, "setmaxnreg": 0, "group_pack": 1, "swap_ab": 0}
+                 "tma_store": 0, "setmaxnreg": 0, "group_pack": 1, "swap_ab": 0, "consumer_n": 0,
+                 "deep_ring": 0}
 
 # warp_specialized=1: the producer warpgroup's threads (the block's warps compute), and the shared
 # memory of a stage: the A and B tiles of one 64-deep k-step, a 128-byte swizzled row of fp16 per
@@ -109,12 +119,14 @@ WS_STAGING_BYTES = WS_STAGING_BUFFERS * WS_STAGING_ROWS * WS_ROW_BYTES
 WS_PRODUCER_REGS, WS_CONSUMER_REGS = 40, 232
 # swap_ab: the ring's stages per step of the stages knob (2, 3, 4 -> 8, 12, 16), and the largest M swapped
 SWAP_STAGE_FACTOR, SWAP_MAX_M = 4, 128
+DEEP_RING_FACTOR = 2  # deep_ring: the ring's stages per step of the stages knob
 
 
-def ring_stages(stages, swap_ab):
+def ring_stages(stages, swap_ab, deep_ring=0):
     """The warp-specialized kernel's ring depth (ints or numpy columns): ``stages``, or with swap_ab
-    SWAP_STAGE_FACTOR times as many."""
-    return stages * (1 + (SWAP_STAGE_FACTOR - 1) * (swap_ab > 0))
+    SWAP_STAGE_FACTOR times as many, with deep_ring DEEP_RING_FACTOR times."""
+    factor = 1 + (SWAP_STAGE_FACTOR - 1) * (swap_ab > 0) + (DEEP_RING_FACTOR - 1) * (deep_ring > 0)
+    return stages * factor
 
 
 def warp_specialized_tiles(stages, block_m, block_n):
@@ -175,6 +187,8 @@ class TcGemmConfig:
     setmaxnreg: int = 0
     group_pack: int = 1
     swap_ab: int = 0
+    consumer_n: int = 0
+    deep_ring: int = 0
 
     @property
     def wmma_mnk(self) -> tuple[int, int, int]:
@@ -189,6 +203,8 @@ class TcGemmConfig:
         """The kernel's block columns; with swap_ab the swapped GEMM's (rows of the task's M)."""
         if self.swap_ab:
             return self.swap_ab
+        if self.consumer_n:  # along M, both consumers span the block's columns
+            return self.consumer_n * (1 if self.consumers_along_m else self.block_col_warps)
         return self.block_col_warps * self.warp_col_tiles * self.wmma_mnk[1]
 
     @property
@@ -208,7 +224,8 @@ class TcGemmConfig:
         warp-specialized kernel: ``warp_specialized_smem``)."""
         if self.warp_specialized:
             staging = self.tma_store * storing_warpgroups(self.block_col_warps, self.ping_pong)
-            return warp_specialized_smem(ring_stages(self.stages, self.swap_ab), self.block_m, self.block_n, staging)
+            ring = ring_stages(self.stages, self.swap_ab, self.deep_ring)
+            return warp_specialized_smem(ring, self.block_m, self.block_n, staging)
         a = self.block_m * (self.block_k + self.offset_a) * 2
         b = self.block_k * (self.block_n + self.offset_b) * 2
         c = self.block_m * (self.block_n + self.offset_c) * 4

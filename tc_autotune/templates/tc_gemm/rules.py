@@ -86,7 +86,9 @@ def derive(v: dict, ctx: Context) -> dict:
     # (swap_ab elsewhere: a rule refuses it, by the knobs' tile)
     v["swapped"] = swap = (v["swap_ab"] > 0) & (v["warp_specialized"] > 0)
     slab_rows = v["block_row_warps"] * v["warp_row_tiles"] * v["wm"]
-    cols = v["block_col_warps"] * v["warp_col_tiles"] * v["wn"]
+    # consumer_n: each consumer's columns (both consumers' along M), else warp_col_tiles fragments
+    narrow = v["consumer_n"] * _select(v["consumers_along_m"] > 0, 1, v["block_col_warps"])
+    cols = _select(v["consumer_n"] > 0, narrow, v["block_col_warps"] * v["warp_col_tiles"] * v["wn"])
     v["bm"], v["bn"] = _select(swap, v["swap_ab"], slab_rows), _select(swap, slab_rows, cols)
     # K elements of a k-step: chunk x 16 16-bit elements, or as many bytes of fp8 (twice the
     # elements: a k-step is the same 128-byte swizzled row, ``warp_specialized``)
@@ -98,9 +100,10 @@ def derive(v: dict, ctx: Context) -> dict:
     v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
     v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
     # swap_ab: a consumer's slabs (all, or half along M) x the swap_ab columns' 16-column fragments
+    narrow_frags = v["warp_row_tiles"] * (v["consumer_n"] // 16) // _select(v["consumers_along_m"] > 0, 2, 1)
     v["frags"] = _select(swap, v["warp_row_tiles"] * (-(-v["swap_ab"] // 16)) // v["block_col_warps"],
-                          v["warp_row_tiles"] * v["warp_col_tiles"])
-    v["ring"] = ring_stages(v["stages"], swap)
+                         _select(v["consumer_n"] > 0, narrow_frags, v["warp_row_tiles"] * v["warp_col_tiles"]))
+    v["ring"] = ring_stages(v["stages"], swap, v["deep_ring"])
     # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages
     v["stage_bytes"] = warp_specialized_tiles(v["ring"], v["bm"], v["bn"])
     v["split_partial_bytes"] = v["compute_threads"] * v["frags"] * 8 * 4

@@ -37,6 +37,13 @@ STARTING_TILINGS: tuple[dict, ...] = (
     # the same in 4 K slices: a whole 128-row M of a weight-streaming dense (M = 128) on 4x the blocks
     dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
          consumers_along_m=1, split_k=4),
+    # 128x96 on a 6-stage ring, one consumer or two along M (a dense with an (N, K) weight only): a
+    # weight-streaming GEMM of one M tile puts a third more blocks on the SMs than with 128-column
+    # tiles, with more k-steps in flight (cuBLAS's M = 128 kernel: 96x128 tiles, 7 stages)
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=1, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
+         consumer_n=96, stages=3, deep_ring=1),
+    dict(_IN_FLIGHT_4_STAGES, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=4, warp_specialized=1,
+         consumers_along_m=1, consumer_n=96, stages=3, deep_ring=1),
     # ping-pong at 128x128 and 64x256 (one m64n256 a warpgroup): the fastest kernels of those tiles
     # on the H100, best where 128x256 tiles are too few to fill the GPU; with the producer's
     # registers moved to the consumers (setmaxnreg: 1.02-1.05x on ping-pong)

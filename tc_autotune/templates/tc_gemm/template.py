@@ -75,6 +75,8 @@ TC_GEMM = Template(
     # warpgroup, chunk 4, one fragment buffer); off wgmma, wgmma_in_flight and warp_specialized 0
     requires={"intrinsic": {name: path.requires for name, path in PATHS.items()}},
     draw_pinned=validity.draw_pinned,
+    # the knobs added 2026-12-02 (48/96-column consumers, the doubled ring): no record holds them yet
+    zero_shot_held={"consumer_n": (0,), "deep_ring": (0,)},
     # records stamp the hash of these (``Template.source_hash``) and of each kernel's code
     sources=source_files,
     toolchain=code_hash.toolchain,

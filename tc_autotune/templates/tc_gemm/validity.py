@@ -175,7 +175,7 @@ def default_config(space, group_pack: int | None = None):
     # Never the warp-specialized kernel (but for fp8): a default must be a kernel measured across
     # many shapes.
     for knob in ("warp_specialized", "consumers_along_m", "multicast_b", "ping_pong", "tma_im2col", "tma_store",
-                 "setmaxnreg", "swap_ab"):
+                 "setmaxnreg", "swap_ab", "consumer_n", "deep_ring"):
         if knob in grid and 0 in space.knobs[knob] and knob not in fp8:
             grid[knob] = [space.knobs[knob].index(0)]
     # group_pack: the values valid for the view (1 alone but for narrow groups)

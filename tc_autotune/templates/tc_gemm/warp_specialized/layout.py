@@ -69,7 +69,7 @@ class BlockLayout:
     @property
     def stages(self) -> int:
         """The ring's depth (``knobs.ring_stages``: swap_ab's is deeper than the stages knob)."""
-        return ring_stages(self.config.stages, self.config.swap_ab)
+        return ring_stages(self.config.stages, self.config.swap_ab, self.config.deep_ring)
 
     @property
     def swapped(self) -> bool:
@@ -188,14 +188,17 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     consumers = 1 if ping_pong else config.block_col_warps
     warpgroups = 2 if ping_pong else consumers
     slabs = config.warp_row_tiles // consumers if along_m else config.warp_row_tiles
-    n_wg = config.block_n if along_m or ping_pong or config.swap_ab else config.warp_col_tiles * 16
-    atom = 8 if config.swap_ab else WGMMA_ATOM  # swap_ab: a K-major B' of 8-row swizzle groups, wgmma's n % 8
+    n_wg = config.block_n if along_m or ping_pong or config.swap_ab else config.consumer_n or config.warp_col_tiles * 16
+    # swap_ab: a K-major B' of 8-row swizzle groups, wgmma's n % 8; consumer_n: a K-major B's whole
+    # 16-column fragments (48 or 96 rows of its tile); else B's 64-column atoms
+    atom = 8 if config.swap_ab else 16 if config.consumer_n else WGMMA_ATOM
     if (config.block_m != config.warp_row_tiles * WGMMA_M or n_wg % atom or n_wg > WS_MAX_WGMMA_N
             or (along_m and slabs * consumers != config.warp_row_tiles)
             or (split > 1 and (config.warp_specialized != 1 or split > WS_MAX_CLUSTER))
             or (config.multicast_b and (config.warp_specialized != 1 or split > 1))
             or (ping_pong and (config.warp_specialized != 2 or along_m or split > 1))
             or (config.setmaxnreg and warpgroups != 2)
+            or (config.consumer_n and (config.swap_ab or view.b.layout != COL_MAJOR))
             or (view.dtype != view.operand_dtype and not converts(config))):
         raise ValueError(f"not a warp-specialized config for {view.shape}: {config}")
     C_TYPES[view.out_dtype]  # KeyError: a C of another type
