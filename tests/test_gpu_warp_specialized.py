@@ -114,9 +114,11 @@ def test_b_multicast_matches_the_reference(name, knobs):
 # 48- and 96-column consumers over a K-major B (consumer_n), and the ring twice the stages (deep_ring).
 NARROW_CASES = [
     ("dense:m=100,n=200,k=520,b=nk", dict(block_col_warps=1, consumer_n=96, stages=3, deep_ring=1)),  # N tail: 96+96+8
-    # two consumers along M of 96 columns each, fp16 output through TMA stores, a 6-stage ring
-    ("dense:m=130,n=192,k=520,b=nk,out_dtype=float16", dict(consumers_along_m=1, consumer_n=96, stages=3, deep_ring=1,
-                                                             tma_store=1)),
+    # two consumers along M of 96 columns each, C through TMA stores (96 fp32 columns: 3 chunks), a 6-stage
+    # ring; fp16 output from registers (96 fp16 columns are no whole TMA store chunks: a rule refuses them)
+    ("dense:m=130,n=192,k=520,b=nk", dict(consumers_along_m=1, consumer_n=96, stages=3, deep_ring=1, tma_store=1)),
+    ("dense:m=130,n=192,k=520,b=nk,out_dtype=float16", dict(consumers_along_m=1, consumer_n=96, stages=4,
+                                                             deep_ring=1)),
     ("dense:m=100,n=200,k=520,b=nk", dict(consumer_n=48, stages=3)),  # two consumers of 48 columns by columns
     # persistent, 64-row blocks, a batch, an 8-stage ring
     ("dense:batch=2,m=40,n=136,k=264,b=nk", dict(block_col_warps=1, warp_row_tiles=1, consumer_n=48,

@@ -304,6 +304,10 @@ def test_rules_of_narrow_consumers_and_the_deep_ring():
     kn = workloads.get("dense:m=128,n=11008,k=4096,b=kn")  # a (K, N) weight: 64-column atoms
     assert "B row_major" in tasks.of(kn).space(kn, gpu).why_invalid(narrow)
     assert "deep_ring=1 needs" in space.why_invalid(replace(narrow, stages=2))
+    fp16_out = workloads.get("dense:m=128,n=11008,k=4096,b=nk,out_dtype=float16")  # 96 x 2 bytes: no whole chunks
+    stored = replace(narrow, tma_store=1, deep_ring=0, stages=4)
+    assert space.why_invalid(stored) is None
+    assert "not whole chunks" in tasks.of(fp16_out).space(fp16_out, gpu).why_invalid(stored)
     mma = replace(WS, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0, block_row_warps=2, chunk=2, vec_c=4,
                   offset_c=4, warp_col_tiles=4, deep_ring=1, stages=3)
     assert "deep_ring=1 deepens" in space.why_invalid(mma)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, ChannelsOuter, a_is_matrix, box_tile, c_rows_aligned,
-                   im2col_window)
+from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, OUT_BYTES, ChannelsOuter, a_is_matrix, box_tile,
+                   c_rows_aligned, im2col_window)
 from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
-                    storing_warpgroups)
+                    WS_ROW_BYTES, storing_warpgroups)
 from .operand_layout import COL_MAJOR
 from .rules import Rule, per_block_m, requires_rule, round_up
 
@@ -230,6 +230,13 @@ _WARP_SPECIALIZED_RULES = (
                            "16 bytes, and blocks of consecutive rows of C (A a matrix, im2col or gathered: not "
                            f"whole output rows in TMA boxes), not warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}, N={c.view.n} x {c.view.out_dtype}, tma_im2col={cfg.tma_im2col}"),
+    # TMA stores of a 48- or 96-column consumer: its columns in whole 128-byte chunks of C (96 fp32
+    # columns are 3; 96 fp16 ones one and a half, which the staging loop does not store)
+    Rule("tma_store_chunks",
+         lambda v, c: (v["tma_store"] == 0)
+         | (v["consumer_n"] * OUT_BYTES.get(c.view.out_dtype, 4) % WS_ROW_BYTES == 0),
+         lambda cfg, v, c: f"tma_store=1 stores 128-byte chunks of C: consumer_n={cfg.consumer_n} columns of "
+                           f"{c.view.out_dtype} are not whole chunks"),
     # setmaxnreg: only a block of three warpgroups has registers to move (with one consumer, 256
     # threads, every thread may already hold 255).
     Rule("setmaxnreg",
