@@ -136,6 +136,27 @@ def test_the_search_holds_the_knobs_no_record_has_moved():
     assert picks and all(c.consumer_n == 0 and c.deep_ring == 0 and space.is_valid(c) for c in picks)
 
 
+def test_a_record_of_a_held_knob_seeds_no_untuned_gemm():
+    """The H200's M = 128 tune with consumer_n and deep_ring (lab/ab-20261202/m128b-run): its fastest
+    records hold them, which the model cannot rank, so an untuned GEMM near it is seeded by the
+    fastest records that hold neither (mapped onto the kept values, they were other kernels)."""
+    from tc_autotune.api.apply import neighbour_seeds
+    from tc_autotune.core import tasks
+
+    history = REPO / "lab" / "ab-20261202" / "m128b-run" / "history.jsonl"
+    if not history.exists():
+        pytest.skip("the lab's tuning history is not in this checkout")
+    h200 = GpuInfo(H200_NAME, "sm_90", 132, max_smem_per_block=227 * 1024)
+    wl = get("dense:m=128,n=14336,k=4096,b=nk")
+    space = tasks.of(wl).space(wl, h200)
+    fastest = min((r for r in records.load(str(history)) if r.ok and "n=11008" in str(r.workload)),
+                  key=lambda r: r.seconds)
+    assert space.from_entity(fastest.config).consumer_n > 0  # the tune's winner is a 96-column kernel
+    seeds, nearest = neighbour_seeds(wl, h200, logs=((str(history), False),))
+    assert seeds and "n=11008" in str(nearest[0])
+    assert all(space.get(i).consumer_n == 0 and space.get(i).deep_ring == 0 for i in seeds)
+
+
 @pytest.mark.parametrize("steps", [80, 7, 1])
 def test_the_walk_two_steps_a_batch_is_the_walk_step_by_step(steps):
     """The zero-shot walk checks and scores two steps' candidates per batch (``lookahead``): it must

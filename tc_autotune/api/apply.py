@@ -38,7 +38,7 @@ from ..workloads.dense import FP8_DTYPES, DenseWorkload
 from ..workloads.conv_weights import canonical_layout, filter_of
 from ..workloads.epilogue import NONE as NO_EPILOGUE
 from ..workloads.conv2d import Conv2dWorkload
-from ..search import zero_shot
+from ..search import held_knobs, zero_shot
 
 log = logging.getLogger(__name__)
 
@@ -252,8 +252,10 @@ def neighbour_seeds(workload, gpu: GpuInfo, logs=None) -> tuple[list[int], list[
         mine: list = []
         for record in sorted(found[w], key=lambda r: r.seconds):
             with contextlib.suppress(ValueError):  # a knob value today's table lacks
-                index = space.index(space.from_entity(record.config))
-                mine += [] if index in mine else [index]
+                config = space.from_entity(record.config)
+                if held_knobs.ranked(space.template, config):  # (a held knob's record: no seed the model ranks)
+                    index = space.index(config)
+                    mine += [] if index in mine else [index]
         seeds += mine[:BEST_PER_GEMM]
     return seeds, nearest[:NEAREST_GEMMS]
 

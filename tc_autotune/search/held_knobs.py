@@ -26,6 +26,12 @@ def held_space(space: ConfigSpace) -> ConfigSpace:
     return ConfigSpace(space.workload, space.gpu, knobs=knobs, template=space.template)
 
 
+def ranked(template, config) -> bool:
+    """Whether the zero-shot search ranks ``config``: none of its knobs holds a candidate the
+    template keeps out of the search (a record of a new knob seeds nothing the model knows)."""
+    return all(getattr(config, name) in kept for name, kept in template.zero_shot_held.items())
+
+
 def to_held(full: ConfigSpace, held: ConfigSpace, indices) -> np.ndarray:
     """Indices of ``full`` as indices of ``held``: a candidate the held table lacks (a record's,
     once there are some) becomes its first."""
