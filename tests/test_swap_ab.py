@@ -40,7 +40,9 @@ def _config(**changes) -> TcGemmConfig:
 
 
 def test_the_knob_is_appended_last_with_zero_first():
-    assert list(KNOBS)[-1] == "swap_ab" and KNOBS["swap_ab"][0] == 0 and KNOB_DEFAULTS["swap_ab"] == 0
+    # (after it: consumer_n and deep_ring, appended later still)
+    assert list(KNOBS)[-3:] == ["swap_ab", "consumer_n", "deep_ring"]
+    assert KNOBS["swap_ab"][0] == 0 and KNOB_DEFAULTS["swap_ab"] == 0
     assert TcGemmConfig(**{**SWAP, "swap_ab": 0}).block_n == 64 and _config().block_n == 8
 
 
@@ -200,7 +202,7 @@ def test_vectorised_validity_agrees_on_swap_ab(name):
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
              "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "swap_ab": KNOBS["swap_ab"][1:],
              "warp_col_tiles": (4,), "multicast_b": (0,), "ping_pong": (0,), "tma_im2col": (0,), "tma_store": (0,),
-             "group_pack": (1,)}
+             "group_pack": (1,), "consumer_n": (0,), "deep_ring": (0,)}
     space = ConfigSpace(workloads.get(name), HOPPER, knobs)
     indices = np.random.default_rng(4).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))

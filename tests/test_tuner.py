@@ -186,6 +186,7 @@ def test_vectorised_validity_agrees_on_the_swizzled_paths(intrinsic, arch):
     knobs = {**KNOBS, "intrinsic": (intrinsic,), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "consumers_along_m": (0,), "multicast_b": (0,), "ping_pong": (0,),
              "tma_im2col": (0,), "tma_store": (0,), "setmaxnreg": (0,), "swap_ab": (0,),  # the warp-specialized kernel's: below
+             "consumer_n": (0,), "deep_ring": (0,),
              "group_pack": (1,)}  # a grouped conv's (test_group_pack.py)
     space = ConfigSpace(workloads.get("tutorial"), gpu_for_arch(arch), knobs)
     indices = np.random.default_rng(2).integers(0, len(space), 3000)
@@ -205,7 +206,8 @@ def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
              "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "group_pack": (1,),
-             "swap_ab": (0,)}  # swap_ab: test_swap_ab
+             "swap_ab": (0,),  # swap_ab: test_swap_ab
+             "consumer_n": (0,), "deep_ring": (0,)}  # theirs: test_narrow_consumers_and_the_deep_ring_validity below
     space = ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs)
     indices = np.random.default_rng(3).integers(0, len(space), 3000)
     mask = valid_mask(space, positions_from_indices(space, indices))
@@ -217,6 +219,27 @@ def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
     assert any(c.ping_pong for c in valid) and any(c.setmaxnreg for c in valid)
     assert any(c.tma_im2col for c in valid) == (name == "tutorial")  # a conv's A, not dense
     assert not expected.all()
+
+
+@pytest.mark.parametrize("name", ["dense:m=128,n=11008,k=4096,b=nk", "dense:m=200,n=320,k=520,b=kn,out_dtype=float16"])
+def test_narrow_consumers_and_the_deep_ring_validity(name):
+    """consumer_n and deep_ring free around the warp-specialized kernel's values (with TMA stores,
+    consumers along M, stages and output dtypes), where their rules and the others interact."""
+    from tc_autotune.templates.tc_gemm.knobs import KNOBS
+
+    knobs = {**KNOBS, "intrinsic": ("wgmma",), "wmma": ("m16n16k16",), "offset_a": (0,), "offset_b": (0,),
+             "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
+             "vec_c": (1,), "offset_c": (0,), "warp_specialized": (0, 1, 2), "group_pack": (1,), "swap_ab": (0,),
+             "multicast_b": (0,), "ping_pong": (0,), "tma_im2col": (0,), "setmaxnreg": (0,)}
+    space = ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs)
+    indices = np.random.default_rng(5).integers(0, len(space), 3000)
+    mask = valid_mask(space, positions_from_indices(space, indices))
+    configs = [space.get(int(i)) for i in indices]
+    expected = np.array([space.is_valid(c) for c in configs])
+    assert (mask == expected).all()
+    valid = [c for c, ok in zip(configs, expected) if ok]
+    assert any(c.deep_ring for c in valid) and not expected.all()
+    assert any(c.consumer_n for c in valid) == name.endswith("b=nk")  # a K-major B only
 
 
 def _dataset(space, n, seed):

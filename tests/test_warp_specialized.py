@@ -710,9 +710,10 @@ def test_random_draws_keep_tma_store_setmaxnreg_and_an_im2col_that_cannot_apply_
         return ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), {**KNOBS, **knobs})
 
     conv, one_by_one = space("tutorial"), space("rfc-1x1-b32")
-    # (x 4: group_pack, which an ungrouped conv's draws keep at 1; x 5: swap_ab, kept at 0)
-    assert 80 * conv.draw_bound == len(conv) and 160 * one_by_one.draw_bound == len(one_by_one)
-    assert 160 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
+    # (x 4: group_pack, which an ungrouped conv's draws keep at 1; x 5: swap_ab, x 3: consumer_n and
+    # x 2: deep_ring, kept at 0)
+    assert 480 * conv.draw_bound == len(conv) and 960 * one_by_one.draw_bound == len(one_by_one)
+    assert 960 * space("tutorial", warp_specialized=(0,)).draw_bound == len(conv) // 3  # no kernel to take im2col
     # tma_im2col is the fourth knob from the end: a conv's draws reach both its values, never
     # tma_store=1, setmaxnreg=1 or swap_ab > 0
     drawn = [conv.get(int(i)) for i in conv.drawn(np.arange(0, conv.draw_bound, 9_999_991))]

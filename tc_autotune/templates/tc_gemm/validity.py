@@ -38,15 +38,16 @@ def draw_pinned(space) -> frozenset | dict:
     knobs: tma_im2col where TMA's im2col mode cannot load A (dense, 1x1 stride-1 convs, channels
     not a multiple of 64) or the table has no warp-specialized kernel; tma_store and setmaxnreg
     always (their 1 is valid only on that kernel, a sliver of a uniform draw: free, tma_store
-    halved a conv's valid draws again), and swap_ab (valid only there, for a small-M dense).  The
-    tuner reaches their 1 through the starting tilings (tma_store, swap_ab) and its annealing moves,
-    which change any knob.  group_pack stays at 1 where the
+    halved a conv's valid draws again), swap_ab (valid only there, for a small-M dense), consumer_n and
+    deep_ring (valid only there).  The tuner reaches their other values through the starting tilings
+    (tma_store, swap_ab, consumer_n, deep_ring) and its annealing moves, which change any knob.  group_pack stays at 1 where the
     view's groups cannot be packed (``packing.packable``: every task but a grouped conv of narrow
     groups), so those spaces' draws are what they were before the knob (a mapping then: its first
     value is 1).  An fp8 space's draws stay at the knob values of its only kernel too
     (``FP8_DRAWS``: a mapping, knob -> value)."""
     im2col = any(space.knobs["warp_specialized"]) and im2col_window(space.view) is not None
-    pinned = frozenset({"tma_store", "setmaxnreg", "swap_ab"} | (set() if im2col else {"tma_im2col"}))
+    pinned = frozenset({"tma_store", "setmaxnreg", "swap_ab", "consumer_n", "deep_ring"}
+                       | (set() if im2col else {"tma_im2col"}))
     if packable(space.view):
         return pinned
     # as a mapping: the set's knobs where their first value is 0 (what a set pins), group_pack at 1
