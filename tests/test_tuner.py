@@ -208,13 +208,7 @@ def test_vectorised_validity_agrees_on_the_warp_specialized_kernels_knobs(name):
              "vec_c": (1,), "offset_c": (0,), "warp_specialized": (1, 2), "group_pack": (1,),
              "swap_ab": (0,),  # swap_ab: test_swap_ab
              "consumer_n": (0,), "deep_ring": (0,)}  # theirs: test_narrow_consumers_and_the_deep_ring_validity below
-    space = ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs)
-    indices = np.random.default_rng(3).integers(0, len(space), 3000)
-    mask = valid_mask(space, positions_from_indices(space, indices))
-    configs = [space.get(int(i)) for i in indices]
-    expected = np.array([space.is_valid(c) for c in configs])
-    assert (mask == expected).all()
-    valid = [c for c, ok in zip(configs, expected) if ok]
+    valid, expected = _vectorised_agrees(ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs), seed=3)
     assert any(c.consumers_along_m for c in valid) and any(c.multicast_b for c in valid)
     assert any(c.ping_pong for c in valid) and any(c.setmaxnreg for c in valid)
     assert any(c.tma_im2col for c in valid) == (name == "tutorial")  # a conv's A, not dense
@@ -231,15 +225,20 @@ def test_narrow_consumers_and_the_deep_ring_validity(name):
              "block_row_warps": (4,), "chunk": (4,), "frag_buffers": (1,), "vec_a": (8,), "vec_b": (8,),
              "vec_c": (1,), "offset_c": (0,), "warp_specialized": (0, 1, 2), "group_pack": (1,), "swap_ab": (0,),
              "multicast_b": (0,), "ping_pong": (0,), "tma_im2col": (0,), "setmaxnreg": (0,)}
-    space = ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs)
-    indices = np.random.default_rng(5).integers(0, len(space), 3000)
+    valid, expected = _vectorised_agrees(ConfigSpace(workloads.get(name), gpu_for_arch("sm_90"), knobs), seed=5)
+    assert any(c.deep_ring for c in valid) and not expected.all()
+    assert any(c.consumer_n for c in valid) == name.endswith("b=nk")  # a K-major B only
+
+
+def _vectorised_agrees(space, seed: int, n: int = 3000):
+    """(the valid configs, the validity of each) of ``n`` uniform samples of ``space``, after
+    checking that the vectorised rules say what ``is_valid`` says of every one."""
+    indices = np.random.default_rng(seed).integers(0, len(space), n)
     mask = valid_mask(space, positions_from_indices(space, indices))
     configs = [space.get(int(i)) for i in indices]
     expected = np.array([space.is_valid(c) for c in configs])
     assert (mask == expected).all()
-    valid = [c for c, ok in zip(configs, expected) if ok]
-    assert any(c.deep_ring for c in valid) and not expected.all()
-    assert any(c.consumer_n for c in valid) == name.endswith("b=nk")  # a K-major B only
+    return [c for c, ok in zip(configs, expected) if ok], expected
 
 
 def _dataset(space, n, seed):
