@@ -536,8 +536,9 @@ def test_rules_of_tma_im2col():
         assert "this workload's A is none" in other.why_invalid(im2col), name
         # random draws stay where the knob is 0 (and tma_store and setmaxnreg too, and an ungrouped conv's
         # group_pack at 1, 4 values, and swap_ab at 0, 5 values): the draws from before them
-        assert 160 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
-    assert 80 * space.draw_bound == len(space)
+        # (x 160: tma_im2col, tma_store, setmaxnreg, group_pack, swap_ab; x 6: consumer_n and deep_ring)
+        assert 960 * other.draw_bound == len(other) == len(space) and not any(c.tma_im2col for c in other.sample(50))
+    assert 480 * space.draw_bound == len(space)
     mma = replace(im2col, intrinsic="mma", warp_specialized=0, wgmma_in_flight=0)
     assert "tma_im2col=1 loads" in space.why_invalid(mma)
 

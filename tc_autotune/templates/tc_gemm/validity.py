@@ -40,8 +40,8 @@ def draw_pinned(space) -> frozenset | dict:
     always (their 1 is valid only on that kernel, a sliver of a uniform draw: free, tma_store
     halved a conv's valid draws again), swap_ab (valid only there, for a small-M dense), consumer_n and
     deep_ring (valid only there).  The tuner reaches their other values through the starting tilings
-    (tma_store, swap_ab, consumer_n, deep_ring) and its annealing moves, which change any knob.  group_pack stays at 1 where the
-    view's groups cannot be packed (``packing.packable``: every task but a grouped conv of narrow
+    (tma_store, swap_ab, consumer_n, deep_ring) and its annealing moves, which change any knob.
+    group_pack stays at 1 where the view's groups cannot be packed (``packing.packable``: every task but a grouped conv of narrow
     groups), so those spaces' draws are what they were before the knob (a mapping then: its first
     value is 1).  An fp8 space's draws stay at the knob values of its only kernel too
     (``FP8_DRAWS``: a mapping, knob -> value)."""

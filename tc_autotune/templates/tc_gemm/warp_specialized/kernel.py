@@ -64,8 +64,9 @@ def plan(view: GemmView, config: TcGemmConfig, pdl: bool = False) -> KernelPlan:
         source += tile_scheduler.block_tile(lay)
     consumer = _persistent_consumer(lay) if lay.persistent else _consumer(lay)
     source += pipeline.init(lay, pdl) + _producer(lay) + _consumer_start(lay) + consumer
+    b_box = lay.b_boxes[0] if lay.b_boxes else None  # (none: fp32 input, converted)
     return KernelPlan(NAME, source, tile_scheduler.grid(lay), PRODUCER_THREADS * (1 + lay.warpgroups),
-                      smem_bytes(config), lay.a_box, lay.b_boxes[0] if lay.b_boxes else None, 2 if lay.multicast else lay.split, lay.c_box,
+                      smem_bytes(config), lay.a_box, b_box, 2 if lay.multicast else lay.split, lay.c_box,
                       lay.persistent, lay.swapped)
 
 

@@ -11,8 +11,8 @@ whole producer warpgroup with 16-byte ``cp.async``, each thread arriving on *ful
 land.  fp32 input is converted on the way (``convert``): the producer warpgroup loads A's and B's
 fp32 elements with plain vector loads, stores them as fp16 into the swizzled stages, makes the stores
 visible to wgmma (a proxy fence) and arrives on *full*: the cast is folded into the load, with no
-cast kernel before the GEMM.  With ``multicast_b`` each block of a cluster pair loads half of B's boxes into both blocks'
-stages, and a stage is free once both blocks' consumer warps have released it."""
+cast kernel before the GEMM.  With ``multicast_b`` each block of a cluster pair loads half of B's
+boxes into both blocks' stages, and a stage is free once both blocks' consumer warps have released it."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ def helpers(lay: BlockLayout) -> str:
     """The device functions the ring's code calls: mbarriers, TMA loads and cp.async; the cluster's
     barrier and shared memory (split-K, multicast); multicast loads; im2col loads; a gathered bf16 A's
     cp.async."""
-    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["convert.cuh"] * lay.convert + ["cluster.cuh"] * (lay.split > 1 or lay.multicast)
-    files += ["multicast.cuh"] * lay.multicast + ["im2col.cuh"] * lay.im2col
+    files = ["pipeline.cuh"] + ["bf16.cuh"] * (lay.gather and lay.bf16) + ["convert.cuh"] * lay.convert
+    files += ["cluster.cuh"] * (lay.split > 1 or lay.multicast) + ["multicast.cuh"] * lay.multicast
+    files += ["im2col.cuh"] * lay.im2col
     return "".join("\n" + fixed_cuda(name) for name in files)
 
 
@@ -222,7 +223,8 @@ def _convert(lay: BlockLayout, indent: str) -> str:
     else:  # [k][n]: 64-column atoms of k_step rows, atom after atom
         atom = WGMMA_ATOM // CHUNK * lay.k_step  # chunks of an atom
         b = (f"const int r = q % {atom} / {CHUNK}, c = q % {CHUNK};",
-             f"const int k = k0 + r, n = n0 + q / {atom} * {WGMMA_ATOM} + c * {CHUNK};", f"b_s + q / {atom} * {ATOM_BYTES}")
+             f"const int k = k0 + r, n = n0 + q / {atom} * {WGMMA_ATOM} + c * {CHUNK};",
+             f"b_s + q / {atom} * {ATOM_BYTES}")
     return (_convert_operand("A", lay.bm * CHUNK, *a, *a_at, i) + _convert_operand("B", lay.bn * CHUNK, *b, *b_at, i)
             + f"""
 {i}asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, visible to wgmma
