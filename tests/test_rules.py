@@ -26,10 +26,12 @@ def _valid_indices(space, chunk=1 << 18):
 
 def _path_table(name, **pinned):
     """The knob table with path ``name`` and the knob values it requires pinned, and ``pinned``.
-    group_pack and swap_ab stay at their neutral values: on the tutorial's conv (ungrouped, no
-    dense) every other value is invalid by its own rule, and brute-forcing them would multiply
-    these whole-space scans by 20 for no valid config."""
-    path = {"intrinsic": name, "group_pack": 1, "swap_ab": 0, **intrinsic_paths.get(name).requires, **pinned}
+    group_pack, swap_ab and consumer_n stay at their neutral values: on the tutorial's conv
+    (ungrouped, no dense) every other value is invalid by its own rule, and brute-forcing them would
+    multiply these whole-space scans by 60 for no valid config; deep_ring too (it doubles the scans;
+    test_tuner's test_narrow_consumers_and_the_deep_ring_validity samples both)."""
+    path = {"intrinsic": name, "group_pack": 1, "swap_ab": 0, "consumer_n": 0, "deep_ring": 0,
+            **intrinsic_paths.get(name).requires, **pinned}
     return {**KNOBS, **{knob: (value,) for knob, value in path.items()}}
 
 
