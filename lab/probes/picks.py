@@ -26,6 +26,7 @@ from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_log_name
 from tc_autotune.database.paths import shipped_logs_dir
 from tc_autotune.core import tasks
 from tc_autotune.search import zero_shot
+from tc_autotune.templates.tc_gemm.knobs import CONVERT_REFUSED
 from tc_autotune.tuning.jobs import load_job
 
 # Hopper GPUs the shipped logs name: 132 SMs, 227 KB of opt-in shared memory a block (driver facts)
@@ -33,8 +34,8 @@ GPUS = {name: GpuInfo(name=name, arch="sm_90", sm_count=132, max_smem_per_block=
         for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3")}
 WAYS = ("choice", "zero-shot-arch", "neighbour", "default", "fp16-twin")
 # fp16-twin: the knobs of a twin's config that fp32 input refuses (the warp-specialized kernel's
-# producer converts both operands with its threads' loads), and the value they take instead
-FP32_REFUSED = {"tma_im2col": 0, "multicast_b": 0, "setmaxnreg": 0}
+# producer converts both operands with its threads' loads) go to 0 (a conv's swap_ab is 0 already)
+FP32_REFUSED = dict.fromkeys(CONVERT_REFUSED, 0)
 
 
 def shipped_logs(gpu: GpuInfo) -> tuple:

@@ -18,8 +18,8 @@ import numpy as np
 
 from .gemm import (MAX_IM2COL_PIXELS, MAX_TMA_STRIDE, OUT_BYTES, ChannelsOuter, a_is_matrix, box_tile,
                    c_rows_aligned, im2col_window)
-from .knobs import (KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_PRODUCER_REGS,
-                    WS_ROW_BYTES, storing_warpgroups)
+from .knobs import (CONVERT_REFUSED, KNOBS, PRODUCER_THREADS, WS_CONSUMER_REGS, WS_MAX_CLUSTER, WS_MAX_WGMMA_N,
+                    WS_PRODUCER_REGS, WS_ROW_BYTES, storing_warpgroups)
 from .operand_layout import COL_MAJOR
 from .rules import Rule, per_block_m, requires_rule, round_up
 
@@ -162,10 +162,10 @@ _WARP_SPECIALIZED_RULES = (
     # fp32 input: the producer's threads load both operands and store them as fp16 (the cast folded
     # into the load), so nothing that TMA-loads an operand, nor a producer short of registers.
     _ws_rule("dtype", lambda v, c: (c.view.dtype == c.view.operand_dtype)
-             | ((v["tma_im2col"] == 0) & (v["multicast_b"] == 0) & (v["setmaxnreg"] == 0) & (v["swap_ab"] == 0)),
+             | ~np.any([v[knob] > 0 for knob in CONVERT_REFUSED], axis=0),
              lambda cfg, v, c: f"with {c.view.dtype} input converts A and B in its producer's loads: it takes "
-                               f"no tma_im2col, multicast_b, setmaxnreg or swap_ab, not tma_im2col={cfg.tma_im2col}, "
-                               f"multicast_b={cfg.multicast_b}, setmaxnreg={cfg.setmaxnreg}, swap_ab={cfg.swap_ab}"),
+                               f"no {', '.join(CONVERT_REFUSED[:-1])} or {CONVERT_REFUSED[-1]}, not "
+                               + ", ".join(f"{knob}={getattr(cfg, knob)}" for knob in CONVERT_REFUSED)),
     _ws_rule("consumers", lambda v, c: v["block_col_warps"] <= _WS_CONSUMERS,
              lambda cfg, v, c: f"needs block_col_warps <= {_WS_CONSUMERS} (consumer warpgroups), not "
                                f"{cfg.block_col_warps}: {cfg.threads} threads leave too few registers for the "

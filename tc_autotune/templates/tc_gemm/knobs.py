@@ -120,6 +120,9 @@ WS_PRODUCER_REGS, WS_CONSUMER_REGS = 40, 232
 # swap_ab: the ring's stages per step of the stages knob (2, 3, 4 -> 8, 12, 16), and the largest M swapped
 SWAP_STAGE_FACTOR, SWAP_MAX_M = 4, 128
 DEEP_RING_FACTOR = 2  # deep_ring: the ring's stages per step of the stages knob
+# fp32 input on the warp-specialized kernel: its producer's threads load and convert both operands, so
+# it takes none of these (an operand by TMA, the producer's registers handed away, swapped operands)
+CONVERT_REFUSED = ("tma_im2col", "multicast_b", "setmaxnreg", "swap_ab")
 
 
 def ring_stages(stages, swap_ab, deep_ring=0):

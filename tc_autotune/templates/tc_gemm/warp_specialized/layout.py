@@ -13,7 +13,7 @@ from importlib import resources
 from ..gemm import GemmView, RowMajor, RowTile, SpatialTile, box_tile
 from ..operand_layout import COL_MAJOR
 from ..wgmma_source import WGMMA_ATOM, WGMMA_K, WGMMA_M
-from ..knobs import WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig, ring_stages
+from ..knobs import CONVERT_REFUSED, WS_MAX_CLUSTER, WS_MAX_WGMMA_N, WS_ROW_BYTES, TcGemmConfig, ring_stages
 from ..swap import swapped
 from .boxes import Im2colBox, TmaBox, c_store_box, tma_boxes
 
@@ -216,4 +216,4 @@ def converts(config: TcGemmConfig) -> bool:
     """Whether the kernel can take fp32 input: its producer's threads then load both operands (no
     TMA box: neither im2col nor B multicast), with their registers (no setmaxnreg), for an
     unswapped view."""
-    return not (config.tma_im2col or config.multicast_b or config.setmaxnreg or config.swap_ab)
+    return not any(getattr(config, knob) for knob in CONVERT_REFUSED)
