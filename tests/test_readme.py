@@ -98,7 +98,8 @@ def test_the_shipped_logs_hold_what_the_readme_says():
                       r"\([^)]*\), and the (\d+) fp16-output\s+"
                       r"fused layers of ResNet-50 at each of batch 1 and 32 \(`tuning_logs/resnet50-fp16-b1.toml` and\s+"
                       r"`tuning_logs/resnet50-fp16-b32.toml`, written by `tc.extract_workloads`\), and on the H100 every\s+"
-                      r"workload of ((?:`tuning_logs/[\w.-]+`(?:,\s+|\s+and\s+))+)`tuning_logs/([\w.-]+)`; every record current "
+                      r"workload of ((?:`tuning_logs/[\w.-]+`(?:,\s+|\s+and\s+))+)`tuning_logs/([\w.-]+)`, and on the\s+"
+                      r"H200 the (\d+) fp8 shapes of M <= (\d+) of `tuning_logs/llm-dense-fp8.toml`; every record current "
                       r"\(stamped with the hash of the code it timed, checked by `tc-records --restamp`\)",
                       _text(README_PATH))
     assert match, "the README's sentence on the shipped logs changed (update this test with it)"
@@ -110,11 +111,13 @@ def test_the_shipped_logs_hold_what_the_readme_says():
         return {e.workload for e in jobs.load_job(ROOT / "tuning_logs" / job).entries}
 
     nightly, resnet_fused, dense = shapes("nightly.toml"), shapes("resnet50-fused-b32.toml"), shapes("llm-dense.toml")
+    fp8_small = {w for w in shapes("llm-dense-fp8.toml") if w.m <= int(match.group(9))}
+    assert len(fp8_small) == int(match.group(8))
     model_b1, model_b32 = shapes("resnet50-fp16-b1.toml"), shapes("resnet50-fp16-b32.toml")
     assert (len(nightly), len(resnet_fused), len(dense)) == (plain, fused, llm)
     assert len(model_b1) == len(model_b32) == model_layers
     assert all(w.out_dtype == "float16" and w.epilogue != "none" for w in model_b1 | model_b32)
-    for log, expected in (("nvidia-h200.jsonl", nightly | resnet_fused | dense),
+    for log, expected in (("nvidia-h200.jsonl", nightly | resnet_fused | dense | fp8_small),
                           ("nvidia-h100-80gb-hbm3.jsonl", nightly | resnet_fused | dense | model_b1 | model_b32
                            | set().union(*map(shapes, more_jobs)))):
         held = list(records.load(ROOT / "tuning_logs" / log))
