@@ -25,7 +25,8 @@ from tc_autotune.tuning.autotune import time_configs, tune_workload
 from tc_autotune.tuning.benchmark import geomean, ms_cell, ratio_cell
 from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.search.xgb_tuner import XGB_VARIANTS
-from tc_autotune.workloads.conv2d import Conv2dWorkload, display_name
+from tc_autotune.workloads.conv2d import Conv2dWorkload
+from tc_autotune.workloads.names import display_name
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from tc_autotune.search import cost_model  # noqa: E402
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch  # noqa: E402
 from tc_autotune.templates.tc_gemm.knobs import KNOB_DEFAULTS, KNOBS, Conv2dConfig  # noqa: E402
 from tc_autotune.templates.registry import ConfigSpace  # noqa: E402

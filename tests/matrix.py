@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.validity import INTRINSIC_REQUIRES
 from tc_autotune.templates.tc_gemm.knobs import KNOBS, WMMA_SHAPES

@@ -7,7 +7,7 @@ import pytest
 
 from tc_autotune import apply_history_best, build_conv2d, conv2d_space
 from tc_autotune.database import records
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.api.apply import NoTunedConfigWarning, best_config
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult

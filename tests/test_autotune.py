@@ -4,7 +4,7 @@ transfer and the deadline are real."""
 import pytest
 
 from tc_autotune.database import records
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.backends.cuda.gpu import GpuInfo
 from tc_autotune.measure.measurer import MeasureErrorNo, MeasureResult

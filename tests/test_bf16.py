@@ -18,7 +18,7 @@ from tc_autotune.core import tasks
 from tc_autotune.core.results import TOLERANCE, relative_l2_error
 from tc_autotune.templates.tc_gemm.generator import BF16_PROBES, probe_kernels
 from tc_autotune.templates.tc_gemm.views import view_of
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import (conv2d_reference, dense_inputs, dense_reference, host_dtype,
                                              random_inputs)
 

@@ -9,7 +9,7 @@ import pytest
 from tc_autotune.backends.cuda import checker
 from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.nvcc import compile_cubin
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.core.results import TOLERANCE, relative_l2_error

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tc_autotune import build_conv2d
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 

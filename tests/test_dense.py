@@ -10,7 +10,7 @@ import pytest
 
 from tc_autotune.database import records
 from tc_autotune.core import builtin_tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.workloads.dense import DenseWorkload

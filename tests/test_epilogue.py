@@ -10,7 +10,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune.workloads import epilogue, conv2d as workloads
+from tc_autotune import workloads
+from tc_autotune.workloads import conv2d, epilogue
 from tc_autotune.database import records
 from tc_autotune.core import tasks
 from tc_autotune.backends.cuda.toolkit import find_nvcc
@@ -64,7 +65,7 @@ def test_bad_names_say_the_grammar_in_one_line(name):
     ("resnet50-res3-1x1-128-512-b32-bias_residual_relu", Conv2dWorkload(32, 28, 28, 128, 512, 1, 1,
                                                                         epilogue="bias_residual_relu")),
     ("llm-4096x4096-m128-bias_gelu", DenseWorkload(128, 4096, 4096, b_layout="nk", epilogue="bias_gelu")),
-    ("tutorial-scale_bias", workloads.TUTORIAL.replace(epilogue="scale_bias")),
+    ("tutorial-scale_bias", conv2d.TUTORIAL.replace(epilogue="scale_bias")),
 ])
 def test_fused_specs_and_presets_round_trip(spec, expected):
     wl = workloads.get(spec)
@@ -79,13 +80,13 @@ def test_plain_specs_do_not_mention_the_epilogue():
                  "dense:m=1,n=2,k=3,epilogue=none"):
         wl = workloads.get(spec)
         assert wl.epilogue == "none" and "epilogue" not in str(wl)
-    assert str(workloads.TUTORIAL) == ("n=256,h=14,w=14,c=256,k=512,r=3,s=3,stride=1,pad=1,dilation=1,"
+    assert str(conv2d.TUTORIAL) == ("n=256,h=14,w=14,c=256,k=512,r=3,s=3,stride=1,pad=1,dilation=1,"
                                        "dtype=float16,out_dtype=float32")
 
 
 def test_resnet50_fused_presets_follow_the_network():
     layers = workloads.resnet50_fused_layers(32)
-    assert len(layers) == len(workloads.RESNET50_LAYERS)
+    assert len(layers) == len(conv2d.RESNET50_LAYERS)
     for name, wl in layers.items():
         assert workloads.get(name) == wl and wl.batch == 32
         assert workloads.preset_name(wl).endswith(f"-b32-{wl.epilogue}")  # (or the RFC's name of its shape)

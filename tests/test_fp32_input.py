@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tc_autotune import build_conv2d, conv2d_space
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.schedule import schedule_conv2d

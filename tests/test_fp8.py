@@ -19,7 +19,7 @@ from tc_autotune.core.results import TOLERANCE, relative_l2_error
 from tc_autotune.templates.tc_gemm.generator import FP8_PROBES, probe_kernels
 from tc_autotune.templates.tc_gemm.knobs import TcGemmConfig
 from tc_autotune.templates.tc_gemm.views import view_of
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import dense_inputs, dense_reference, host_dtype
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")

@@ -9,7 +9,7 @@ from matrix import operand_matrix
 
 from tc_autotune.search import cost_model
 from tc_autotune.core import builtin_tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.templates.tc_gemm.gemm import GemmView, Operand, RowMajor, Transposed
 from tc_autotune.templates.tc_gemm.operand_layout import COL_MAJOR
 from tc_autotune.templates.tc_gemm.views import conv2d_view, view_of

@@ -13,7 +13,7 @@ import pytest
 from tc_autotune.core import tasks
 from tc_autotune.core.results import relative_l2_error
 from tc_autotune.templates.tc_gemm.generator import BF16_PROBES, probe_kernels
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import host_dtype
 
 pytestmark = pytest.mark.gpu

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tc_autotune import build_conv2d
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 from tc_autotune.core.results import relative_l2_error
 

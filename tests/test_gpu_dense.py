@@ -6,7 +6,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.templates.tc_gemm.generator import DENSE_PROBES, probe_kernels
 from tc_autotune.workloads.reference import dense_inputs, dense_reference
 from tc_autotune.core.results import relative_l2_error

@@ -13,7 +13,7 @@ import pytest
 from tc_autotune import build_dense
 from tc_autotune.backends.cuda import driver, gpu, timer
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 pytestmark = pytest.mark.gpu
 

@@ -7,7 +7,7 @@ import pytest
 
 from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.core.results import relative_l2_error
 
 from test_epilogue import CONV, DENSE, NAMED, SPLIT_PATHS, VARIANTS, _config, _workload

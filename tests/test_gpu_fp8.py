@@ -14,7 +14,7 @@ import pytest
 from tc_autotune.core import tasks
 from tc_autotune.core.results import TOLERANCE, relative_l2_error
 from tc_autotune.templates.tc_gemm.generator import FP8_PROBES, probe_kernels
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 pytestmark = pytest.mark.gpu
 

@@ -12,7 +12,7 @@ import pytest
 
 from tc_autotune import build_conv2d, conv2d_space
 from tc_autotune.core.results import relative_l2_error
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 
 pytestmark = pytest.mark.gpu

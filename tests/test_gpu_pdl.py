@@ -24,7 +24,7 @@ from tc_autotune.api.build import build
 from tc_autotune.backends.cuda.gpu import default_gpu, has_pdl
 from tc_autotune.core import tasks
 from tc_autotune.templates.tc_gemm import pdl
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 sys.path.insert(0, str(Path(__file__).parent))
 from launch_info import launch_tags  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 from tc_autotune.core import tasks
 from tc_autotune.templates.tc_gemm.generator import SWAP_PROBES, probe_kernels
 from tc_autotune.templates.tc_gemm.knobs import KNOBS, TcGemmConfig
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 pytestmark = pytest.mark.gpu
 

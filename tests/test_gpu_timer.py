@@ -20,7 +20,7 @@ from tc_autotune import build_conv2d, conv2d_space
 from tc_autotune.backends.cuda import timer
 from tc_autotune.backends.cuda.timer import TimerError
 from tc_autotune.core.results import CUDA_TIMER
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 from test_fp32_input import gpu_configs
 

@@ -82,7 +82,7 @@ def test_the_benchmark_times_our_kernels_as_it_times_the_baseline(name, torch):
     import numpy as np
     import tvm
 
-    from tc_autotune.workloads import conv2d as workloads
+    from tc_autotune import workloads
     from tc_autotune.measure.checked_timing import checked_kernel_time, task_arrays
     from tc_autotune.api.build import build
     from tc_autotune.measure.measurer import time_kernel

@@ -4,7 +4,7 @@ import pytest
 
 from tc_autotune import apply_history_best
 from tc_autotune.database import records
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.tuning.autotune import tune_workload
 from tc_autotune.measure.measurer import MeasureOptions
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 from test_gpu_epilogue import check, run
 from test_warp_specialized import FUSED_VIEWS, MAXNREG_VIEWS, WS

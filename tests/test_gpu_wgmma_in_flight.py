@@ -32,7 +32,7 @@ def test_in_flight_probes_match_the_reference_and_the_waiting_kernel(index):
 @pytest.mark.parametrize("name", ["b1-7x7-s2-c3", "odd-channels", "dilation2"])
 def test_split_k_with_fp16_output_matches_the_waiting_kernel(name):
     """Small grids: one config per (stages, split_k) of the in-flight variant, fp16 output."""
-    from tc_autotune.workloads import conv2d as workloads
+    from tc_autotune import workloads
 
     from matrix import WORKLOADS, variant_space
 

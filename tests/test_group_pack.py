@@ -15,7 +15,7 @@ from tc_autotune.templates.tc_gemm.packing import MAX_PACKED_CHANNELS, pack_grou
 from tc_autotune.templates.tc_gemm.starting_tilings import starting_configs
 from tc_autotune.templates.tc_gemm.validity import default_config
 from tc_autotune.templates.tc_gemm.views import conv2d_view
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 
 from matrix import operand_matrix

@@ -16,7 +16,7 @@ from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.search import zero_shot
 from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.templates.tc_gemm.views import conv2d_view
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.reference import conv2d_reference, random_inputs
 
 SM80, SM90 = gpu_for_arch("sm_80"), gpu_for_arch("sm_90")

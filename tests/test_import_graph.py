@@ -26,7 +26,7 @@ LAZY = {
 }
 # Modules that must not load TVM (log readers, CLIs' argument checks, search, zero-shot).
 LIGHT = ("workloads.conv2d", "workloads.conv_weights", "workloads.dense", "workloads.epilogue",
-         "workloads.host_dtypes", "backends.cuda.gpu", "backends.cuda.driver",
+         "workloads.spec", "workloads.names", "workloads.host_dtypes", "backends.cuda.gpu", "backends.cuda.driver",
          "templates.tc_gemm.gemm", "database.journal", "core.results", "templates.tc_gemm.knobs",
          "templates.tc_gemm.rules", "templates.tc_gemm.intrinsic_paths", "templates.tc_gemm.prior",
          "core.config_space", "search.cost_model", "search.tuner", "database.records", "cli.common",
@@ -292,16 +292,18 @@ def test_the_import_graph_is_a_dag_from_workloads_and_gpu_up():
     for node in sorted(edges):
         visit(node, [])
     faces = {PACKAGE, f"{PACKAGE}.workloads"}  # package faces: their imports are their own modules
-    for bottom in ("workloads.epilogue", "workloads.conv_weights", "backends.cuda.driver"):
+    for bottom in ("workloads.epilogue", "workloads.conv_weights", "workloads.spec", "backends.cuda.driver"):
         assert edges[f"{PACKAGE}.{bottom}"] <= faces, edges[f"{PACKAGE}.{bottom}"]
     # the GPU's facts are the driver's
     assert edges[f"{PACKAGE}.backends.cuda.gpu"] <= faces | {f"{PACKAGE}.backends.cuda.driver"}
-    # workloads name their fused epilogue; the conv2d module resolves dense specs and presets too,
-    # and a conv's weight layouts and groups are its own module's
-    dense, conv2d, epilogue, weights = (f"{PACKAGE}.workloads.{m}" for m in ("dense", "conv2d", "epilogue",
-                                                                            "conv_weights"))
-    assert edges[dense] <= faces | {epilogue}
-    assert edges[conv2d] <= faces | {dense, epilogue, weights}
+    # workloads name their fused epilogue and share a spec grammar and dtype rules (``spec``); a
+    # conv's weight layouts and groups are its own module's; the kinds import none of each other:
+    # a name of either kind is read above both (``names``)
+    dense, conv2d, epilogue, weights, spec = (f"{PACKAGE}.workloads.{m}" for m in ("dense", "conv2d", "epilogue",
+                                                                                  "conv_weights", "spec"))
+    assert edges[spec] <= faces
+    assert edges[dense] <= faces | {epilogue, spec}
+    assert edges[conv2d] <= faces | {epilogue, weights, spec}
     assert not any(name in targets for targets in edges.values() for name in edges if name.startswith("scripts."))
     # only the scripts import the commands
     assert not [(name, target) for name, targets in edges.items() if not name.startswith("scripts.")

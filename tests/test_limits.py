@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tc_autotune.workloads import conv2d as workloads
-from tc_autotune.workloads.dense import MAX_ELEMENTS, DenseWorkload
+from tc_autotune import workloads
+from tc_autotune.workloads.dense import DenseWorkload
+from tc_autotune.workloads.spec import MAX_ELEMENTS
 from tc_autotune.backends.cuda.gpu import NoGpuError, local_gpu
 from command_paths import run_script as run
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tc_autotune import conv2d_space
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch, local_gpu
 from tc_autotune.measure.measurer import LocalMeasurer, MeasureErrorNo, MeasureOptions, _build_one
 from tc_autotune.templates.tc_gemm.workspaces import workspaces

@@ -24,7 +24,7 @@ import pytest
 from tc_autotune.tuning import autotune
 from tc_autotune import conv2d_space
 from tc_autotune.database import records
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.measure.devices import LocalDevice, RpcDevice, choose_local, parse_indices
 from tc_autotune.measure.dispatch import AllDevicesLost, RunnerFault
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch

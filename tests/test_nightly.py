@@ -9,7 +9,8 @@ import pytest
 
 from tc_autotune.tuning import nightly
 from tc_autotune.database import records
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
+from tc_autotune.workloads import conv2d
 from tc_autotune.tuning.autotune import Retimed
 from tc_autotune.backends.cuda.gpu import GpuInfo
 from tc_autotune.core.results import CUDA_GRAPH, CUDA_TIMER, TIME_EVALUATOR, TIMER
@@ -63,7 +64,7 @@ def test_shipped_example_job_covers_seed_and_resnet50():
     for seed in ["tutorial"] + [f"rfc-{k}-b{b}" for k in ("1x1", "3x3") for b in (1, 32, 256)]:
         assert names[seed] >= 64
     # every ResNet-50 layer's shape, two of them under their seed names (rfc-1x1-b1, rfc-3x3-b1)
-    layers = {workloads.get(f"resnet50-{layer}-b1") for layer in workloads.RESNET50_LAYERS}
+    layers = {workloads.get(f"resnet50-{layer}-b1") for layer in conv2d.RESNET50_LAYERS}
     assert layers <= {e.workload for e in job.entries} and len(job.entries) == 28
 
 

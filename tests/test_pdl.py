@@ -27,7 +27,7 @@ from tc_autotune.templates.tc_gemm import pdl
 from tc_autotune.templates.tc_gemm.schedule import lower_gemm
 from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.templates.tc_gemm.warp_specialized.kernel import NAME as WS_FUNCTION
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 from launch_info import launch_tags
 

@@ -19,7 +19,7 @@ from tc_autotune.api import build_cache
 from tc_autotune.tuning import jobs
 from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.workloads.dense import DenseWorkload  # noqa: E402
 from tc_autotune.pytorch import FusedConv2d, FusedLinear, fallbacks, ops, reset_fallbacks  # noqa: E402
 

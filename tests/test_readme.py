@@ -24,7 +24,8 @@ import tc_autotune
 from tc_autotune.tuning import jobs
 from tc_autotune.templates.tc_gemm import knobs, warp_specialized
 from tc_autotune.database import records
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
+from tc_autotune.workloads import conv2d
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.registry import conv2d_space
 
@@ -88,7 +89,7 @@ def test_the_spaces_and_layers_are_counted_right():
     assert _count(size) == len(conv2d_space(workloads.get("tutorial"), gpu_for_arch("sm_90")))
     for path in (README_PATH, USAGE):  # the README's presets in brief, usage.md's list of them
         (layers,) = re.findall(r"\bthe (\d+) distinct conv layers of ResNet-50", _text(path), re.I)
-        assert _count(layers) == len(workloads.RESNET50_LAYERS), _name(path)
+        assert _count(layers) == len(conv2d.RESNET50_LAYERS), _name(path)
 
 
 def test_the_shipped_logs_hold_what_the_readme_says():

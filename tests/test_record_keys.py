@@ -26,7 +26,7 @@ from tc_autotune.database import journal, record as record_module, restamp
 from tc_autotune.database import records as rec
 from tc_autotune.database.records import Record
 from tc_autotune.templates.tc_gemm import template as tc_gemm_template
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGGER = "tc_autotune.database.records"
@@ -256,7 +256,7 @@ from tc_autotune.api.kernel import code_hash_of
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.core import tasks
 from tc_autotune.templates.tc_gemm.warp_specialized import starting_configs
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 def configs():
     gpu = gpu_for_arch("sm_90")

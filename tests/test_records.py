@@ -24,7 +24,7 @@ from tc_autotune.database.records import Record
 from tc_autotune.core.results import CUDA_GRAPH, CUDA_TIMER, TIME_EVALUATOR
 from tc_autotune.templates.tc_gemm.knobs import KNOBS
 from tc_autotune.templates.registry import conv2d_space
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 REPO = Path(__file__).resolve().parents[1]
 LOGGER = "tc_autotune.database.records"
@@ -354,7 +354,7 @@ _WRITER = textwrap.dedent("""
     from tc_autotune.core.results import MeasureResult
     from tc_autotune.database.records import Record
     from tc_autotune.templates.registry import conv2d_space
-    from tc_autotune.workloads.conv2d import get
+    from tc_autotune.workloads import get
 
     path, tag = sys.argv[1], sys.argv[2]
     space = conv2d_space(get("tutorial"), gpu_for_arch("sm_90"))
@@ -660,7 +660,7 @@ _KILLABLE_WRITER = textwrap.dedent("""
     from tc_autotune.core.results import MeasureResult
     from tc_autotune.templates.registry import conv2d_space
     from tc_autotune.core.builtin_tasks import CONV2D
-    from tc_autotune.workloads.conv2d import get
+    from tc_autotune.workloads import get
 
     path, tag = sys.argv[1], sys.argv[2]
     space = conv2d_space(get("tutorial"), gpu_for_arch("sm_90"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tc_autotune.templates.tc_gemm import intrinsic_paths
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.knobs import KNOBS, TcGemmConfig
 from tc_autotune.templates.tc_gemm.rules import derive, values_of_config

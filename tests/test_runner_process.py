@@ -13,7 +13,7 @@ import pytest
 import runner_stubs
 from tc_autotune import conv2d_space
 from tc_autotune.measure import runner
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.measure.devices import LocalDevice
 from tc_autotune.measure.dispatch import RunnerFault
 from tc_autotune.backends.cuda.gpu import gpu_for_arch

@@ -22,7 +22,7 @@ from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
 from tc_autotune.templates.tc_gemm.swap import swappable, swapped
 from tc_autotune.templates.tc_gemm.views import view_of
 from tc_autotune.templates.tc_gemm.warp_specialized.kernel import kernel_module, plan
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 HOPPER = gpu_for_arch("sm_90")
 FP8_M16 = "dense:m=16,n=4096,k=4096,b=nk,dtype=float8_e4m3,out_dtype=bfloat16"

@@ -149,10 +149,10 @@ def test_with_requirements_for_a_few_rows_is_the_value_by_value_assignment():
     (whose paths require up to twelve knob values each), in int64 and in compact positions."""
     from tc_autotune.core.template import _with_requirements_by_value, with_requirements
     from tc_autotune.templates.registry import ConfigSpace as GemmSpace
-    from tc_autotune.workloads import conv2d
+    from tc_autotune import workloads
 
     rng = np.random.default_rng(4)
-    for space in (toy_space(), GemmSpace(conv2d.get("tutorial"), gpu_for_arch("sm_90"))):
+    for space in (toy_space(), GemmSpace(workloads.get("tutorial"), gpu_for_arch("sm_90"))):
         for rows in (0, 1, 64, 1024):
             pos = positions_from_indices(space, rng.integers(0, len(space), rows))
             for dtype in (np.int64, np.int8):

@@ -20,7 +20,7 @@ from tc_autotune.tuning import autotune, benchmark, nightly
 from tc_autotune.measure import baseline, checked_timing
 from tc_autotune.database import records
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda import timer
 from tc_autotune.backends.cuda.gpu import GpuInfo, default_gpu
 from tc_autotune.core.results import CUDA_TIMER, MeasureResult

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import tc_autotune as tc
-from tc_autotune.workloads import epilogue, conv2d as workloads
+from tc_autotune import workloads
+from tc_autotune.workloads import epilogue
 from tc_autotune.api import functional, kernel
 from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks

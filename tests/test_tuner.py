@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.templates.tc_gemm.features import FEATURE_NAMES
 from tc_autotune.search.cost_model import (TransferCostModel, XGBCostModel, config_features,
     normalise_per_group, positions_from_indices, valid_mask)

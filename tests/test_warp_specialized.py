@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tc_autotune.core import tasks
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.templates.tc_gemm.gemm import box_tile
 from tc_autotune.templates.tc_gemm.views import view_of

@@ -27,7 +27,8 @@ from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.tuning.nightly import load_job
 from tc_autotune.templates.registry import conv2d_space
-from tc_autotune.workloads.conv2d import Conv2dWorkload, get
+from tc_autotune.workloads import get
+from tc_autotune.workloads.conv2d import Conv2dWorkload
 
 REPO = Path(__file__).resolve().parent.parent
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "sm_90", 132)

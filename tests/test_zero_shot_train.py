@@ -26,7 +26,7 @@ from tc_autotune.search.cost_model import features_from_positions
 from tc_autotune.backends.cuda.gpu import GpuInfo, gpu_for_arch
 from tc_autotune.templates.registry import conv2d_space
 from tc_autotune.search.tree_ranker import TreeEnsemble
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 H100 = GpuInfo("NVIDIA H100 80GB HBM3", "sm_90", 132)
 SHIPPED = packaged_logs_dir()

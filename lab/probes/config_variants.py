@@ -13,7 +13,7 @@ from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.measure import baseline
 from tc_autotune.measure.profiler import kernel_table
 from tc_autotune.measure.checked_timing import task_arrays
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 spec, variants = sys.argv[1], json.loads(sys.argv[2])
 gpu = default_gpu()

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from tc_autotune.pytorch import optimize
-from tc_autotune.workloads import conv2d as workloads
+from tc_autotune import workloads
 
 HELDOUT = Path(__file__).resolve().parents[1] / "heldout.toml"
 

@@ -16,7 +16,7 @@ from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.measure import baseline
 from tc_autotune.measure.profiler import kernel_table
 from tc_autotune.measure.checked_timing import task_arrays
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 VARIANTS = ({}, dict(split_k=1), dict(split_k=4), dict(split_k=1, warp_specialized=2))
 

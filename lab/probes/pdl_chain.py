@@ -30,7 +30,7 @@ from tc_autotune.api import build_cache
 from tc_autotune.backends.cuda.gpu import default_gpu, has_pdl
 from tc_autotune.core import tasks
 from tc_autotune.measure.profiler import kernel_table
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 # ResNet-50 3x3 convs at batch 1 (the first's record on the H100: warp-specialized, split-K over a
 # cluster of 4), and a dense whose record there is TIR mma with split-K (two kernels a layer)

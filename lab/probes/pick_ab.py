@@ -27,7 +27,7 @@ from tc_autotune.backends.cuda.gpu import default_gpu
 from tc_autotune.core import tasks
 from tc_autotune.measure.checked_timing import checked_kernel_time, task_arrays
 from tc_autotune.tuning.benchmark import device_times, geomean
-from tc_autotune.workloads.conv2d import get
+from tc_autotune.workloads import get
 
 TIMING = dict(number=20, repeat=30, min_repeat_ms=10)
 

@@ -11,7 +11,8 @@ from .apply import best_or_default_config
 from ..backends.cuda.gpu import GpuInfo, default_gpu, gpu_for_arch
 from .kernel import Kernel, compile_kernel, verify_record
 from ..workloads.dense import DenseWorkload
-from ..workloads.conv2d import Conv2dWorkload, get
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.names import get
 
 
 def resolve_config(workload, config, gpu: GpuInfo):

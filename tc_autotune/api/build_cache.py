@@ -52,7 +52,7 @@ from ..search import zero_shot
 from ..backends.cuda.toolkit import nvcc_version
 from ..backends.cuda.gpu import GpuInfo, default_gpu
 from .kernel import Kernel, build_arch, compile_kernel, uses_pdl, verify_record
-from ..workloads.conv2d import get as get_workload
+from ..workloads.names import get as get_workload
 
 log = logging.getLogger(__name__)
 

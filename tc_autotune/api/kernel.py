@@ -34,7 +34,7 @@ from ..backends.cuda import code_hash as code_keys
 from ..backends.cuda import nvcc, tensormap, tensormap_bf16, timer
 from ..core import tasks
 from ..backends.cuda.gpu import GpuInfo, NoGpuError, gpu_for_arch, has_pdl, probe_local_gpu
-from ..workloads.conv2d import get
+from ..workloads.names import get
 
 log = logging.getLogger(__name__)
 

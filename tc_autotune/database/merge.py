@@ -13,7 +13,8 @@ from .compare import contenders_of, fastest, like_pair, winner
 from .logs import load, serialise
 from .record import Record
 from .selection import best_records
-from ..workloads.conv2d import Conv2dWorkload, display_name
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.names import display_name
 
 logger = logging.getLogger("tc_autotune.database.records")
 

@@ -20,7 +20,7 @@ from .compare import contenders_of, fastest, ranked, winner
 from .origin import target_arch
 from .record import UNVERIFIED, Record
 from ..backends.cuda.gpu import gpu_for_arch
-from ..workloads.conv2d import get as get_workload
+from ..workloads.names import get as get_workload
 
 logger = logging.getLogger("tc_autotune.database.records")
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from .logs import records_of
 from .record import STALE, UNVERIFIED
 from ..core import tasks
-from ..workloads.conv2d import Conv2dWorkload, display_name
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.names import display_name
 
 
 @dataclass

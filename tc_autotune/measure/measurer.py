@@ -46,7 +46,7 @@ from ..core.results import TIMER, MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
 from .runner import START_TIMEOUT, LocalRunner, checker_path
 from .runner_protocol import MeasureOptions
-from ..workloads.conv2d import get as get_workload
+from ..workloads.names import get as get_workload
 
 __all__ = ["MeasureErrorNo", "MeasureResult", "MeasureOptions", "LocalMeasurer", "LocalRunner", "RpcRunner",
            "AllDevicesLost", "make_runners", "time_kernel"]

@@ -45,7 +45,8 @@ from .held_knobs import held_space, to_full, to_held
 from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
 from .anneal import anneal_walk
-from ..workloads.conv2d import Conv2dWorkload, get as get_workload
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.names import get as get_workload
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from ..api.kernel import compile_kernel
 from ..measure.checked_timing import checked_kernel_time, task_arrays
 from ..measure.profiler import kernel_seconds
 from ..core.results import TIMER, TOLERANCE, relative_l2_error
-from ..workloads.conv2d import get
+from ..workloads.names import get
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .duplicates import unique_workloads
-from ..workloads.conv2d import Conv2dWorkload, get
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.names import get
 
 # The most trials of one workload in one run: a typo's bound (10**12 for 10**2), far above any
 # real job (at ~500 configs a minute a million trials is a day and a half of one GPU).

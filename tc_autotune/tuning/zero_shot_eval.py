@@ -20,7 +20,7 @@ from . import zero_shot_train
 from ..search import zero_shot
 from ..search.cost_model import positions_from_indices, prior_score
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
-from ..workloads.conv2d import get as get_workload
+from ..workloads.names import get as get_workload
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,8 @@ from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
 from ..search.tree_ranker import TreeEnsemble
 from ..search.tuner import _entity_matches
 from .jobs import load_job
-from ..workloads.conv2d import Conv2dWorkload, get as get_workload
+from ..workloads.conv2d import Conv2dWorkload
+from ..workloads.names import get as get_workload
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,8 @@ conv has ``groups`` (both in ``conv_weights``).  ``str(workload)`` is a canonica
 string that ``Conv2dWorkload.parse`` reads back to an equal workload.  A fused epilogue
 (``epilogue.py``: bias, folded batch norm, residual add, relu/gelu) is part of the
 workload; a plain one's spec does not mention it, so its string is what it always was.
+Dense workloads are their own kind (``dense.py``), which this module does not know: both read
+their specs by ``spec.py``'s grammar, and a name of either kind is read by ``names.py``.
 """
 
 from __future__ import annotations
@@ -15,12 +17,10 @@ from dataclasses import dataclass
 from dataclasses import replace as _replace
 
 from . import conv_weights
-from . import dense as dense_workloads
 from .epilogue import NONE as NO_EPILOGUE
 from .epilogue import canonical as canonical_epilogue
-from .epilogue import is_name as is_epilogue
 from .epilogue import spec_item as epilogue_item
-from .dense import DenseWorkload
+from .spec import DTYPE_ALIASES, FP8_DTYPES, cached_parse, check_dtypes, check_elements, spec_items
 
 INPUT_DTYPES = ("float16", "float32", "bfloat16")
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -109,7 +109,7 @@ class Conv2dWorkload:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if min(self.padding) < 0:
             raise ValueError(f"padding must not be negative, got {self.padding}")
-        if self.dtype in (*dense_workloads.FP8_DTYPES, *dense_workloads.DTYPE_ALIASES):  # scaled wgmma: dense only
+        if self.dtype in (*FP8_DTYPES, *DTYPE_ALIASES):  # scaled wgmma: dense only
             raise ValueError(f"conv2d takes no fp8 operands (dtype={self.dtype} is dense only): "
                              f"dtype {', '.join(INPUT_DTYPES)}")
         if self.dtype not in INPUT_DTYPES:
@@ -118,7 +118,7 @@ class Conv2dWorkload:
             raise ValueError(
                 f"unknown out_dtype {self.out_dtype!r}: expected one of {', '.join(OUTPUT_DTYPES)}"
             )
-        dense_workloads.check_dtypes(self.dtype, self.out_dtype)
+        check_dtypes(self.dtype, self.out_dtype)
         top, left, bottom, right = self.padding
         eff_h = (self.kernel_h - 1) * self.dilation[0] + 1
         eff_w = (self.kernel_w - 1) * self.dilation[1] + 1
@@ -127,7 +127,7 @@ class Conv2dWorkload:
                 f"kernel {eff_h}x{eff_w} (dilated) is larger than the padded input "
                 f"{self.in_height + top + bottom}x{self.in_width + left + right}"
             )
-        dense_workloads.check_elements({"data": self.data_shape, "weight": self.weight_shape,
+        check_elements({"data": self.data_shape, "weight": self.weight_shape,
                                         "output": self.out_shape})
 
     # ---- derived shapes -------------------------------------------------
@@ -188,12 +188,12 @@ class Conv2dWorkload:
         """Parse ``key=value,...``; pairs/quads inside a value are joined by 'x' (pad=1x2)."""
         if not isinstance(spec, str) or not spec.strip():
             raise ValueError("empty workload spec")
-        return dense_workloads.cached_parse(cls, spec)
+        return cached_parse(cls, spec)
 
     @classmethod
     def _parse(cls, spec: str) -> "Conv2dWorkload":
         fields: dict[str, object] = {}
-        for key, raw in dense_workloads.spec_items(spec, _SPEC_KEYS, "workload spec").items():
+        for key, raw in spec_items(spec, _SPEC_KEYS, "workload spec").items():
             field_name, arity = _SPEC_KEYS[key]
             if key in _TEXT_KEYS:
                 fields[key] = raw
@@ -300,16 +300,9 @@ TUTORIAL = Conv2dWorkload(256, 14, 14, 256, 512, 3, 3, padding=1)
 _FAMILY = re.compile(r"^(rfc-1x1|rfc-3x3|resnet50-(?P<layer>.+))-b(?P<batch>\d+)$")
 
 
-def preset(name: str) -> Conv2dWorkload | DenseWorkload:
-    """A named workload: tutorial, rfc-{1x1,3x3}-b<N>, resnet50-<layer>-b<N>, or a dense
-    preset (``dense_workloads.preset``); any of them with ``-<epilogue>`` appended
-    (resnet50-res2-3x3-64-64-b32-bias_relu) is that workload with the epilogue fused."""
-    base, dash, suffix = name.rpartition("-")
-    if dash and suffix != NO_EPILOGUE and is_epilogue(suffix):
-        return _replace(preset(base), epilogue=suffix)
-    dense = dense_workloads.preset(name)
-    if dense is not None:
-        return dense
+def preset(name: str) -> Conv2dWorkload | None:
+    """The conv2d preset ``name`` (tutorial, rfc-{1x1,3x3}-b<N>, resnet50-<layer>-b<N>), else None;
+    ``names.preset`` reads every kind's, with an epilogue appended."""
     if name == "tutorial":
         return TUTORIAL
     match = _FAMILY.match(name)
@@ -321,7 +314,7 @@ def preset(name: str) -> Conv2dWorkload | DenseWorkload:
             return rfc_workload(name[4:7], batch)
         if match["layer"] in RESNET50_LAYERS:
             return resnet50_layer(match["layer"], batch)
-    raise ValueError(f"unknown workload preset {name!r} (try: {', '.join(preset_names()[:4])}, ...)")
+    return None
 
 
 def preset_names(batch_sizes=RFC_BATCHES) -> list[str]:
@@ -334,13 +327,8 @@ def preset_names(batch_sizes=RFC_BATCHES) -> list[str]:
     return names
 
 
-def preset_name(workload: Conv2dWorkload | DenseWorkload) -> str | None:
-    """The preset that names ``workload`` ("rfc-3x3-b32"), or None: for tables people read."""
-    if workload.epilogue != NO_EPILOGUE:
-        base = preset_name(_replace(workload, epilogue=NO_EPILOGUE))
-        return base and f"{base}-{workload.epilogue}"
-    if isinstance(workload, DenseWorkload):
-        return dense_workloads.preset_name(workload)
+def preset_name(workload: Conv2dWorkload) -> str | None:
+    """The conv2d preset that names ``workload`` (one without an epilogue), or None."""
     if workload == TUTORIAL:
         return "tutorial"
     batch = workload.batch
@@ -351,23 +339,3 @@ def preset_name(workload: Conv2dWorkload | DenseWorkload) -> str | None:
         if resnet50_layer(layer, batch) == workload:
             return f"resnet50-{layer}-b{batch}"
     return None
-
-
-def display_name(workload: Conv2dWorkload | DenseWorkload) -> str:
-    """The preset name where there is one, else the spec string."""
-    return preset_name(workload) or str(workload)
-
-
-def get(name_or_spec) -> Conv2dWorkload | DenseWorkload:
-    """A workload from a preset name, a spec string ("dense:..." for a dense one), or a
-    workload (returned as is)."""
-    if isinstance(name_or_spec, (Conv2dWorkload, DenseWorkload)):
-        return name_or_spec
-    if not isinstance(name_or_spec, str):
-        raise ValueError(f"expected a preset name or a spec string, got {type(name_or_spec).__name__}")
-    text = name_or_spec.strip()
-    if text.startswith(dense_workloads.PREFIX):
-        return DenseWorkload.parse(text)
-    if "=" in text:
-        return Conv2dWorkload.parse(text)
-    return preset(text)

@@ -16,51 +16,29 @@ per-tensor scales as kernel inputs after B (``scale_a``, ``scale_b``: 1-element 
 before the bias and activation, as ``_scaled_mm`` adds its bias after scaling.  The name stored is
 ``float8_e4m3fn``, what TVM, ml_dtypes and PyTorch call NVIDIA's e4m3 (finite, max 448): their
 ``float8_e4m3`` is another format (IEEE-like, with infinities), so that spelling is only read.
+The spec grammar and the dtype and size rules are those conv2d workloads have too (``spec``).
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 from dataclasses import dataclass
 
 from .epilogue import NONE as NO_EPILOGUE
 from .epilogue import canonical as canonical_epilogue
 from .epilogue import spec_item as epilogue_item
+from .spec import DTYPE_ALIASES, E4M3, E5M2, FP8_DTYPES, cached_parse, check_dtypes, check_elements, spec_items
 
 PREFIX = "dense:"
-E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
-FP8_DTYPES = (E4M3, E5M2)
 INPUT_DTYPES = ("float16", "bfloat16", E4M3)
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 B_LAYOUTS = ("kn", "nk")
-# Spellings read as another dtype: the issue's name of e4m3 (see the module).
-DTYPE_ALIASES = {"float8_e4m3": E4M3}
 FP8_K_MULTIPLE = 16  # TMA's 16-byte row strides of 1-byte elements (torch._scaled_mm asks the same)
 
 # spec key -> field
 _SPEC_KEYS = {"batch": "batch", "m": "m", "n": "n", "k": "k", "b": "b_layout",
               "dtype": "dtype", "b_dtype": "b_dtype", "out_dtype": "out_dtype", "epilogue": "epilogue"}
 _INT_KEYS = ("batch", "m", "n", "k")
-
-# The kernels index every tensor with 32-bit ints (the template's index maps and loop variables
-# are int32, and TVM emits `int` index arithmetic from them): a tensor of 2**31 elements or more
-# would be read and written at wrapped-around addresses, so such a workload is refused when it
-# is made, not when TVM or nvcc fails on it (or the kernel corrupts memory).
-MAX_ELEMENTS = 2**31 - 1
-
-
-def check_dtypes(dtype: str, out_dtype: str) -> None:
-    """ValueError for an output dtype the operands' dtype does not write: bf16 operands write fp32 or
-    bf16 (an fp16 output could not hold bf16's range: values past 65504 would become inf), and only
-    they and fp8 ones write bf16 (fp16 and fp32 inputs have fp16 Tensor Core operands: their outputs
-    are fp16's; fp8 ones write any of the three, as torch._scaled_mm).  Conv2d workloads are checked
-    with it too."""
-    if out_dtype == "bfloat16" and dtype not in ("bfloat16", *FP8_DTYPES):
-        raise ValueError(f"out_dtype=bfloat16 needs dtype=bfloat16, not {dtype}")
-    if dtype == "bfloat16" and out_dtype == "float16":
-        raise ValueError("dtype=bfloat16 writes out_dtype float32 or bfloat16, not float16")
 
 
 def check_fp8(wl) -> None:
@@ -78,15 +56,6 @@ def check_fp8(wl) -> None:
         raise ValueError("fp8 dense needs b=nk, an (N, K) weight: wgmma reads fp8 operands K-major only")
     if wl.k % FP8_K_MULTIPLE:
         raise ValueError(f"fp8 dense needs K a multiple of {FP8_K_MULTIPLE} (16-byte TMA rows), not k={wl.k}")
-
-
-def check_elements(tensors: dict) -> None:
-    """ValueError for the first of ``tensors`` (name -> shape) with more than MAX_ELEMENTS."""
-    for name, shape in tensors.items():
-        count = math.prod(shape)
-        if count > MAX_ELEMENTS:
-            raise ValueError(f"{name} {'x'.join(map(str, shape))} has {count:.3g} elements: the kernels index "
-                             f"with 32-bit integers, at most {MAX_ELEMENTS} elements per tensor")
 
 
 @dataclass(frozen=True)
@@ -191,33 +160,6 @@ class DenseWorkload:
         if missing:
             raise ValueError(f"dense spec is missing {', '.join(missing)}")
         return cls(**{_SPEC_KEYS[key]: value for key, value in fields.items()})
-
-
-# One parse per distinct spec and workload class: a log names its workload in every record and a
-# stored zero-shot model in each of its best lists (workloads are frozen: one object serves all).
-@functools.lru_cache(maxsize=4096)
-def cached_parse(cls, spec: str):
-    """``cls._parse(spec)``, once per distinct (class, spec)."""
-    return cls._parse(spec)
-
-
-def spec_items(body: str, known, what: str) -> dict[str, str]:
-    """The ``key=value`` items of a spec body (comma-separated, spaces ignored), raw values by
-    key; ValueError for a malformed item, an unknown key or one given twice (``what``: the
-    spec's name in messages).  Conv2d specs are read with it too."""
-    items: dict[str, str] = {}
-    for item in body.replace(" ", "").split(","):
-        if not item:
-            continue
-        key, eq, raw = item.partition("=")
-        if not eq or not raw:
-            raise ValueError(f"malformed item {item!r} in {what} (expected key=value)")
-        if key not in known:
-            raise ValueError(f"unknown key {key!r} in {what} (known: {', '.join(known)})")
-        if key in items:
-            raise ValueError(f"key {key!r} given twice in {what}")
-        items[key] = raw
-    return items
 
 
 # ---- presets ------------------------------------------------------------------

@@ -194,7 +194,7 @@ class GemmView:
     @property
     def fp8(self) -> bool:
         """fp8 operands: wgmma's e4m3 / e5m2 (sm_90a), scaled by the per-tensor scale_a * scale_b.  By
-        the name (``workloads.dense.FP8_DTYPES`` are all float8_*), so this module stays off the
+        the name (``workloads.spec.FP8_DTYPES`` are all float8_*), so this module stays off the
         workload modules' floor."""
         return self.dtype.startswith("float8_")
 

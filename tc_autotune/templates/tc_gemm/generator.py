@@ -11,7 +11,7 @@ that tests still use for what the kernels do are left.  No TVM here.
 from __future__ import annotations
 
 from .knobs import TcGemmConfig
-from ...workloads.conv2d import get
+from ...workloads.names import get
 
 _BASE = dict(block_row_warps=2, block_col_warps=2, warp_row_tiles=2, warp_col_tiles=2, chunk=2,
              wmma="m16n16k16", offset_a=8, offset_b=8, offset_c=4, vec_a=8, vec_b=8, vec_c=4)

@@ -28,10 +28,10 @@ from .workspaces import workspaces
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # tc_autotune/
 # Modules outside the template package whose text shapes the code it generates: the workloads
-# (shapes, layouts, the epilogue formula its TE compute evaluates) and the host-side encoder of
-# the TMA im2col maps that its kernels call.
+# (shapes, layouts, the dtype names they store, the epilogue formula its TE compute evaluates) and
+# the host-side encoder of the TMA im2col maps that its kernels call.
 OUTSIDE_SOURCES = ("workloads/conv2d.py", "workloads/conv_weights.py", "workloads/dense.py", "workloads/epilogue.py",
-                   "backends/cuda/tensormap.py", "backends/cuda/tensormap_bf16.py")
+                   "workloads/spec.py", "backends/cuda/tensormap.py", "backends/cuda/tensormap_bf16.py")
 
 
 def source_files() -> list[tuple[str, Path]]:
