@@ -142,6 +142,7 @@ def test_an_installed_copy_finds_its_logs_inside_itself(site):
     code = """if True:
         import json, os, sys
         import tc_autotune
+        from tc_autotune import workloads
         from tc_autotune.database import records
         from tc_autotune.search import zero_shot
         from tc_autotune.tuning import zero_shot_train
@@ -152,7 +153,8 @@ def test_an_installed_copy_finds_its_logs_inside_itself(site):
                      files=[str(f) for f in records.shipped_log_files()],
                      heldout=str(zero_shot_train.HELDOUT_JOB), heldout_workloads=len(zero_shot_train.heldout_workloads()),
                      model=str(zero_shot.model_path()), model_rows=model.rows if model else why,
-                     pick=bool(zero_shot.zero_shot_config("n=3,h=20,c=96,k=160,r=3,pad=1", gpu_for_arch("sm_90"))),
+                     pick=bool(zero_shot.zero_shot_config(workloads.get("n=3,h=20,c=96,k=160,r=3,pad=1"),
+                                                       gpu_for_arch("sm_90"))),
                      xgboost=any(m.startswith("xgboost") for m in sys.modules))
         os.environ["TC_AUTOTUNE_SHIPPED_LOGS"] = ""  # still means: no shipped logs
         found["overridden"] = [records.shipped_logs_dir(), records.shipped_log_files()]

@@ -104,10 +104,10 @@ def test_picks_valid_configs_for_random_workloads():
 def test_deterministic_across_calls_and_reads():
     specs = ["n=3,h=20,c=100,k=200,r=3,pad=1", "n=64,h=28,c=256,k=256,r=3,pad=1",
              "n=1,h=9,c=17,k=33,r=5,pad=2,out_dtype=float16"]
-    first = [zero_shot.zero_shot_configs(s, H100) for s in specs]
-    again = [zero_shot.zero_shot_configs(s, H100) for s in specs]
+    first = [zero_shot.zero_shot_configs(get(s), H100) for s in specs]
+    again = [zero_shot.zero_shot_configs(get(s), H100) for s in specs]
     zero_shot._read.cache_clear()  # as a new process would: the file read again
-    reread = [zero_shot.zero_shot_configs(s, H100) for s in specs]
+    reread = [zero_shot.zero_shot_configs(get(s), H100) for s in specs]
     assert first == again == reread
     assert all(len(p) == 8 for p in first)
 
@@ -183,13 +183,13 @@ def test_the_walk_two_steps_a_batch_is_the_walk_step_by_step(steps):
 
 def test_k_must_be_positive():
     with pytest.raises(ValueError, match="k must be"):
-        zero_shot.zero_shot_configs("tutorial", H100, k=0)
+        zero_shot.zero_shot_configs(get("tutorial"), H100, k=0)
 
 
 def test_an_untuned_shape_gets_a_zero_shot_config_without_training():
     with pytest.warns(NoTunedConfigWarning, match="zero-shot config"):
         choice = choose_config(get(UNTUNED), gpu_for_arch("sm_90"))
-    assert choice.source == "zero-shot" and choice.config == zero_shot.zero_shot_config(UNTUNED, gpu_for_arch("sm_90"))
+    assert choice.source == "zero-shot" and choice.config == zero_shot.zero_shot_config(get(UNTUNED), gpu_for_arch("sm_90"))
 
 
 # ---- which model ----------------------------------------------------------------------------------
@@ -221,14 +221,14 @@ def test_a_gpus_own_model_only_where_it_knows_most_of_the_archs_workloads():
 
 def test_no_data_gives_nothing_and_says_why(tmp_path, monkeypatch):
     a100 = GpuInfo("NVIDIA A100-SXM4-80GB", "sm_80", 108, max_smem_per_block=163 * 1024)
-    assert zero_shot.zero_shot_configs("tutorial", a100) == []
-    assert zero_shot.zero_shot_config("tutorial", a100) is None
+    assert zero_shot.zero_shot_configs(get("tutorial"), a100) == []
+    assert zero_shot.zero_shot_config(get("tutorial"), a100) is None
     assert zero_shot.stored_model(a100) == (None, "the shipped histories have no record of sm_80")
     default_with_one_warning("n=3,h=20,c=96,k=160,r=3,pad=1", a100, "no record of sm_80")
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(empty))
-    assert zero_shot.zero_shot_configs("tutorial", H100) == []
+    assert zero_shot.zero_shot_configs(get("tutorial"), H100) == []
     default_with_one_warning(UNTUNED, H100, "there is no zero-shot model at")
     monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", "")
     default_with_one_warning(UNTUNED, H100, "there are no shipped logs")

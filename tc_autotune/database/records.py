@@ -26,23 +26,24 @@ from .restamp import RestampReport, restamp
 from . import selection
 from .selection import Verify, best_records, identity
 from .summary import LogSummary, summarize, summary_table
+from ..workloads.names import get as get_workload
 
 
-# The selection works on Records; these take log paths too (anything ``load`` takes), as
-# callers of this module always could.
+# The selection works on Records and workloads; these take log paths too (anything ``load``
+# takes) and a workload's preset or spec, as callers of this module always could.
 def best_record(logs, workload, target=None, include_stale: bool = False, verify: Verify | None = None):
     """``selection.best_record`` of ``logs`` (log paths or Records)."""
-    return selection.best_record(records_of(logs), workload, target, include_stale, verify)
+    return selection.best_record(records_of(logs), get_workload(workload), target, include_stale, verify)
 
 
 def load_best(logs, workload, target=None, include_stale: bool = False, verify: Verify | None = None):
     """``selection.load_best`` of ``logs`` (log paths or Records)."""
-    return selection.load_best(records_of(logs), workload, target, include_stale, verify)
+    return selection.load_best(records_of(logs), get_workload(workload), target, include_stale, verify)
 
 
 def measured_indices(records, workload, gpu=None) -> set[int]:
     """``selection.measured_indices`` of ``records`` (log paths or Records)."""
-    return selection.measured_indices(records_of(records), workload, gpu)
+    return selection.measured_indices(records_of(records), get_workload(workload), gpu)
 
 
 __all__ = [

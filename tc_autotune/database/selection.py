@@ -5,7 +5,9 @@ Records are compared like with like (``compare``: the same timer, beyond the noi
 and only current ones count unless stale ones are asked for.  A record that is current but
 unverified (its template's sources changed since it was stamped) counts too; a caller that is
 about to generate the config's code anyway (a build) passes ``verify`` and a record whose code
-changed is skipped there, with one log line, for the next best.
+changed is skipped there, with one log line, for the next best.  A workload is one already
+made (a ``Conv2dWorkload``, a ``DenseWorkload``): names are read above (``records.load_best``
+takes a preset or a spec too).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from .compare import contenders_of, fastest, ranked, winner
 from .origin import target_arch
 from .record import UNVERIFIED, Record
 from ..backends.cuda.gpu import gpu_for_arch
-from ..workloads.names import get as get_workload
 
 logger = logging.getLogger("tc_autotune.database.records")
 
@@ -33,7 +34,6 @@ def best_record(logs, workload, target=None, include_stale: bool = False,
                 verify: Verify | None = None) -> tuple[object, Record] | None:
     """``(config, Record)`` of the best successful record for ``workload``, or None; see
     ``load_best``.  The Record is the chosen config's fastest (its ``timer`` says by what)."""
-    workload = get_workload(workload)
     want_arch = None
     if target is not None:
         want_arch = target_arch(target)
@@ -140,7 +140,6 @@ def measured_indices(records: Iterable[Record], workload, gpu=None) -> set[int]:
     Lets a resumed tuner skip what it has tried, failures included (they would
     fail again).  ``gpu`` is a GPU name or a ``GpuInfo``; None matches any GPU.
     """
-    workload = get_workload(workload)
     gpu_name = getattr(gpu, "name", gpu)
     return {
         r.config["index"]

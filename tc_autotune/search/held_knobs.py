@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.config_space import ConfigSpace
-from .cost_model import indices_from_positions, positions_from_indices
+from ..core.config_space import ConfigSpace, indices_from_positions, positions_from_indices
 
 
 def held_space(space: ConfigSpace) -> ConfigSpace:

@@ -46,7 +46,6 @@ from .tree_ranker import TreeEnsemble
 from ..core.template import with_requirements
 from .anneal import anneal_walk
 from ..workloads.conv2d import Conv2dWorkload
-from ..workloads.names import get as get_workload
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ class ZeroShotModel:
     @classmethod
     def from_dict(cls, entry: dict, key: str) -> "ZeroShotModel":
         gpu = GpuInfo(*entry["gpu"])
-        best = {get_workload(spec): [int(i) for i in idx] for spec, idx in entry["best"]}
+        best = {Conv2dWorkload.parse(spec): [int(i) for i in idx] for spec, idx in entry["best"]}
         return cls(TreeEnsemble.from_dict(entry["trees"]), gpu, entry["scope"], list(entry["sources"]), best,
                    int(entry["rows"]), f"{key}:{entry['scope']}:{gpu.name}")
 
@@ -347,9 +346,9 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     """The ``k`` configs predicted fastest for ``workload`` on ``gpu``, best first (the first is
     the pick), each valid on its space; no GPU needed, no training.
 
-    ``workload``: a ``Conv2dWorkload``, preset or spec; another task's workload (a dense GEMM)
-    with ``seeds``, the config indices of its nearest tuned workloads (``neighbours``), which the
-    model's own best configs cannot give.  ``model``: default the stored model for
+    ``workload``: a ``Conv2dWorkload`` (``workloads.get`` reads a preset or a spec); another
+    task's workload (a dense GEMM) with ``seeds``, the config indices of its nearest tuned
+    workloads (``neighbours``), which the model's own best configs cannot give.  ``model``: default the stored model for
     ``gpu`` (``stored_model``; the tuning side passes others, ``zero_shot_train.load_model``).
     A workload the model was trained on is ranked by it all the same, but its own best configs
     are no candidates (``ZeroShotModel.nearest`` skips it).  Should the top ``k`` (k >= 2) hold
@@ -360,7 +359,6 @@ def zero_shot_configs(workload, gpu: GpuInfo, k: int = 8, model: ZeroShotModel |
     """
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    workload = get_workload(workload)
     if not isinstance(workload, Conv2dWorkload) and seeds is None:  # its nearest are convs
         return []
     start = time.perf_counter()
