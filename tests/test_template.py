@@ -147,7 +147,7 @@ def test_with_requirements_for_a_few_rows_is_the_value_by_value_assignment():
     """A few rows (an annealing step's) take their required knob values from one table lookup;
     many rows value by value: the same rows either way, for the toy template and the GEMM one
     (whose paths require up to twelve knob values each), in int64 and in compact positions."""
-    from tc_autotune.core.template import _with_requirements_by_value, with_requirements
+    from tc_autotune.core.config_space import _with_requirements_by_value, with_requirements
     from tc_autotune.templates.registry import ConfigSpace as GemmSpace
     from tc_autotune import workloads
 

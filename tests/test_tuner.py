@@ -547,7 +547,7 @@ def test_a_move_onto_the_mma_or_wgmma_path_lands_on_a_valid_config():
     from dataclasses import replace
 
     from tc_autotune.search.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.core.template import with_requirements
+    from tc_autotune.core.config_space import with_requirements
 
     space = space_of("tutorial")
     wmma = replace(space.default_config(), wmma="m32n8k16", warp_row_tiles=4, warp_col_tiles=4,
@@ -571,7 +571,7 @@ def test_a_move_off_the_wgmma_path_leaves_its_knobs_behind(knobs):
     from dataclasses import replace
 
     from tc_autotune.search.cost_model import indices_from_positions, positions_from_configs
-    from tc_autotune.core.template import with_requirements
+    from tc_autotune.core.config_space import with_requirements
 
     space = space_of("tutorial")
     wgmma = replace(space.default_config(), intrinsic="wgmma", wmma="m16n16k16", block_row_warps=4,

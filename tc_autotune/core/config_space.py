@@ -1,11 +1,13 @@
 """The knob space of a template (``core.template.Template``) for one workload on one GPU.
 
 Generic: it imports no template, and no GPU: a space is given its template (a
-``core.template.Template``) and its GPU (a ``backends.cuda.gpu.GpuInfo``: the facts its rules
-read), and probes nothing, so it is a leaf of the package that the tasks, the records and the
-search stand on.  Which GPU is this machine's is asked above it: ``templates.registry.ConfigSpace``
-is the same space with the default template (tc_gemm) and the local GPU (else a nominal sm_90)
-unless told otherwise.
+``core.template.Template``, whose ``space`` makes one; a task's is its template's) and its GPU (a
+``backends.cuda.gpu.GpuInfo``: the facts its rules read), and probes nothing, so it is a leaf of
+the package that the template protocol and the search stand on.  Which GPU is this machine's is
+asked above it: ``templates.registry.ConfigSpace`` is the same space with the default template
+(tc_gemm) and the local GPU (else a nominal sm_90) unless told otherwise.  Knob-position rows
+(one column per knob) are what the search computes on: ``valid_mask`` and ``with_requirements``
+(a move onto a value lands with the knob values it requires, ``Template.requires``) take them.
 
 AutoTVM-style: every knob has an explicit candidate list (``knobs``), a config is one
 choice per knob, and its index is the mixed-radix number of those choices (the
@@ -24,8 +26,8 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-__all__ = ["ConfigSpace", "valid_mask", "radices", "positions_from_indices", "indices_from_positions",
-           "positions_from_configs"]
+__all__ = ["ConfigSpace", "valid_mask", "with_requirements", "radices", "positions_from_indices",
+           "indices_from_positions", "positions_from_configs"]
 
 Config = Any  # a config of the space's template (``template.config_type``)
 _SAMPLE_CHUNK = 1 << 16  # random draws ``sample`` checks at once (bounds its memory, not its result)
@@ -64,6 +66,62 @@ def positions_from_configs(space, configs) -> np.ndarray:
 def valid_mask(space, pos: np.ndarray) -> np.ndarray:
     """Which knob-position rows of ``space`` are valid: ``why_invalid``'s rules, vectorised."""
     return space.template.valid_mask(space, pos)
+
+
+def with_requirements(space, pos):
+    """Rows on a value with requirements (``Template.requires``) get the knob values it
+    requires, where the space's table has them (in place; returns ``pos``)."""
+    tables = _requirement_tables(space.template, tuple(space.knobs.items())) if len(pos) <= 1024 else None
+    if tables is None:
+        return _with_requirements_by_value(space, pos)
+    # A few rows (an annealing step's): per knob with requirements, one lookup of every row's
+    # required positions (-1: free), four numpy calls instead of one per required value.
+    for column, table, columns in tables:
+        required = np.take(table, pos[:, column], axis=0)
+        pos[:, columns] = np.where(required >= 0, required, pos[:, columns])
+    return pos
+
+
+@functools.lru_cache(maxsize=64)
+def _requirement_tables(template, knob_items: tuple):
+    """Per knob with requirements, in ``Template.requires`` order: (its column, a row per position
+    of it of the positions it requires of ``columns``, -1 where it requires none, ``columns``).
+    None where a value requires its own knob: that reads the column as it is being set, which
+    only value by value does as ``_with_requirements_by_value`` always did."""
+    names, knobs = [name for name, _ in knob_items], dict(knob_items)
+    tables = []
+    for knob, by_value in template.requires.items():
+        column, required = names.index(knob), {}
+        for value, wants in by_value.items():
+            if value not in knobs[knob]:
+                continue
+            for other, wanted in wants.items():
+                if other == knob:
+                    return None
+                if wanted in knobs[other]:
+                    required[(knobs[knob].index(value), names.index(other))] = knobs[other].index(wanted)
+        columns = sorted({other for _, other in required})
+        table = np.full((len(knobs[knob]), len(columns)), -1, dtype=np.int64)
+        for (row, other), position in required.items():
+            table[row, columns.index(other)] = position
+        tables.append((column, table, np.array(columns, dtype=np.intp)))
+    return tables
+
+
+def _with_requirements_by_value(space, pos):
+    """``with_requirements`` value by value: many rows (a few numpy calls per required value)."""
+    names = list(space.knobs)
+    for knob, by_value in space.template.requires.items():
+        column = pos[:, names.index(knob)]
+        for value, required in by_value.items():
+            if value not in space.knobs[knob]:
+                continue
+            # the rows' numbers once: each of the value's requirements then assigns by them, not by a mask
+            on_value = np.flatnonzero(column == space.knobs[knob].index(value))
+            for other, wanted in required.items():
+                if wanted in space.knobs[other]:
+                    pos[on_value, names.index(other)] = space.knobs[other].index(wanted)
+    return pos
 
 
 class ConfigSpace:

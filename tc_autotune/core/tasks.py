@@ -7,8 +7,10 @@ and this module is the registry a record's task name and a workload's type are l
 (``get``, ``of``).  The tasks themselves are defined from the workloads they compute
 (``core.builtin_tasks``: conv2d and dense), and registered as that module loads: the package
 face imports it first, so a record of any task is readable wherever the package is.  The
-registry imports no workload: the records (``database.record``) read it below the workloads'
-spec parsers and presets.
+registry imports nothing of the package (no workload, no template, no space: a task is given
+its template, as a space is): the records (``database.record``) read it below the workloads'
+spec parsers and presets and below the space, which a task makes through its template
+(``Task.space``: ``Template.space``).
 
 Which template makes a task's kernels (its knob space, rules, prior, lowering, and the
 ``source_hash`` its records are keyed by: ``database.record``) and what its timings are compared with (cuDNN, cuBLAS)
@@ -24,12 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .config_space import ConfigSpace
-from .template import Template
-
-# task name -> the template that makes its kernels, and the function that times its baseline
-# ((workload, *inputs, reference) -> (seconds or None, error)): bound at the top.
-_TEMPLATES: dict[str, Template] = {}
+# task name -> the template that makes its kernels (a ``core.template.Template``), and the function
+# that times its baseline ((workload, *inputs, reference) -> (seconds or None, error)): bound at the top.
+_TEMPLATES: dict = {}
 _BASELINES: dict[str, Callable] = {}
 
 
@@ -46,8 +45,8 @@ class Task:
     baseline_name: str | Callable = "cuDNN"
 
     @property
-    def template(self) -> Template:
-        """The template that makes this task's kernels (``use_template``)."""
+    def template(self):
+        """The template that makes this task's kernels (a ``core.template.Template``: ``use_template``)."""
         try:
             return _TEMPLATES[self.name]
         except KeyError:
@@ -65,10 +64,10 @@ class Task:
         """What reports call ``workload``'s baseline (``baseline_name``)."""
         return self.baseline_name(workload) if callable(self.baseline_name) else self.baseline_name
 
-    def space(self, workload, gpu) -> ConfigSpace:
-        """The template's knob space for one workload on ``gpu`` (``backends.cuda.gpu``: the
-        local one is ``default_gpu()``)."""
-        return ConfigSpace(workload, gpu, template=self.template)
+    def space(self, workload, gpu):
+        """The template's knob space (a ``core.config_space.ConfigSpace``) for one workload on
+        ``gpu`` (``backends.cuda.gpu``: the local one is ``default_gpu()``)."""
+        return self.template.space(workload, gpu)
 
     def lower(self, workload, config, target, pdl: bool = False):
         """The template's TVM Executable for one (workload, config) (see ``Template.lowers``);
@@ -92,7 +91,7 @@ def register(task: Task) -> Task:
     return task
 
 
-def use_template(template: Template, *tasks: Task) -> None:
+def use_template(template, *tasks: Task) -> None:
     """``template`` makes the kernels of ``tasks`` (the package face's choice)."""
     for task in tasks:
         _TEMPLATES[task.name] = template

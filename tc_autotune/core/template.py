@@ -28,7 +28,9 @@ the template names both, and hashes them with ``hash_sources``).  It replaced a 
 bumped by hand: no edit to those files can reach a record without changing the key, and a
 record whose key differs is re-checked by the code its config generates (``database.record``).
 
-Imports nothing of the package: every template depends on this module, never the reverse.
+It imports only the space a template makes (``space``: a ``core.config_space.ConfigSpace``, which
+is given its template and imports none): every template depends on this module, never the
+reverse, and a task reaches its space through its template (``core.tasks.Task.space``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import numpy as np
+from .config_space import ConfigSpace
 
 
 def _none(space, config):
@@ -141,6 +143,11 @@ class Template:
     def knob_names(self) -> tuple:
         return tuple(self.knobs)
 
+    def space(self, workload, gpu) -> ConfigSpace:
+        """This template's knob space for one workload on ``gpu`` (a ``backends.cuda.gpu.GpuInfo``:
+        the limits its rules read)."""
+        return ConfigSpace(workload, gpu, template=self)
+
     def lower(self, task_name: str, workload, config, target, pdl: bool = False):
         """The TVM Executable of one (workload, config) of task ``task_name``: the lowering
         function registered for it with ``lowers``, which the template's TVM side
@@ -190,59 +197,3 @@ class Template:
 # template object exists.
 _LOWERINGS: dict[tuple[str, str], Callable] = {}
 _SCHEDULES: dict[tuple[str, str], Callable] = {}
-
-
-def with_requirements(space, pos):
-    """Rows on a value with requirements (``Template.requires``) get the knob values it
-    requires, where the space's table has them (in place; returns ``pos``)."""
-    tables = _requirement_tables(space.template, tuple(space.knobs.items())) if len(pos) <= 1024 else None
-    if tables is None:
-        return _with_requirements_by_value(space, pos)
-    # A few rows (an annealing step's): per knob with requirements, one lookup of every row's
-    # required positions (-1: free), four numpy calls instead of one per required value.
-    for column, table, columns in tables:
-        required = np.take(table, pos[:, column], axis=0)
-        pos[:, columns] = np.where(required >= 0, required, pos[:, columns])
-    return pos
-
-
-@functools.lru_cache(maxsize=64)
-def _requirement_tables(template: Template, knob_items: tuple):
-    """Per knob with requirements, in ``Template.requires`` order: (its column, a row per position
-    of it of the positions it requires of ``columns``, -1 where it requires none, ``columns``).
-    None where a value requires its own knob: that reads the column as it is being set, which
-    only value by value does as ``_with_requirements_by_value`` always did."""
-    names, knobs = [name for name, _ in knob_items], dict(knob_items)
-    tables = []
-    for knob, by_value in template.requires.items():
-        column, required = names.index(knob), {}
-        for value, wants in by_value.items():
-            if value not in knobs[knob]:
-                continue
-            for other, wanted in wants.items():
-                if other == knob:
-                    return None
-                if wanted in knobs[other]:
-                    required[(knobs[knob].index(value), names.index(other))] = knobs[other].index(wanted)
-        columns = sorted({other for _, other in required})
-        table = np.full((len(knobs[knob]), len(columns)), -1, dtype=np.int64)
-        for (row, other), position in required.items():
-            table[row, columns.index(other)] = position
-        tables.append((column, table, np.array(columns, dtype=np.intp)))
-    return tables
-
-
-def _with_requirements_by_value(space, pos):
-    """``with_requirements`` value by value: many rows (a few numpy calls per required value)."""
-    names = list(space.knobs)
-    for knob, by_value in space.template.requires.items():
-        column = pos[:, names.index(knob)]
-        for value, required in by_value.items():
-            if value not in space.knobs[knob]:
-                continue
-            # the rows' numbers once: each of the value's requirements then assigns by them, not by a mask
-            on_value = np.flatnonzero(column == space.knobs[knob].index(value))
-            for other, wanted in required.items():
-                if wanted in space.knobs[other]:
-                    pos[on_value, names.index(other)] = space.knobs[other].index(wanted)
-    return pos

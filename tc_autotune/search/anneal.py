@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.config_space import indices_from_positions, radices, valid_mask
-from ..core.template import with_requirements
+from ..core.config_space import indices_from_positions, radices, valid_mask, with_requirements
 
 
 def anneal_walk(space, score, starts: np.ndarray, rng, steps: int, temperature: float = 1.0,

@@ -39,11 +39,10 @@ import numpy as np
 from .cost_model import features_from_positions, indices_from_positions, positions_from_indices, radices, valid_mask
 from ..backends.cuda.gpu import GpuInfo
 from ..core import tasks
-from ..core.config_space import ConfigSpace
+from ..core.config_space import ConfigSpace, with_requirements
 from ..database.paths import shipped_log_files, shipped_logs_dir
 from .held_knobs import held_space, to_full, to_held
 from .tree_ranker import TreeEnsemble
-from ..core.template import with_requirements
 from .anneal import anneal_walk
 from ..workloads.conv2d import Conv2dWorkload
 
