@@ -18,7 +18,7 @@ GPU = gpu_for_arch("sm_90")
 
 def write_log(path, entries, workload=WL):
     space = conv2d_space(workload, GPU)
-    recs = [records.Record.from_measurement("cuda -arch=sm_90", space, cfg, res) for cfg, res in entries]
+    recs = [records.stamped("cuda -arch=sm_90", space, cfg, res) for cfg, res in entries]
     records.append(path, recs)
 
 
@@ -101,7 +101,7 @@ def test_stale_records_are_not_applied_unless_asked_for(tmp_path):
     current, old = space.sample(2, seed=11)
     log = tmp_path / "tune.jsonl"
     write_log(log, [(current, MeasureResult((2e-3,)))])
-    stale = replace(records.Record.from_measurement("cuda -arch=sm_90", space, old, MeasureResult((1e-6,))),
+    stale = replace(records.stamped("cuda -arch=sm_90", space, old, MeasureResult((1e-6,))),
                     source_hash=None, code_hash=None)
     records.append(log, [stale])
     with apply_history_best(log):

@@ -158,7 +158,7 @@ def test_a_dense_record_round_trips_and_load_best_picks_it(tmp_path):
     wl = workloads.get("dense-rfc-b32")
     space = dense_space(wl, SM90)
     configs = space.sample(3, seed=4)
-    recs = [records.Record.from_measurement("cuda -arch=sm_90", space, c, MeasureResult((t,)))
+    recs = [records.stamped("cuda -arch=sm_90", space, c, MeasureResult((t,)))
             for c, t in zip(configs, (3e-5, 1e-5, 2e-5))]
     line = recs[0].to_json()
     assert '"dense_tensorcore.cuda"' in line and str(wl) in line
@@ -274,7 +274,7 @@ def test_an_untuned_dense_takes_the_nearest_tuned_gemms_config(tmp_path, monkeyp
     both = [c for c in spaces[0].template.starting_configs(spaces[0]) if all(s.is_valid(c) for s in spaces)]
     tuned_small, tuned_large = both[0], next(c for c in both if c != both[0])
     log = tmp_path / "log.jsonl"
-    records.append(log, [records.Record.from_measurement("cuda -arch=sm_90", space, config, MeasureResult((t,)))
+    records.append(log, [records.stamped("cuda -arch=sm_90", space, config, MeasureResult((t,)))
                          for space, config, t in ((spaces[0], tuned_small, 9e-5), (spaces[1], tuned_large, 1e-5))])
     logs = [(str(log), False)]
 
@@ -306,7 +306,7 @@ def test_an_untuned_16_bit_dense_takes_the_models_pick_near_the_nearest_tuned_ge
     for i, workload in enumerate(tuned):
         space = dense_space(workload, SM90)
         configs = [c for c in space.template.starting_configs(space) if space.is_valid(c)][:6]
-        recs += [records.Record.from_measurement("cuda -arch=sm_90", space, c, MeasureResult(((i + 1 + j) * 1e-5,)))
+        recs += [records.stamped("cuda -arch=sm_90", space, c, MeasureResult(((i + 1 + j) * 1e-5,)))
                  for j, c in enumerate(configs)]
     log = tmp_path / "log.jsonl"
     records.append(log, recs)

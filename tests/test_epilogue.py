@@ -127,7 +127,7 @@ def test_fused_and_plain_records_never_mix(tmp_path):
     for wl, seconds in ((plain, 1e-5), (fused, 2e-5)):
         space = tasks.of(wl).space(wl, SM90)
         config = space.default_config()
-        record = records.Record.from_measurement("cuda -arch=sm_90", space, config, MeasureResult((seconds,)))
+        record = records.stamped("cuda -arch=sm_90", space, config, MeasureResult((seconds,)))
         assert records.Record.from_json(record.to_json()) == record and not record.stale
         records.append(log, [record])
     assert records.load_best(log, plain, target="sm_90")[1] == pytest.approx(1e-5)

@@ -265,12 +265,12 @@ def test_fp8_siblings_are_fp8_first_then_valid_16_bit_configs_never_the_reverse(
     mma = space16.default_config()  # fastest, but on a path fp8 cannot take
     ws16, ws8 = space16.template.starting_configs(space16)[:2]
     log = tmp_path / "log.jsonl"
-    records.append(log, [records.Record.from_measurement("cuda -arch=sm_90", space16, config, MeasureResult((t,)))
+    records.append(log, [records.stamped("cuda -arch=sm_90", space16, config, MeasureResult((t,)))
                          for config, t in ((mma, 1e-5), (ws16, 2e-5))])
     logs = [(str(log), False)]
     assert mma.intrinsic != "wgmma" or not mma.warp_specialized
     assert sibling_config(fp8, HOPPER, logs)[0] == ws16  # the mma record skipped, the valid one taken
-    records.append(log, [records.Record.from_measurement("cuda -arch=sm_90", space8, ws8, MeasureResult((3e-5,)))])
+    records.append(log, [records.stamped("cuda -arch=sm_90", space8, ws8, MeasureResult((3e-5,)))])
     assert sibling_config(fp8, HOPPER, logs)[0] == ws8  # its own GEMM's first, though slower
     assert sibling_config(replace(fp16, epilogue="bias"), HOPPER, logs)[0] == mma  # never an fp8 record
 

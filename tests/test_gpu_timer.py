@@ -95,8 +95,7 @@ def test_gpu_the_runner_times_with_the_timer_and_its_records_say_so():
     with LocalMeasurer(space, MeasureOptions(build_workers=1, repeat=9, min_repeat_ms=10)) as measure:
         (result,) = measure([config])
     assert result.ok and result.timer == CUDA_TIMER and len(result.costs) == 9, result.error_msg
-    record = records.Record.from_measurement(f"cuda -arch={space.gpu.arch}", space, config, result,
-                                             records.make_provenance(space.gpu))
+    record = records.stamped(f"cuda -arch={space.gpu.arch}", space, config, result, records.make_provenance(space.gpu))
     assert json.loads(record.to_json())["timer"] == CUDA_TIMER
     kernel = build_conv2d(WL, config)
     args, _ = _arguments(kernel, WL)

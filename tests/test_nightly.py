@@ -435,7 +435,7 @@ def _old_best(job, seconds, timer=TIME_EVALUATOR):
     space = conv2d_space(workloads.get("rfc-3x3-b1"), GPU)
     config = space.sample(40, seed=9)[-1]
     best_log = job.best_log_dir / "synthetic-gpu.jsonl"
-    records.append(best_log, [records.Record.from_measurement(
+    records.append(best_log, [records.stamped(
         "cuda -arch=sm_90", space, config, MeasureResult((seconds,) * 3, timer=timer), records.make_provenance(GPU))])
     return config, best_log
 

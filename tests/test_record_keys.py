@@ -101,11 +101,11 @@ def test_records_of_the_last_int_version_are_current_under_the_sources_that_vers
 
 
 def test_a_measurement_stamps_its_record_with_both_keys():
-    stamped = Record.from_measurement("sm_90", SPACE, CONFIGS[0], MeasureResult((1e-4,), code_hash=CODE))
+    stamped = rec.stamped("sm_90", SPACE, CONFIGS[0], MeasureResult((1e-4,), code_hash=CODE))
     assert (stamped.source_hash, stamped.code_hash, stamped.freshness) == (TODAY, CODE, "fresh")
     code_keys.remember(WL, CONFIGS[1], "sm_90", OTHER_CODE)  # built in this process (nightly's re-times)
-    assert Record.from_measurement("sm_90", SPACE, CONFIGS[1], MeasureResult((1e-4,))).code_hash == OTHER_CODE
-    assert Record.from_measurement("sm_90", SPACE, CONFIGS[2], MeasureResult((1e-4,))).code_hash is None
+    assert rec.stamped("sm_90", SPACE, CONFIGS[1], MeasureResult((1e-4,))).code_hash == OTHER_CODE
+    assert rec.stamped("sm_90", SPACE, CONFIGS[2], MeasureResult((1e-4,))).code_hash is None
 
 
 # ---- selection: a build checks an unverified record ----------------------------------------------

@@ -117,11 +117,11 @@ def test_properties():
     assert Record("cuda", WL, bad.config, bad.result, {}).gpu is None
 
 
-def test_from_measurement_accepts_tvm_target():
+def test_stamped_accepts_tvm_target():
     tvm = pytest.importorskip("tvm")
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     result = MeasureResult((1e-4,), timestamp=1.0)
-    record = Record.from_measurement(target, SPACE, CONFIGS[0], result, PROV_H100)
+    record = rec.stamped(target, SPACE, CONFIGS[0], result, PROV_H100)
     assert record.target == "cuda -arch=sm_90"
     assert record.config == SPACE.to_entity(CONFIGS[0])
     assert Record.from_json(record.to_json()) == record

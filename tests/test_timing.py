@@ -174,8 +174,8 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_
     default = space.default_config()
     logged = next(c for c in space.sample(50, seed=1) if c != default)
     log = tmp_path / "log.jsonl"
-    records.append(log, [records.Record.from_measurement("cuda -arch=sm_90", space, logged, MeasureResult((1e-5,)),
-                                                         records.make_provenance(space.gpu))])
+    records.append(log, [records.stamped("cuda -arch=sm_90", space, logged, MeasureResult((1e-5,)),
+                                         records.make_provenance(space.gpu))])
     built, inputs = [], []
 
     def build(workload, config):

@@ -44,8 +44,9 @@ from pathlib import Path
 
 import tvm
 
-from ..database import journal, origin
+from ..database import journal
 from ..database import paths as log_paths
+from ..database.record import tvm_version
 from . import apply, build_server
 from ..core import tasks
 from ..search import zero_shot
@@ -78,7 +79,7 @@ def code_fingerprint() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _toolchain() -> tuple[str, str | None]:
-    return origin.tvm_version(), nvcc_version()
+    return tvm_version(), nvcc_version()
 
 
 def _digest(*parts) -> str:

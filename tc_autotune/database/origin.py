@@ -1,27 +1,23 @@
-"""Where a record's timing comes from: the GPU, the toolchain and package versions it names, and
-the CUDA arch of a target.  Plain functions of installed metadata; no TVM import (``tvm_version``
-reads the distribution's metadata, which is fast where importing tvm is not)."""
+"""Where a record's timing comes from, and the stamping of a measurement made here into a record.
+
+A record names its provenance: the GPU, the CUDA release and this package's version
+(``make_provenance``; the TVM release and the target's arch are fields of the format,
+``record``).  ``stamped`` makes the record of one measurement: with that provenance, the source
+hash of today's template and the code hash of the kernel it timed (the measurement's own, else
+the one this process built: ``backends.cuda.code_hash.recall``), which say whether it is current
+(``record.Record.freshness``).  Plain functions of installed metadata; no TVM import.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
-import re
 
 from .._version import __version__ as _package_version
-
-_ARCH_RE = re.compile(r"sm_\d+")
-
-
-@functools.lru_cache(maxsize=None)
-def tvm_version() -> str:
-    """The installed TVM version without importing tvm (slow); 'unknown' if not found."""
-    for dist in ("apache-tvm", "tvm"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
+from ..backends.cuda import code_hash as code_keys
+from ..core import tasks
+from ..core.results import MeasureResult
+from .record import Record, target_arch
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,16 +43,18 @@ def make_provenance(gpu=None, cuda: str | None = None) -> dict:
     }
 
 
-def target_arch(target) -> str | None:
-    """The CUDA arch ("sm_90") named by an arch string, a target string or a tvm Target.
+def stamped(target, space, config, result: MeasureResult, provenance: dict | None = None) -> Record:
+    """The record of ``config`` of ``space`` (a ConfigSpace) measured as ``result``, built by
+    today's template: stamped with its source hash and the code hash of the kernel (the
+    measurement's, else the one this process built; none where it was never built), and with
+    ``provenance`` (default: ``make_provenance`` of the space's GPU).  ``target`` may be a tvm Target."""
+    arch = target_arch(target)
+    if not isinstance(target, str):
+        target = f"cuda -arch={arch}" if arch else str(target)
+    code = result.code_hash or code_keys.recall(space.workload, config, arch)
+    return Record(target, space.workload, space.to_entity(config), result,
+                  dict(provenance) if provenance is not None else make_provenance(space.gpu),
+                  source_hash=tasks.of(space.workload).template.source_hash, code_hash=code)
 
-    A tvm Target's ``str`` is a JSON dict in TVM 0.27 (older: "cuda -arch=sm_90"),
-    so the arch is found with a regex on whatever string form we get.
-    """
-    if target is None:
-        return None
-    match = _ARCH_RE.search(str(target))
-    return match.group(0) if match else None
 
-
-__all__ = ["tvm_version", "tc_autotune_version", "make_provenance", "target_arch"]
+__all__ = ["tc_autotune_version", "make_provenance", "stamped"]

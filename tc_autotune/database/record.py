@@ -34,20 +34,23 @@ restamped then.  Any other format-2 record is stale, as it always was.
 
 ``timer`` names what timed the costs (``results.TIMERS``); a record without it is inferred
 (``inferred_timer``).  No TVM import: reading logs stays fast.
+
+This module is the format: it reads no code hash and no provenance.  A record of a measurement
+made here is stamped with them (and with today's source hash) by ``origin.stamped``.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import json
 import math
 import re
 from dataclasses import dataclass, field
 
-from ..backends.cuda import code_hash as code_keys
 from ..backends.cuda import peaks
 from ..core import tasks
 from ..core.results import CUDA_GRAPH, TIME_EVALUATOR, TIMERS, MeasureErrorNo, MeasureResult
-from .origin import make_provenance, target_arch, tvm_version
 
 # 3: records carry source_hash and code_hash (2-readers skip them); 2: template_version
 RECORD_VERSION = 3
@@ -62,6 +65,7 @@ LEGACY_SOURCE_HASHES = {"tc_gemm": "1e5a003ec33f72809a04cd0e484b90a03c56542e2325
 FRESH, UNVERIFIED, STALE = "fresh", "unverified", "stale"
 
 _TARGET_ARCH_RE = re.compile(r"-arch=(sm_\d+)")
+_ARCH_RE = re.compile(r"sm_\d+")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 
 # Records written before they named their timer: the tuner's came from time_evaluator, and so
@@ -92,20 +96,6 @@ class Record:
     source_hash: str | None = field(default=None, compare=False)
     code_hash: str | None = field(default=None, compare=False)  # the kernel it timed
     stale_at: str | None = field(default=None, compare=False)  # the source hash that found it changed
-
-    @classmethod
-    def from_measurement(cls, target, space, config, result: MeasureResult,
-                         provenance: dict | None = None) -> "Record":
-        """A record for ``config`` of ``space`` (a ConfigSpace), built by today's template:
-        stamped with its source hash and the code hash of the kernel (the measurement's, else
-        the one this process built; none where it was never built).  ``target`` may be a tvm Target."""
-        arch = target_arch(target)
-        if not isinstance(target, str):
-            target = f"cuda -arch={arch}" if arch else str(target)
-        code = result.code_hash or code_keys.recall(space.workload, config, arch)
-        return cls(target, space.workload, space.to_entity(config), result,
-                   dict(provenance) if provenance is not None else make_provenance(space.gpu),
-                   source_hash=tasks.of(space.workload).template.source_hash, code_hash=code)
 
     @property
     def task(self) -> tasks.Task:
@@ -301,6 +291,30 @@ class Record:
         return cls(target, workload, config, result, provenance, tvm_ver, template, **hashes)
 
 
+@functools.lru_cache(maxsize=None)
+def tvm_version() -> str:
+    """The installed TVM version without importing tvm (slow); 'unknown' if not found: what a
+    record without its own ``tvm_version`` is written with."""
+    for dist in ("apache-tvm", "tvm"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def target_arch(target) -> str | None:
+    """The CUDA arch ("sm_90") named by an arch string, a target string or a tvm Target.
+
+    A tvm Target's ``str`` is a JSON dict in TVM 0.27 (older: "cuda -arch=sm_90"),
+    so the arch is found with a regex on whatever string form we get.
+    """
+    if target is None:
+        return None
+    match = _ARCH_RE.search(str(target))
+    return match.group(0) if match else None
+
+
 def arch_of_target(target: str) -> str | None:
     """The arch a record's target names ("cuda -arch=sm_90" -> "sm_90")."""
     match = _TARGET_ARCH_RE.search(target)
@@ -337,4 +351,4 @@ def _is_number(value) -> bool:
 
 
 __all__ = ["RECORD_VERSION", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
-           "STALE", "RETIME_MSG", "Record", "inferred_timer", "arch_of_target"]
+           "STALE", "RETIME_MSG", "Record", "inferred_timer", "arch_of_target", "target_arch", "tvm_version"]

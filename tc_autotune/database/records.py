@@ -2,7 +2,8 @@
 callers use, from the modules that hold them.
 
 * ``record``: one record, its JSON line, whether it is current (its code and source hashes);
-* ``origin``: the GPU, toolchain and versions a record names (its provenance);
+* ``origin``: the GPU, toolchain and versions a record names (its provenance), and the record of
+  a measurement made here, stamped with them (``stamped``);
 * ``logs``: where the logs are, appending, reading (a bad line costs only itself);
 * ``selection``: the best record of a workload, the top configs per workload, compaction;
 * ``merge``: folding a run's bests into a best log;
@@ -19,9 +20,9 @@ from .compare import faster, noise_margin
 from .logs import (BAD_LINE_WARNINGS, LOG_SUFFIXES, SHIPPED_LOGS, append, load, log_files, packaged_logs_dir,
                    records_of, shipped_log_files, shipped_logs_dir, stat_log_files)
 from .merge import BestLogChange, merge_best, pick_best
-from .origin import make_provenance, target_arch, tc_autotune_version, tvm_version
+from .origin import make_provenance, stamped, tc_autotune_version
 from .record import (FRESH, LEGACY_SOURCE_HASHES, LEGACY_VERSIONS, RECORD_VERSION, RETIME_MSG, STALE,
-                     UNVERIFIED, Record, inferred_timer)
+                     UNVERIFIED, Record, inferred_timer, target_arch, tvm_version)
 from .restamp import RestampReport, restamp
 from . import selection
 from .selection import Verify, best_records, identity
@@ -51,6 +52,6 @@ __all__ = [
     "RETIME_MSG", "Record", "append", "load", "log_files", "stat_log_files", "load_best", "best_record",
     "faster", "noise_margin", "inferred_timer", "identity", "best_records", "pick_best", "merge_best",
     "BestLogChange", "measured_indices", "summarize", "summary_table", "LogSummary", "restamp", "RestampReport",
-    "make_provenance", "target_arch", "tvm_version", "tc_autotune_version", "BAD_LINE_WARNINGS", "LOG_SUFFIXES",
+    "make_provenance", "stamped", "target_arch", "tvm_version", "tc_autotune_version", "BAD_LINE_WARNINGS", "LOG_SUFFIXES",
     "SHIPPED_LOGS", "packaged_logs_dir", "shipped_logs_dir", "shipped_log_files",
 ]

@@ -19,8 +19,7 @@ from typing import Callable, Iterable
 
 from . import journal
 from .compare import contenders_of, fastest, ranked, winner
-from .origin import target_arch
-from .record import UNVERIFIED, Record
+from .record import UNVERIFIED, Record, target_arch
 from ..backends.cuda.gpu import gpu_for_arch
 
 logger = logging.getLogger("tc_autotune.database.records")

@@ -236,8 +236,7 @@ def tune_workload(workload: Conv2dWorkload | DenseWorkload, n_trial: int, log_pa
             nonlocal provenance
             if provenance is None:
                 provenance = records.make_provenance(gpu, cuda=nvcc_version())
-            records.append(log_path, [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, c, r,
-                                                                      _with_device(provenance, r))
+            records.append(log_path, [records.stamped(f"cuda -arch={gpu.arch}", space, c, r, _with_device(provenance, r))
                                       for c, r in zip(configs, results) if r is not None])
             for r in results:
                 if r is not None:

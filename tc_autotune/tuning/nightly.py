@@ -320,9 +320,8 @@ def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
     space = conv2d_space(workload, gpu)
     provenance = records.make_provenance(gpu)
     timed = [(config, row.retimed_s), (space.default_config(), row.default_s)]
-    return [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, cfg,
-                                            MeasureResult((seconds,), error_msg=records.RETIME_MSG,
-                                                          timer=first.timer), provenance)
+    return [records.stamped(f"cuda -arch={gpu.arch}", space, cfg,
+                            MeasureResult((seconds,), error_msg=records.RETIME_MSG, timer=first.timer), provenance)
             for cfg, seconds in timed if seconds and math.isfinite(seconds)]
 
 
@@ -351,8 +350,7 @@ def _retime_old_best(mine, best_config, workload, retime, gpu) -> list:
         return []
     space = conv2d_space(workload, gpu)
     result = MeasureResult((timed.tuned_s,), error_msg=records.RETIME_MSG, timer=timed.timer)
-    return [records.Record.from_measurement(f"cuda -arch={gpu.arch}", space, config, result,
-                                            records.make_provenance(gpu))]
+    return [records.stamped(f"cuda -arch={gpu.arch}", space, config, result, records.make_provenance(gpu))]
 
 
 def _try_retime(retime, workload, config):
