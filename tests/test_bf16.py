@@ -105,7 +105,7 @@ def test_dense_bf16_reference_rounds_operands_to_bf16_not_fp16():
 
 def test_a_runner_reads_stored_bf16_inputs_back_as_bf16(tmp_path):
     """npz keeps a bf16 array's bytes but not its dtype: the measurer stores the names beside them."""
-    from tc_autotune.measure.runner import load_inputs
+    from tc_autotune.measure.bench import load_inputs
 
     wl = workloads.get(DENSE)
     inputs = dense_inputs(wl)

@@ -1,4 +1,4 @@
-"""The output check on the device (``checker``, ``runner.Bench``): the same relative L2 error as
+"""The output check on the device (``checker``, ``bench.Bench``): the same relative L2 error as
 ``results.relative_l2_error`` and NaN left = wrong, for every task's output (conv2d and dense,
 float32 and float16); the CUDA checker compiles with nvcc here and agrees with numpy on a GPU,
 split-K kernels included."""
@@ -13,7 +13,7 @@ from tc_autotune import workloads
 from tc_autotune.backends.cuda.nvcc import compile_cubin
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.core.results import TOLERANCE, relative_l2_error
-from tc_autotune.measure.runner import Bench
+from tc_autotune.measure.bench import Bench
 
 OUTPUTS = ["n=2,h=14,c=64,k=64,r=3,pad=1", "n=2,h=8,c=16,k=32,r=3,pad=1,dtype=float32,out_dtype=float16",
            "dense:m=33,n=70,k=64,b=nk", "dense:batch=3,m=5,n=48,k=32,out_dtype=float16"]

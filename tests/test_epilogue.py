@@ -334,7 +334,7 @@ class InputsRunner:
         self.inputs_dir, self.seen = inputs_dir, []
 
     def run(self, so_path, key, tensors):
-        from tc_autotune.measure.runner import load_inputs
+        from tc_autotune.measure.bench import load_inputs
 
         self.seen.append((load_inputs(self.inputs_dir(), key), tensors))
         return "ok", [1e-5]

@@ -108,7 +108,7 @@ def test_fp8_inputs_are_fp8_arrays_with_scales_and_the_reference_scales_before_t
 def test_a_runner_reads_stored_fp8_inputs_back_as_fp8(tmp_path):
     """npz writes fp8 arrays with a descriptor it cannot read ('<f1'): the measurer stores bytes."""
     from tc_autotune.measure.measurer import _storable
-    from tc_autotune.measure.runner import load_inputs
+    from tc_autotune.measure.bench import load_inputs
 
     wl = workloads.get(E5M2_B)
     inputs = dense_inputs(wl)

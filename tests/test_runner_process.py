@@ -12,7 +12,7 @@ import pytest
 
 import runner_stubs
 from tc_autotune import conv2d_space
-from tc_autotune.measure import runner
+from tc_autotune.measure import bench as bench_module, runner
 from tc_autotune import workloads
 from tc_autotune.measure.devices import LocalDevice
 from tc_autotune.measure.dispatch import RunnerFault
@@ -162,7 +162,7 @@ def _cpu_conv(workload, scale=1.0):
 
 
 def test_check_and_time_times_a_right_kernel_with_the_timer_and_never_a_wrong_one(tmp_path, monkeypatch):
-    """``runner.check_and_time`` as a runner process runs it, on the CPU device with the timer on a
+    """``bench.check_and_time`` as a runner process runs it, on the CPU device with the timer on a
     host clock: the kernel's function, on the bench's arguments, with the runner's options."""
     import inspect
 
@@ -187,10 +187,10 @@ def test_check_and_time_times_a_right_kernel_with_the_timer_and_never_a_wrong_on
     inputs = task.inputs(workload, seed=0)
     _, shape, dtype = task.signature(workload)[-1]
     path = checker.export(str(tmp_path / "check.so"), shape, dtype, checker.target_for("cpu", "sm_90"))
-    bench = runner.Bench(tvm.cpu(), inputs, task.reference(workload, *inputs), tvm.runtime.load_module(path))
+    bench = bench_module.Bench(tvm.cpu(), inputs, task.reference(workload, *inputs), tvm.runtime.load_module(path))
     options = MeasureOptions(repeat=4, min_repeat_ms=1)
-    status, costs = runner.check_and_time(_cpu_conv(workload), bench, [(shape, dtype)], options)
+    status, costs = bench_module.check_and_time(_cpu_conv(workload), bench, [(shape, dtype)], options)
     assert status == "ok" and len(costs) == 4 and all(0 < c < 0.1 for c in costs)
-    assert calls == [dict(device=0, warmup=10, number=1, repeat=4, min_repeat_ms=1.0)]  # runner.timer_options
-    status, message = runner.check_and_time(_cpu_conv(workload, scale=0.5), bench, [(shape, dtype)], options)
+    assert calls == [dict(device=0, warmup=10, number=1, repeat=4, min_repeat_ms=1.0)]  # bench.timer_options
+    status, message = bench_module.check_and_time(_cpu_conv(workload, scale=0.5), bench, [(shape, dtype)], options)
     assert (status, len(calls)) == ("wrong", 1) and message.startswith("relative L2 error 0.5")

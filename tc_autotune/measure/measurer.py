@@ -44,7 +44,8 @@ from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
 from ..api.kernel import compile_kernel
 from ..core.results import TIMER, MeasureErrorNo, MeasureResult
 from .rpc_runner import RpcRunner
-from .runner import START_TIMEOUT, LocalRunner, checker_path
+from .bench import checker_path
+from .runner import START_TIMEOUT, LocalRunner
 from .runner_protocol import MeasureOptions
 from ..workloads.names import get as get_workload
 
@@ -121,7 +122,7 @@ class _Batch:
 
 def _storable(array: np.ndarray) -> np.ndarray:
     """``array`` as npz reads it back: ml_dtypes' (user-defined numpy dtypes: bf16, fp8) as unsigned
-    ints of their size, viewed back by their dtype's name (``runner.load_inputs``)."""
+    ints of their size, viewed back by their dtype's name (``bench.load_inputs``)."""
     return array.view(f"u{array.itemsize}") if array.dtype.isbuiltin == 2 else array
 
 
@@ -368,7 +369,7 @@ def _discard(future) -> None:
 
 
 def _run_result(status: str, payload, label: str, elapsed: float, code_hash: str | None = None) -> MeasureResult:
-    if status == "ok":  # every runner times with the one timer (runner.check_and_time)
+    if status == "ok":  # every runner times with the one timer (bench.check_and_time)
         return MeasureResult(tuple(payload), MeasureErrorNo.NO_ERROR, "", elapsed, device=label, timer=TIMER,
                              code_hash=code_hash)
     code = {"wrong": MeasureErrorNo.WRONG_RESULT, "timeout": MeasureErrorNo.RUN_TIMEOUT}.get(

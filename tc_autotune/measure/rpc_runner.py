@@ -2,13 +2,13 @@
 
 Kernels are built here (the shared build pool); the runner requests a session from the
 tracker for its key, uploads each exported library, loads it on the server and checks and
-times it there (``runner.check_and_time`` on the session's device: the same NaN-poisoned
+times it there (``bench.check_and_time`` on the session's device: the same NaN-poisoned
 check against the fp32 reference as the local runner, and the same timer, run on the server
 through the global function ``timer.TIME_FUNCTION``: start the servers with
 ``python -m tc_autotune.measure.rpc_server``, which installs it; a bare ``tvm.exec.rpc_server``
 lacks it and is refused at connect, as a fault, with that command in the message).  The
 inputs, the reference, the NaN-filled output template and the output checker go to the
-remote device once per session and workload (``runner.Bench``); per candidate only the
+remote device once per session and workload (``bench.Bench``); per candidate only the
 kernel's library goes up and the checker's two numbers and the timings come back.
 
 Faults: a candidate that raises is the candidate's error, unless a fresh session cannot be
@@ -31,7 +31,7 @@ from ..backends.cuda import timer
 from .devices import RpcDevice
 from .dispatch import RunnerFault
 from ..backends.cuda.gpu import GpuInfo, remote_gpu
-from .runner import Bench, check_and_time, timer_options
+from .bench import Bench, check_and_time, timer_options
 from .runner_protocol import MeasureOptions
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..backends.cuda.gpu import GpuInfo
 from ..core.results import TOLERANCE
 
 
@@ -34,8 +33,9 @@ class MeasureOptions:
         return max(1, len(self.devices))
 
 
-def serve(conn, device: GpuInfo, measure) -> None:
-    """A runner process's loop: say ("ready", device), then answer each (so_path, inputs key,
+def serve(conn, device, measure) -> None:
+    """A runner process's loop: say ("ready", device) (the ``GpuInfo`` it measures on, passed
+    through), then answer each (so_path, inputs key,
     [(shape, dtype)]) request with ``measure(so_path, key, tensors)``'s (status, payload) until
     the pipe closes; after an exception, answer ("error", message) and return (the CUDA context
     may be broken: the parent starts a fresh runner).  Tests serve stand-in ``measure``s."""

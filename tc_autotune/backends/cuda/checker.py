@@ -24,7 +24,7 @@ from tvm import te
 from . import nvcc
 
 BLOCKS, THREADS = 256, 256
-FUNCTION = "main"  # the checker's function in its module, named as a kernel's (``runner.Bench`` calls it)
+FUNCTION = "main"  # the checker's function in its module, named as a kernel's (``measure.bench.Bench`` calls it)
 
 
 def target_for(device_type: str, arch: str):
