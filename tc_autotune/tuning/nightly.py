@@ -34,7 +34,6 @@ from ..backends.cuda.gpu import gpu_log_name
 from ..backends.cuda.timer import TimerError
 from ..measure.measurer import LocalMeasurer, MeasureOptions
 from ..core.results import TIME_EVALUATOR, TIMER, TIMERS, MeasureResult
-from ..templates.registry import conv2d_space
 from .jobs import Job, JobEntry, JobError, LockedError, job_lock, load_job  # noqa: F401 (nightly's API)
 
 log = logging.getLogger(__name__)
@@ -238,7 +237,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
             reached.add(entry.name)
             if measurer is None:
                 measurer = stack.enter_context((measurer_factory or LocalMeasurer)(
-                    conv2d_space(entry.workload, gpu), options))
+                    tasks.of(entry.workload).space(entry.workload, gpu), options))
             summary = tune_workload(entry.workload, entry.trials, job.log, batch_size=min(16, entry.trials),
                                     early_stopping=None, seed=0, gpu=gpu, deadline=deadline,
                                     compare_baseline=False, measurer=measurer, shipped_transfer=transfer,
@@ -317,7 +316,7 @@ def _retime(row: ReportRow, config, workload, retime, job: Job, gpu) -> list:
                 row.status = "regression"
             elif _lost_to_default(row, job):
                 row.status = "slower than default"
-    space = conv2d_space(workload, gpu)
+    space = tasks.of(workload).space(workload, gpu)
     provenance = records.make_provenance(gpu)
     timed = [(config, row.retimed_s), (space.default_config(), row.default_s)]
     return [records.stamped(f"cuda -arch={gpu.arch}", space, cfg,
@@ -348,7 +347,7 @@ def _retime_old_best(mine, best_config, workload, retime, gpu) -> list:
              record.seconds * 1e3, timed.timer, f"{timed.tuned_s * 1e3:.4f} ms" if timed.tuned_s else "wrong")
     if not (timed.tuned_s and math.isfinite(timed.tuned_s)):
         return []
-    space = conv2d_space(workload, gpu)
+    space = tasks.of(workload).space(workload, gpu)
     result = MeasureResult((timed.tuned_s,), error_msg=records.RETIME_MSG, timer=timed.timer)
     return [records.stamped(f"cuda -arch={gpu.arch}", space, config, result, records.make_provenance(gpu))]
 
