@@ -158,34 +158,27 @@ def test_intra_package_imports_are_at_module_top():
     assert not lazy, "\n".join(lazy)
 
 
-# Import floors of the deepest chain of modules: a ratchet at today's depth (13 before issue
-# #30's cuts; 10 after the first ones: the template's TVM side a plug-in of its template, the task
-# registry apart from the tasks, the space given its GPU, the toolkit apart from nvcc's compiling,
-# checked timing in measure, the Relax report apart from partition; 9 after the second: Relax
-# schedules its kernels through the template protocol, the commands' shared code stands off the
-# templates, tuning imports the database modules it uses rather than the records facade, the
-# runners take the host dtypes from workloads.host_dtypes and call the checker as they call a
-# kernel, the fused layers live beside optimize).  The goal was 8.  Three families of chains of 9
-# remain, and each floor of them is a role's own:
-#   pytorch -> optimize -> ops -> api.build_cache -> apply -> selection -> workloads.conv2d ->
-#     dense -> epilogue (and apply -> logs -> record -> core.tasks -> config_space): the adapter's
-#     face, model rewrite and eager launch path on the cached builds, on the choice of a config
-#     from the logs; relax -> partition -> kernels -> api.build_cache -> ... (the same below);
-#   cli.nightly -> tuning.nightly -> autotune -> measure.measurer -> rpc_runner -> runner -> nvcc
-#     -> gpu -> driver (and tuning.nightly -> templates.registry -> tc_gemm.template -> features
-#     -> intrinsic_paths -> rules -> gemm -> operand_layout).
-# Below 9 needs the config choice (api.apply) at floor 4.  It reads the logs through logs and
-# selection, three floors each: the record format (record -> core.tasks, whose Task.space makes a
-# ConfigSpace; record also stamps a measurement with the code-hash memo and the provenance), and
-# workloads read by name (selection takes a spec or a preset: workloads.conv2d.get, which reads
-# dense's specs too, each kind on its epilogue).  So apply is at 5, and the adapters' floors on the
-# cached builds make 9.  Lower would take the space off the task registry, the stamping off the
-# record and the names off the selection, or the PyTorch adapter's layers injected into each
-# other; the nightly chain would need the measure stack shorter too (the RPC runner shares the
-# local runner's bench; nvcc asks the GPU's facts for its compile callback).
-# The layering a reader follows is the roles' (MAX_ROLE_DEPTH, below), and that is 8.  Lower this
-# as chains are cut.
-MAX_DEPTH = 9
+# The deepest chain of modules, in floors (1: a module importing none of the package).  It is as
+# deep as the roles' layering (MAX_ROLE_DEPTH, below), and a floor of it is a job of its own:
+#   the adapters on the cached builds: pytorch (its face, bench) -> optimize, library (or
+#     api.functional) -> ops, the eager launch path; relax (its face, bench) -> partition,
+#     building -> kernels; then api.build_cache -> apply, the choice of a config -> the logs read
+#     (database.logs, selection) or the zero-shot search -> the record format (database.record)
+#     -> the task registry (core.tasks);
+#   a nightly run: cli.nightly -> tuning.nightly -> a tuning job (autotune) -> a build (api.build
+#     -> apply) or the records' facade (-> merge, restamp, summary) -> logs, selection -> record
+#     -> core.tasks;
+#   the template: the package face (or cli.benchmark) -> templates.registry -> tc_gemm.template ->
+#     features, prior, validity -> intrinsic_paths -> rules -> the GEMM view -> operand_layout.
+# What keeps them at 8 is that the bottom floors stand on little.  The task registry imports nothing
+# (the face gives a task its template, whose Template.space makes its space); the record is the
+# format alone (origin.stamped, above it, stamps a measurement with its code hash and
+# provenance); the workload kinds share workloads.spec and import none of each other
+# (workloads.names reads a name of either kind, for what takes names: the selection and the
+# zero-shot search take workloads already made).  Above: both runners measure with
+# measure.bench and neither imports the other, and a nightly run makes its spaces through the
+# tasks, as a tuning job does, not through templates.registry.
+MAX_DEPTH = 8
 
 # Space, search (tuners, cost model, transfer, zero-shot) and database take a template as a
 # parameter (a space's, or a task's, which the package face binds): none of them imports one,
