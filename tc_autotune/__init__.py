@@ -52,7 +52,7 @@ __all__ = list(_EXPORTS)
 def __getattr__(name):
     if name in _EXPORTS:
         return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-    try:  # submodules: tc_autotune.workloads.conv2d.get(...) without importing it first
+    try:  # submodules: tc_autotune.workloads.names.get(...) without importing it first
         return importlib.import_module(f".{name}", __name__)
     except ModuleNotFoundError:
         pass
