@@ -1,12 +1,21 @@
 """Where the tests find each command of a checkout (the product's in scripts/, the study's, a lab
-harness outside the package, in lab/), and running one as a user does: a fresh process."""
+harness outside the package, in lab/), and running one as a user does: a process of its own
+(``run_python``: forked from a process that has the package and TVM imported already,
+``script_server``; a test of what a command imports runs an interpreter of its own instead)."""
 
+import atexit
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+_SERVER_SCRIPT = Path(__file__).resolve().parent / "script_server.py"
+_server: subprocess.Popen | None = None
 
 
 def script_path(script: str) -> Path:
@@ -15,6 +24,53 @@ def script_path(script: str) -> Path:
 
 def run_script(script: str, *args, cwd=None, env=None) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``python <script> args`` (``env`` added to this one's)."""
-    proc = subprocess.run([sys.executable, str(script_path(script)), *map(str, args)], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, env=None if env is None else {**os.environ, **env})
-    return proc.returncode, proc.stdout, proc.stderr
+    return run_python(script_path(script), *args, cwd=cwd, env=env)
+
+
+def run_python(script, *args, cwd=None, env=None, timeout: float = 120) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``python script args`` in a process of its own, with this
+    process's environment plus ``env`` and the working directory ``cwd`` (default: this one's)."""
+    request = {"argv": [str(script), *map(str, args)], "cwd": str(cwd or os.getcwd()),
+               "env": {**os.environ, **{k: str(v) for k, v in (env or {}).items()}}}
+    with tempfile.TemporaryDirectory(prefix="tc_autotune_cmd_") as tmp:
+        request["stdout"], request["stderr"] = f"{tmp}/out", f"{tmp}/err"
+        code = _serve(request, timeout)
+        return code, Path(request["stdout"]).read_text(), Path(request["stderr"]).read_text()
+
+
+def _serve(request: dict, timeout: float) -> int:
+    server = _the_server()
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    pid = json.loads(_reply(server, timeout))["pid"]
+    try:
+        return json.loads(_reply(server, timeout))["code"]
+    except subprocess.TimeoutExpired:
+        os.kill(pid, signal.SIGKILL)  # the server then reaps it and answers; this test has failed
+        _reply(server, 30)
+        raise
+
+
+def _reply(server: subprocess.Popen, timeout: float) -> str:
+    ready, _, _ = select.select([server.stdout], [], [], timeout)
+    if not ready:
+        raise subprocess.TimeoutExpired(_SERVER_SCRIPT.name, timeout)
+    line = server.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the tests' command server ended (exit {server.wait()})")
+    return line
+
+
+def _the_server() -> subprocess.Popen:
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = subprocess.Popen([sys.executable, str(_SERVER_SCRIPT)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        atexit.register(_server.stdin.close)
+    return _server
+
+
+def run_completed(script, *args, **kwargs) -> subprocess.CompletedProcess:
+    """``run_python`` as ``subprocess.run(..., capture_output=True, text=True)`` answers."""
+    code, out, err = run_python(script, *args, **kwargs)
+    return subprocess.CompletedProcess([sys.executable, str(script), *map(str, args)], code, out, err)

@@ -50,15 +50,23 @@ def test_paths_in_the_readme_examples_exist_in_a_checkout():
             assert (REPO / path).is_file(), f"{doc}'s example names {path}, which a fresh clone lacks"
 
 
-def test_every_test_is_in_exactly_one_group():
+def test_every_test_is_in_exactly_one_group(request):
     """``pytest -m unit``, ``-m golden`` and ``-m gpu`` (tests/conftest.py) together run the whole
     suite: a test in none of them would be run by none of the group commands."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    # one collection for both faults (the suite's collection is what this test costs): a test in
-    # no group, or a unit test also in another group
+    modules = {path.name for path in (root / "tests").glob("test_*.py")}
+    items = request.session.items
+    if not request.config.getoption("markexpr") and modules <= {Path(str(item.fspath)).name for item in items}:
+        # this session collected the whole suite, unfiltered: its items are the answer (a second
+        # collection in a new process would cost as much as every test module's import)
+        groups = {item.nodeid: [g for g in ("unit", "golden", "gpu") if g in item.keywords] for item in items}
+        wrong = {nodeid: found for nodeid, found in groups.items() if len(found) != 1}
+        assert len(groups) > 1000 and not wrong, wrong
+        return
+    # one collection for both faults: a test in no group, or a unit test also in another group
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "--collect-only", "-p", "no:cacheprovider",
                           "-m", "(not unit and not golden and not gpu) or (unit and (golden or gpu))", "tests"],
                          cwd=root, capture_output=True, text=True)

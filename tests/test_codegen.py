@@ -16,7 +16,8 @@ from matrix import cases
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 
-CASES = cases(configs_per_variant=2, seed=11)
+# one sampled config per workload and variant: the GPU tests (test_gpu_conv2d) build three others
+CASES = cases(configs_per_variant=1, seed=11)
 
 
 @pytest.mark.parametrize("spec,config", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

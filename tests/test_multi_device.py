@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_paths import run_completed
 
 from tc_autotune.tuning import autotune
 from tc_autotune import conv2d_space
@@ -394,8 +395,7 @@ def test_tune_exits_8_when_every_device_is_lost(tmp_path, monkeypatch, capsys):
     (["--rpc-tracker", "127.0.0.1:9190", "--rpc-key", "k", "--devices", "0"], "not with --rpc-tracker"),
 ])
 def test_bad_device_arguments_exit_2(args, needle):
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "tune.py"), "--workload", "tutorial", *args],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_completed(str(ROOT / "scripts" / "tune.py"), "--workload", "tutorial", *args, timeout=120)
     assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from command_paths import run_completed
 
 from tc_autotune.tuning import nightly
 from tc_autotune.database import records
@@ -129,7 +130,7 @@ def test_bad_job_files_exit_2_with_one_line(tmp_path, text, needle):
     path.write_text(text)
     with pytest.raises(nightly.JobError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         nightly.load_job(path)
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(path)], capture_output=True, text=True, timeout=120)
+    proc = run_completed(str(SCRIPT), str(path), timeout=120)
     assert proc.returncode == 2 and needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -139,8 +140,7 @@ def test_a_second_run_is_refused_with_code_5(tmp_path):
         with pytest.raises(nightly.LockedError):
             with nightly.job_lock(job):
                 pass
-        proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
-                              capture_output=True, text=True, timeout=120)
+        proc = run_completed(str(SCRIPT), str(job.path), "--report-only", timeout=120)
         assert proc.returncode == 5 and "another nightly run holds" in proc.stderr
     with nightly.job_lock(job):  # released: the next run gets it
         pass
@@ -196,8 +196,7 @@ def test_budget_stops_cleanly_after_the_current_batch(tmp_path):
 def test_report_only_needs_no_gpu_and_shows_the_change(tmp_path):
     job = nightly.load_job(write_job(tmp_path))
     run(job, retime=fixed_retime({str(workloads.get("rfc-3x3-b1")): 2e-4}))
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_completed(str(SCRIPT), str(job.path), "--report-only", timeout=120)
     assert proc.returncode == 0, proc.stderr
     best = records.load_best(job.log, "rfc-3x3-b1")[1]
     assert f"{best * 1e3:.4f}" in proc.stdout and "report-only" in proc.stdout
@@ -239,8 +238,7 @@ def test_cli_exit_6_when_a_workload_has_no_valid_record(tmp_path):
     for log in (job.log, job.best_log_dir / "synthetic-gpu.jsonl"):
         lines = log.read_text().splitlines()
         log.write_text("\n".join(l for l in lines if '"n=1,h=14,w=14,c=1024' not in l) + "\n")
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(job.path), "--report-only"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_completed(str(SCRIPT), str(job.path), "--report-only", timeout=120)
     assert proc.returncode == 6 and "rfc-1x1-b1 (no valid record)" in proc.stderr
 
 
@@ -288,8 +286,7 @@ def test_report_only_on_a_fresh_clone_reports_from_the_shipped_logs(tmp_path):
     in_job = next(r for r in records.load(tmp_path / "nvidia-h200.jsonl") if r.workload == workloads.get("tutorial"))
     stale = replace(in_job, template_version=None, source_hash=None, code_hash=None)
     records.append(tmp_path / "nvidia-h200.jsonl", [stale])
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(job_path), "--report-only"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_completed(str(SCRIPT), str(job_path), "--report-only", timeout=120)
     assert proc.returncode == 0, proc.stderr
     said = [line for line in proc.stderr.splitlines() if "no nightly log" in line]
     assert len(said) == 1 and "reporting from the best logs" in said[0]

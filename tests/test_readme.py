@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from command_paths import run_completed
 
 import tc_autotune
 from tc_autotune.tuning import jobs
@@ -154,8 +155,7 @@ def test_every_figure_of_the_readmes_results_is_in_the_benchmarks():
 def _options(script: str) -> set:
     """The option strings of a command's argparse (its --help: the commands parse before any heavy
     import).  ``script`` is its path in the checkout: ``scripts/tune.py``, ``lab/run_study.py``."""
-    proc = subprocess.run([sys.executable, str(ROOT / script), "--help"], capture_output=True, text=True,
-                          timeout=120)
+    proc = run_completed(str(ROOT / script), "--help", timeout=120)
     assert proc.returncode == 0, proc.stderr
     found = set()
     for line in proc.stdout.splitlines():

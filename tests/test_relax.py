@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_paths import run_completed
 import tvm
 from tvm import relax, te
 
@@ -292,12 +293,10 @@ def test_the_benchmark_builds_both_ways_and_reports(block_module):
 def test_the_benchmark_script_needs_a_gpu():
     import subprocess
 
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "1"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_completed(str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "1", timeout=300)
     if proc.returncode == 3:  # the CPU machines: one line
         assert len(proc.stderr.strip().splitlines()) == 1 and "no CUDA GPU" in proc.stderr
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "0"],
-                         capture_output=True, text=True, timeout=120)
+    bad = run_completed(str(ROOT / "scripts" / "benchmark_relax.py"), "--batch", "0", timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from command_paths import run_completed
 
 from tc_autotune.backends.cuda.gpu import local_gpu
 
@@ -12,7 +13,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "tune.py"
 
 
 def run(*args):
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    proc = run_completed(str(SCRIPT), *args, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
 
 
