@@ -8,7 +8,8 @@ a fresh process in every way a command can see (its own argv, environment, worki
 stdio, exit code) except that those modules are already loaded.  A test that checks what a
 command imports runs its own interpreter instead.
 
-Protocol (one JSON object a line): a request on stdin {"argv", "cwd", "env", "stdout", "stderr"};
+Protocol (one JSON object a line): a request on stdin {"argv", "cwd", "env", "stdout", "stderr"}
+(argv: a script and its arguments, or "-m", a module and its arguments);
 on stdout the child's pid ({"pid"}), then its exit code ({"code"}).  This process stays single
 threaded, so forking it is safe.
 """
@@ -50,11 +51,21 @@ def _child(request: dict) -> None:
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
         sys.stdin = open(os.devnull)
+        # the interpreter's path: the script's folder (for -m, the working directory), then PYTHONPATH
+        for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
+            if entry:
+                sys.path.insert(0, entry)
         script, *args = request["argv"]
-        sys.argv = [script, *args]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
         try:
-            runpy.run_path(script, run_name="__main__")
+            if script == "-m":  # python -m module args
+                module, *args = args
+                sys.path.insert(0, os.getcwd())
+                sys.argv = [module, *args]
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                sys.argv = [script, *args]
+                sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+                runpy.run_path(script, run_name="__main__")
             code = 0
         except SystemExit as exit_:
             code = _exit_code(exit_.code)

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from command_paths import run_python
 
 from tc_autotune.backends.cuda import gpu
 
@@ -101,13 +102,11 @@ def _pytest(tmp_path, *args, plugins=()):
     (tmp_path / "test_tiny.py").write_text(TINY)
     (tmp_path / "brokengpu.py").write_text(BROKEN_PLUGIN)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a CUDA GPU\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT), str(TESTS)]),
+    env = dict(PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT), str(TESTS)]),
                CUDA_VISIBLE_DEVICES="")  # no GPU here, even on a GPU machine
     plugin_args = [a for p in plugins for a in ("-p", p)]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", *plugin_args,
-                           "-p", "conftest", "-rs", *args, "test_tiny.py"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    return proc.returncode, proc.stdout, proc.stderr
+    return run_python("-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", *plugin_args,
+                      "-p", "conftest", "-rs", *args, "test_tiny.py", cwd=tmp_path, env=env, timeout=300)
 
 
 def _error_lines(out, err):

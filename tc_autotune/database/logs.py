@@ -21,7 +21,7 @@ from . import journal
 from .paths import (LOG_SUFFIXES, SHIPPED_LOGS, log_files, packaged_logs_dir, shipped_log_files,  # noqa: F401
                     shipped_logs_dir, stat_log_files)
 from ..core import tasks
-from .record import Record, arch_of_target
+from .record import Record, target_arch
 
 logger = logging.getLogger("tc_autotune.database.records")  # the name these warnings always had
 
@@ -161,7 +161,7 @@ def _head_key(raw: bytes | None) -> tuple | None:
         return None
     try:
         target, task, spec = (group.decode("utf-8") for group in match.groups())
-        return tasks.get(task).workload_type.parse(spec), arch_of_target(target)
+        return tasks.get(task).workload_type.parse(spec), target_arch(target)
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -147,7 +147,7 @@ class Record:
 
     @property
     def arch(self) -> str | None:
-        return arch_of_target(self.target)
+        return target_arch(self.target)
 
     @property
     def tflops(self) -> float:
@@ -304,21 +304,17 @@ def tvm_version() -> str:
 
 
 def target_arch(target) -> str | None:
-    """The CUDA arch ("sm_90") named by an arch string, a target string or a tvm Target.
-
-    A tvm Target's ``str`` is a JSON dict in TVM 0.27 (older: "cuda -arch=sm_90"),
-    so the arch is found with a regex on whatever string form we get.
-    """
+    """The CUDA arch ("sm_90") named by an arch string, a target string or a tvm Target; None for
+    None.  A record's "cuda -arch=sm_90" is read by its ``-arch=``; a tvm Target's ``str`` is a JSON
+    dict in TVM 0.27 (older: "cuda -arch=sm_90"), so otherwise the first ``sm_NN`` in it."""
     if target is None:
         return None
-    match = _ARCH_RE.search(str(target))
-    return match.group(0) if match else None
-
-
-def arch_of_target(target: str) -> str | None:
-    """The arch a record's target names ("cuda -arch=sm_90" -> "sm_90")."""
-    match = _TARGET_ARCH_RE.search(target)
-    return match.group(1) if match else target_arch(target)
+    text = str(target)
+    flag = _TARGET_ARCH_RE.search(text)
+    if flag:
+        return flag.group(1)
+    anywhere = _ARCH_RE.search(text)
+    return anywhere.group(0) if anywhere else None
 
 
 def inferred_timer(error_msg: str, timestamp: float) -> str:
@@ -331,8 +327,7 @@ def inferred_timer(error_msg: str, timestamp: float) -> str:
 def _check_physical(seconds: float, workload, gpu, target: str) -> None:
     """ValueError when ``seconds`` is faster than the GPU can run ``workload`` (``peaks``)."""
     gpu = gpu if isinstance(gpu, str) else None
-    match = _TARGET_ARCH_RE.search(target)
-    arch = match.group(1) if match else target_arch(target)
+    arch = target_arch(target)
     floor = peaks.floor_seconds(workload, gpu, arch)
     if seconds < floor:
         peak = peaks.peak_of(gpu, arch)
@@ -351,4 +346,4 @@ def _is_number(value) -> bool:
 
 
 __all__ = ["RECORD_VERSION", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED",
-           "STALE", "RETIME_MSG", "Record", "inferred_timer", "arch_of_target", "target_arch", "tvm_version"]
+           "STALE", "RETIME_MSG", "Record", "inferred_timer", "target_arch", "tvm_version"]
