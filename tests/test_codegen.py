@@ -12,6 +12,7 @@ from tc_autotune import workloads
 from tc_autotune.backends.cuda.toolkit import find_nvcc
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 
+from generated import generated_source
 from matrix import cases
 
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
@@ -338,7 +339,7 @@ def test_wgmma_in_flight_computes_each_step_before_the_copies_that_reuse_its_buf
     assert "wgmma.wait_group.sync.aligned 0;" in drain and drain.count('"+f"') == 8 * frags
     assert kernel.arch == "sm_90a" and kernel.cubin[:4] == b"\x7fELF"
     # the plain kernel of the same tiling is the old one: one buffer per stage, its own wait
-    plain = build(workload, replace(config, wgmma_in_flight=0), target="sm_90").cuda_source
+    plain = generated_source(workload, replace(config, wgmma_in_flight=0))
     assert "_in_flight(" not in plain and "tc_wgmma_drain" not in plain
 
 
@@ -371,7 +372,7 @@ def test_wgmma_in_flight_probes_are_not_serialized(which):
     for workload, config in generator.probe_kernels(probes):
         assert config.wgmma_in_flight == 1
         assert tasks.of(workload).space(workload, gpu_for_arch("sm_90")).why_invalid(config) is None
-        report = _ptxas_report(build(workload, config, target="sm_90").cuda_source)
+        report = _ptxas_report(generated_source(workload, config))  # ptxas -v is the compile
         assert "(C75" not in report and "serialized" not in report, report
         assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report
 
