@@ -77,7 +77,10 @@ def test_the_swapped_view_is_the_transposed_gemm_of_the_tasks_tensors():
     (FP8_M16, dict(warp_col_tiles=8), "swap_ab=8 sets the block's rows of M (the wgmma's n) itself: it needs "
                                       "warp_col_tiles=4 and one consumer warpgroup or two along M"),
     (FP8_M16, dict(block_col_warps=2), "not warp_col_tiles=4, block_col_warps=2, consumers_along_m=0"),
-    (FP8_M16, dict(warp_specialized=2, ping_pong=1), "it takes no ping_pong, multicast_b or tma_store, not ping_pong=1"),
+    (FP8_M16, dict(warp_specialized=2, ping_pong=1), "it takes no ping_pong or tma_store, not ping_pong=1"),
+    ("dense:m=1,n=4096,k=4096,b=nk", dict(multicast_b=1), "multicast_b=1 needs the unpersistent warp-specialized "
+     "kernel (warp_specialized=1) without split-K and 2+ M tiles to pair, not warp_specialized=1, split_k=1, 1 M tile(s)"),
+    (FP8_M16, dict(multicast_b=1, split_k=2), "without split-K and 2+ M tiles to pair, not warp_specialized=1, split_k=2"),
     (FP8_M16, dict(tma_store=1), "tma_store=1"),
     ("llm-4096x4096-m16", dict(intrinsic="mma", warp_specialized=0, wgmma_in_flight=0),
      "swap_ab=8 needs the warp-specialized wgmma kernel (intrinsic=wgmma, warp_specialized > 0) and a dense with "
@@ -94,7 +97,8 @@ def test_the_swap_configs_the_kernel_takes_are_valid_and_the_masks_agree():
 
     cases = [(FP8_M16, {}), (FP8_M16, dict(swap_ab=16, split_k=2)), (FP8_M16, dict(warp_specialized=2)),
              ("llm-4096x4096-m16", dict(swap_ab=8)), ("llm-4096x4096-m128", dict(swap_ab=64, stages=3)),
-             (FP16_M40, dict(swap_ab=64, block_col_warps=2, warp_row_tiles=2, consumers_along_m=1, stages=2))]
+             (FP16_M40, dict(swap_ab=64, block_col_warps=2, warp_row_tiles=2, consumers_along_m=1, stages=2)),
+             (FP8_M16, dict(multicast_b=1)), (FP16_M40, dict(swap_ab=16, multicast_b=1))]
     for spec, changes in cases:
         space = _space(spec)
         config = _config(**changes)
@@ -141,6 +145,27 @@ def test_the_kernel_runs_the_weight_as_wgmmas_a_and_stores_c_transposed():
     assert not plan(view_of(wl), _config(swap_ab=0)).swapped
 
 
+def test_a_multicast_pair_is_two_token_tiles_sharing_the_weight_rows():
+    """The task's B (the weight, the swapped kernel's A) is what the pair shares: each block loads half
+    of the 64 weight rows into both (the peer's half counted on its barrier), its own 8 tokens alone;
+    the pair is consecutive blocks along x, which walks the token tiles."""
+    kp = plan(view_of(workloads.get(FP8_M16)), _config(multicast_b=1))
+    src = kp.source
+    assert kp.grid == (2, 64) and kp.cluster == 2 and kp.a_box.box == (128, 32) and kp.b_box.box == (128, 8)
+    assert "const int m_tile = blockIdx.y, n_tile = blockIdx.x;" in src and "cta_rank = blockIdx.x % 2" in src
+    assert "mbar_arrive_expect_tx(&full[stage], 9216);" in src  # 64 weight rows + 8 tokens of 128 bytes
+    assert "tma_load_2d_multicast(a_s + cta_rank * 4096, map_a, &full[stage], k0, m0 + cta_rank * 32, 0x3);" in src
+    assert "tma_load_2d(b_s + 0, map_b, &full[stage], k0, n0);" in src
+    assert "mbar_init(&empty[s], 8);" in src and "release_stage_pair(" in src and src.count("cluster_sync();") == 2
+    # an odd count of token tiles (40 tokens, 16 a block: 3) gets a partner past M, whose stores are masked
+    odd = plan(view_of(workloads.get(FP16_M40)), _config(swap_ab=16, multicast_b=1))
+    assert odd.grid == (4, 17) and "if (m < 40 && n < 1088)" in odd.source
+    # unswapped multicast is unchanged: B's half boxes, pairs along M
+    unswapped = plan(view_of(workloads.get("dense:m=256,n=512,k=512,b=nk")), _config(swap_ab=0, multicast_b=1))
+    assert "tma_load_2d_multicast(b_s + 0 + cta_rank * 4096, map_b" in unswapped.source
+    assert "tma_load_2d(a_s, map_a, &full[stage], k0, m0);" in unswapped.source
+
+
 def test_split_k_shares_the_swapped_fragments_by_pairs():
     src = plan(view_of(workloads.get(FP16_M40)), _config(swap_ab=16, split_k=2)).source
     assert "if (j / 2 % 2 != split_rank) continue;" in src and "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16" in src
@@ -150,7 +175,7 @@ def test_split_k_shares_the_swapped_fragments_by_pairs():
 def test_the_kernel_refuses_what_it_cannot_swap():
     view = view_of(workloads.get(FP8_M16))
     for changes in (dict(ping_pong=1, warp_specialized=2), dict(block_col_warps=2), dict(tma_store=1)):
-        with pytest.raises(ValueError, match="swap_ab=8 takes no ping_pong, multicast_b or tma_store"):
+        with pytest.raises(ValueError, match="swap_ab=8 takes no ping_pong or tma_store"):
             plan(view, _config(**changes))
     with pytest.raises(ValueError, match="swap_ab takes a dense"):
         plan(view_of(workloads.get("dense:m=16,n=256,k=256")), _config())
@@ -177,7 +202,7 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 
 
 @needs_nvcc
-@pytest.mark.parametrize("index", [0, 1], ids=["fp8-bias", "fp16-bias-split2"])
+@pytest.mark.parametrize("index", [0, 1, 5], ids=["fp8-bias", "fp16-bias-split2", "fp8-multicast-odd"])
 def test_swapped_kernels_generate_code_that_nvcc_compiles_for_sm90a(index):
     from test_codegen import _ptxas_report
 

@@ -106,8 +106,15 @@ class BlockLayout:
 
     @property
     def multicast(self) -> bool:
-        """multicast_b: a cluster of 2 blocks along M shares B, each loading half of it into both."""
+        """multicast_b: a cluster of 2 blocks along the task's M shares the task's B, each loading half
+        of it into both (swap_ab: the weight, the kernel's A, shared by 2 blocks along its N)."""
         return bool(self.config.multicast_b)
+
+    @property
+    def shared_map(self) -> str:
+        """With multicast, the tensor map of the operand the pair shares: the task's B (``map_a``
+        once swapped)."""
+        return "map_a" if self.swapped else "map_b"
 
     @property
     def in_flight(self) -> bool:
@@ -180,9 +187,9 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     ``swap.swapped``); ValueError where the kernel cannot run it."""
     if config.swap_ab:
         view = swapped(view)
-        if (config.ping_pong or config.multicast_b or config.tma_store
+        if (config.ping_pong or config.tma_store
                 or (config.block_col_warps > 1 and not config.consumers_along_m)):
-            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong, multicast_b or tma_store, and 2 "
+            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong or tma_store, and 2 "
                              f"consumer warpgroups only along M (consumers_along_m=1): {config}")
     ping_pong, along_m, split = bool(config.ping_pong), bool(config.consumers_along_m), config.split_k
     consumers = 1 if ping_pong else config.block_col_warps
