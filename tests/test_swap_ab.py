@@ -75,8 +75,10 @@ def test_the_swapped_view_is_the_transposed_gemm_of_the_tasks_tensors():
     (FP8_M16, dict(swap_ab=32), "swap_ab=32 rows of M a block are more than twice M=16 rounded up to 8"),
     ("dense:m=1,n=4096,k=4096,b=nk", dict(swap_ab=16), "swap_ab=16 rows of M a block are more than twice M=1"),
     (FP8_M16, dict(warp_col_tiles=8), "swap_ab=8 sets the block's rows of M (the wgmma's n) itself: it needs "
-                                      "warp_col_tiles=4 and one consumer warpgroup or two along M"),
-    (FP8_M16, dict(block_col_warps=2), "not warp_col_tiles=4, block_col_warps=2, consumers_along_m=0"),
+                                      "warp_col_tiles=4 and one consumer warpgroup, two along M"),
+    (FP8_M16, dict(block_col_warps=2, split_k=2), "or two along K (unpersistent, split_k=1), not warp_col_tiles=4, "
+                                                  "block_col_warps=2, consumers_along_m=0, warp_specialized=1, split_k=2"),
+    (FP8_M16, dict(block_col_warps=2, warp_specialized=2), "block_col_warps=2, consumers_along_m=0, warp_specialized=2"),
     (FP8_M16, dict(warp_specialized=2, ping_pong=1), "it takes no ping_pong or tma_store, not ping_pong=1"),
     ("dense:m=1,n=4096,k=4096,b=nk", dict(multicast_b=1), "multicast_b=1 needs the unpersistent warp-specialized "
      "kernel (warp_specialized=1) without split-K and 2+ M tiles to pair, not warp_specialized=1, split_k=1, 1 M tile(s)"),
@@ -98,7 +100,8 @@ def test_the_swap_configs_the_kernel_takes_are_valid_and_the_masks_agree():
     cases = [(FP8_M16, {}), (FP8_M16, dict(swap_ab=16, split_k=2)), (FP8_M16, dict(warp_specialized=2)),
              ("llm-4096x4096-m16", dict(swap_ab=8)), ("llm-4096x4096-m128", dict(swap_ab=64, stages=3)),
              (FP16_M40, dict(swap_ab=64, block_col_warps=2, warp_row_tiles=2, consumers_along_m=1, stages=2)),
-             (FP8_M16, dict(multicast_b=1)), (FP16_M40, dict(swap_ab=16, multicast_b=1))]
+             (FP8_M16, dict(multicast_b=1)), (FP16_M40, dict(swap_ab=16, multicast_b=1)),
+             (FP8_M16, dict(block_col_warps=2)), (FP8_M16, dict(block_col_warps=2, multicast_b=1))]
     for spec, changes in cases:
         space = _space(spec)
         config = _config(**changes)
@@ -166,6 +169,26 @@ def test_a_multicast_pair_is_two_token_tiles_sharing_the_weight_rows():
     assert "tma_load_2d(a_s, map_a, &full[stage], k0, m0);" in unswapped.source
 
 
+def test_two_consumers_along_k_take_the_k_steps_in_turn_and_sum_before_the_store():
+    """Two consumer warpgroups of one 64 x 8 tile: even k-steps warpgroup 0, odd ones 1, each stage
+    read (and released) by one of them; warpgroup 1's sums go through shared memory to warpgroup 0,
+    which alone stores."""
+    space = _space(FP8_M16)
+    v = derive(values_of_config(_config(block_col_warps=2)), space.context)
+    assert (v["bm"], v["bn"], v["frags"], v["threads"], v["ring"]) == (8, 64, 1, 384, 16)
+    kp = plan(view_of(workloads.get(FP8_M16)), _config(block_col_warps=2))
+    src = kp.source
+    assert kp.threads == 384 and kp.grid == (64, 2) and "2 consumer warpgroup(s) along K" in src
+    assert "for (int kt = wg; kt < KT; kt += 2) {" in src and "mbar_init(&empty[s], 128);" in src
+    assert "const unsigned char* b_s = a_s + A_BYTES;" in src  # both read all of B: the whole stage
+    assert "if (kt >= 2) mbar_arrive(&empty[(kt - 2) % STAGES]);" in src
+    assert src.index("if (wg == 1) return;") < src.index("acc[j / 8].x[j % 8] += k_partial[j * 128 + tid - 128]")
+    assert src.index("acc[j / 8].x[j % 8] += k_partial") < src.index("__shfl_xor_sync")
+    # with the multicast pair: each stage released by one warpgroup's 4 warps in each block
+    pair = plan(view_of(workloads.get(FP8_M16)), _config(block_col_warps=2, multicast_b=1)).source
+    assert "mbar_init(&empty[s], 8);" in pair and "if (kt >= 2) release_stage_pair(&empty[(kt - 2) % STAGES]);" in pair
+
+
 def test_split_k_shares_the_swapped_fragments_by_pairs():
     src = plan(view_of(workloads.get(FP16_M40)), _config(swap_ab=16, split_k=2)).source
     assert "if (j / 2 % 2 != split_rank) continue;" in src and "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16" in src
@@ -174,7 +197,7 @@ def test_split_k_shares_the_swapped_fragments_by_pairs():
 
 def test_the_kernel_refuses_what_it_cannot_swap():
     view = view_of(workloads.get(FP8_M16))
-    for changes in (dict(ping_pong=1, warp_specialized=2), dict(block_col_warps=2), dict(tma_store=1)):
+    for changes in (dict(ping_pong=1, warp_specialized=2), dict(block_col_warps=2, split_k=2), dict(tma_store=1)):
         with pytest.raises(ValueError, match="swap_ab=8 takes no ping_pong or tma_store"):
             plan(view, _config(**changes))
     with pytest.raises(ValueError, match="swap_ab takes a dense"):
@@ -202,7 +225,8 @@ needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 
 
 @needs_nvcc
-@pytest.mark.parametrize("index", [0, 1, 5], ids=["fp8-bias", "fp16-bias-split2", "fp8-multicast-odd"])
+@pytest.mark.parametrize("index", [0, 1, 5, 7], ids=["fp8-bias", "fp16-bias-split2", "fp8-multicast-odd",
+                                                     "fp8-multicast-along-k"])
 def test_swapped_kernels_generate_code_that_nvcc_compiles_for_sm90a(index):
     from test_codegen import _ptxas_report
 
@@ -211,7 +235,7 @@ def test_swapped_kernels_generate_code_that_nvcc_compiles_for_sm90a(index):
     assert tasks.of(workload).space(workload, HOPPER).why_invalid(config) is None
     kernel = lowered(workload, config)  # compiled by _ptxas_report
     assert kernel.arch == "sm_90a"
-    assert "swap-AB" in kernel.cuda_source and "epilogue bias" in kernel.cuda_source
+    assert "swap-AB" in kernel.cuda_source and ", epilogue " in kernel.cuda_source
     report = _ptxas_report(kernel.cuda_source)
     assert "(C75" not in report and "serialized" not in report, report
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", report), report

@@ -254,17 +254,21 @@ _WARP_SPECIALIZED_RULES = (
 
 # swap_ab (``swap``; which kernels and GEMMs take it: the first rule of all, ``rules.HEAD``):
 # the warp-specialized kernel of a small-M dense with an (N, K) weight computes C^T; swap_ab is the block's rows of M (the wgmma's n), so warp_col_tiles stays at 4 (no second name for
-# one kernel) and a second consumer warpgroup splits the weight rows (consumers_along_m).
+# one kernel) and a second consumer warpgroup splits the weight rows (consumers_along_m) or, in an
+# unpersistent block without split-K, the k-steps (consumers_along_m=0: they take them in turn).
 _SWAP_RULES = (
     Rule("swap_ab_rows", lambda v, c: (v["swap_ab"] == 0) | (v["swap_ab"] < 2 * round_up(c.m, 8)),
          lambda cfg, v, c: f"swap_ab={cfg.swap_ab} rows of M a block are more than twice M={c.m} rounded up to "
                            "8: a smaller swap_ab tiles it"),
-    Rule("swap_ab_tiling", lambda v, c: (v["swap_ab"] == 0) | ((v["warp_col_tiles"] == 4)
-                                                               & ((v["block_col_warps"] == 1) | (v["consumers_along_m"] == 1))),
+    Rule("swap_ab_tiling", lambda v, c: (v["swap_ab"] == 0) | (
+             (v["warp_col_tiles"] == 4) & ((v["block_col_warps"] == 1) | (v["consumers_along_m"] == 1)
+                                           | ((v["split_k"] == 1) & (v["warp_specialized"] == 1)))),
          lambda cfg, v, c: f"swap_ab={cfg.swap_ab} sets the block's rows of M (the wgmma's n) itself: it needs "
-                           "warp_col_tiles=4 and one consumer warpgroup or two along M (consumers_along_m=1), not "
+                           "warp_col_tiles=4 and one consumer warpgroup, two along M (consumers_along_m=1), or two "
+                           "along K (unpersistent, split_k=1), not "
                            f"warp_col_tiles={cfg.warp_col_tiles}, block_col_warps={cfg.block_col_warps}, "
-                           f"consumers_along_m={cfg.consumers_along_m}"),
+                           f"consumers_along_m={cfg.consumers_along_m}, warp_specialized={cfg.warp_specialized}, "
+                           f"split_k={cfg.split_k}"),
     Rule("swap_ab_variants", lambda v, c: (v["swap_ab"] == 0) | ((v["ping_pong"] == 0) & (v["tma_store"] == 0)),
          lambda cfg, v, c: f"swap_ab={cfg.swap_ab} stores C transposed from registers: it takes no ping_pong or "
                            f"tma_store, not ping_pong={cfg.ping_pong}, tma_store={cfg.tma_store}"),

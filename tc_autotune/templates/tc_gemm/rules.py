@@ -99,9 +99,10 @@ def derive(v: dict, ctx: Context) -> dict:
     specialized = v["warp_specialized"] > 0
     v["threads"] = v["compute_threads"] + PRODUCER_THREADS * specialized
     v["copy_threads"] = v["threads"] - v["compute_threads"] * specialized
-    # swap_ab: a consumer's slabs (all, or half along M) x the swap_ab columns' 16-column fragments
+    # swap_ab: a consumer's slabs (all, or half along M; along K all) x the swap_ab columns' 16-column fragments
     narrow_frags = v["warp_row_tiles"] * (v["consumer_n"] // 16) // _select(v["consumers_along_m"] > 0, 2, 1)
-    v["frags"] = _select(swap, v["warp_row_tiles"] * (-(-v["swap_ab"] // 16)) // v["block_col_warps"],
+    swap_slab_share = _select(v["consumers_along_m"] > 0, v["block_col_warps"], 1)
+    v["frags"] = _select(swap, v["warp_row_tiles"] * (-(-v["swap_ab"] // 16)) // swap_slab_share,
                          _select(v["consumer_n"] > 0, narrow_frags, v["warp_row_tiles"] * v["warp_col_tiles"]))
     v["ring"] = ring_stages(v["stages"], swap, v["deep_ring"])
     # warp-specialized split-K parks every consumer thread's fp32 accumulators in the stages

@@ -113,6 +113,26 @@ def end(lay: BlockLayout) -> str:
     return ""
 
 
+def k_sum(lay: BlockLayout) -> str:
+    """Along K: warpgroup 1 parks its accumulators in the stages (free once both are done reading
+    them, and no load lands there any more: every k-step's stage has been waited for), warpgroup 0
+    adds them to its own and stores the tile; warpgroup 1 is done."""
+    if not lay.along_k:
+        return ""
+    count = lay.slabs * lay.frags * 8
+    return f"""
+  float* k_partial = reinterpret_cast<float*>(smem);  // [slot][thread of warpgroup 1]
+  asm volatile("bar.sync 1, 256;" ::: "memory");  // both consumers are done reading the stages
+  if (wg == 1) {{
+    #pragma unroll
+    for (int j = 0; j < {count}; ++j) k_partial[j * 128 + tid - {2 * PRODUCER_THREADS}] = acc[j / 8].x[j % 8];
+  }}
+  asm volatile("bar.sync 1, 256;" ::: "memory");  // warpgroup 1's sums are in shared memory
+  if (wg == 1) return;
+  #pragma unroll
+  for (int j = 0; j < {count}; ++j) acc[j / 8].x[j % 8] += k_partial[j * 128 + tid - {PRODUCER_THREADS}];"""
+
+
 def split_partials(lay: BlockLayout) -> str:
     """Split-K: each consumer thread puts its accumulators in its block's shared memory (the
     stages, free once every consumer is done with them), slot-major so a warp's stores are

@@ -93,7 +93,7 @@ def _head(lay: BlockLayout) -> str:
         (lay.swapped, ", swap-AB: the task's C^T = B^T A^T, stored into C transposed"),
         (lay.swapped and lay.multicast, " (the pair: 2 token tiles, the weight multicast)"),
         (fused, f", epilogue {fused}")) if on)
-    along = " along M" if lay.along_m else ""
+    along = " along M" if lay.along_m else " along K (k-steps in turn)" if lay.along_k else ""
     shares = f"{lay.consumers} consumer warpgroup(s){along} of {lay.slabs} slab(s) x {lay.n_wg} columns"
     b_order = "[n][k]" if view.b.layout == COL_MAJOR else "[k][n] in 64-column atoms"
     map_c = ", unsigned long long map_c" if lay.c_box else ""
@@ -147,7 +147,7 @@ def _consumer_start(lay: BlockLayout) -> str:
 
 def _consumer(lay: BlockLayout) -> str:
     """A consumer warpgroup of a block that computes one tile (split-K: one K slice of it)."""
-    store = epilogue.split_partials(lay) + epilogue.store(lay, "  ") + epilogue.end(lay) + pipeline.cluster_end(lay)
+    store = epilogue.k_sum(lay) + epilogue.split_partials(lay) + epilogue.store(lay, "  ") + epilogue.end(lay) + pipeline.cluster_end(lay)
     return f"""
   {mainloop.accumulators(lay)}{mainloop.zero(lay, "  ")}{epilogue.declare(lay)}{_k_loop(lay, "kt", "  ")}
 {mainloop.drain(lay, "  ")}

@@ -117,6 +117,19 @@ class BlockLayout:
         return "map_a" if self.swapped else "map_b"
 
     @property
+    def along_k(self) -> bool:
+        """swap_ab with 2 consumer warpgroups not along M: they take the k-steps in turn (even ones
+        warpgroup 0, odd ones 1), each into its own accumulators, summed before the store.  A tile of
+        64 weight rows x 8-64 tokens has nothing else to split, and the chain of dependent wgmmas on
+        one accumulator, not the weight stream, then sets a block's pace."""
+        return self.swapped and self.consumers == 2 and not self.along_m
+
+    @property
+    def readers(self) -> int:
+        """The consumer warpgroups that read each stage (along K: one of the two)."""
+        return 1 if self.along_k else self.consumers
+
+    @property
     def in_flight(self) -> bool:
         return bool(self.config.wgmma_in_flight)
 
@@ -188,9 +201,11 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     if config.swap_ab:
         view = swapped(view)
         if (config.ping_pong or config.tma_store
-                or (config.block_col_warps > 1 and not config.consumers_along_m)):
-            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong or tma_store, and 2 "
-                             f"consumer warpgroups only along M (consumers_along_m=1): {config}")
+                or (config.block_col_warps > 1 and not config.consumers_along_m
+                    and (config.split_k > 1 or config.warp_specialized != 1))):
+            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong or tma_store, and 2 consumer "
+                             f"warpgroups along M (consumers_along_m=1) or, unpersistent without split-K, "
+                             f"along K: {config}")
     ping_pong, along_m, split = bool(config.ping_pong), bool(config.consumers_along_m), config.split_k
     consumers = 1 if ping_pong else config.block_col_warps
     warpgroups = 2 if ping_pong else consumers

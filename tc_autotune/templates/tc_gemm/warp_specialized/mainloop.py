@@ -35,13 +35,16 @@ def zero(lay: BlockLayout, indent: str) -> str:
 
 
 def k_loop(lay: BlockLayout, step: str, indent: str, acquire, release) -> str:
-    """The k-loop of one tile.  ``step``: the ring's count of the loop's k-step kt (kt itself, or
+    """The k-loop of one tile (along K: warpgroup wg's k-steps wg, wg + 2, ...).  ``step``: the ring's count of the loop's k-step kt (kt itself, or
     it, which a persistent block's ring runs on across tiles); ``acquire(step, indent)`` and
     ``release(lay, stage)``: the stage ring's wait for a full stage and its release."""
     i = indent
     count = "++kt" if step == "kt" else f"++kt, ++{step}"
+    first = "0"
+    if lay.along_k:  # (unpersistent only: step is kt)
+        first, count = "wg", "kt += 2"
     return f"""
-{i}for (int kt = 0; kt < KT; {count}) {{{acquire(step, i + "  ")}
+{i}for (int kt = {first}; kt < KT; {count}) {{{acquire(step, i + "  ")}
 {i}  __syncwarp();  // wgmma is .aligned: converge the warp after the polling loop
 {i}  {{{_stage_tiles(lay, i + "    ")}{_issue(lay, step, i + "    ", release)}
 {i}  }}
@@ -59,11 +62,12 @@ def _drain_source(lay: BlockLayout) -> tuple[str, str]:
 
 def _stage_tiles(lay: BlockLayout, indent: str) -> str:
     """The consumer warpgroup wg's tiles in the stage: its slabs of A and all of B (along M), the
-    whole stage (ping-pong: each warpgroup computes its own tile), or all of A and its columns of B."""
+    whole stage (ping-pong: each warpgroup computes its own tile; along K: its own k-steps), or all
+    of A and its columns of B."""
     i, stage = indent, "smem + stage * STAGE_BYTES"
     if lay.along_m:
         a_s, b_s = f"{stage} + wg * {lay.slabs * WGMMA_M * ROW_BYTES}", f"{stage} + A_BYTES"
-    elif lay.ping_pong:
+    elif lay.ping_pong or lay.along_k:
         a_s, b_s = stage, "a_s + A_BYTES"
     else:
         b_wg_offset = lay.n_wg * ROW_BYTES if lay.b_col_major else lay.n_wg // WGMMA_ATOM * ATOM_BYTES
@@ -78,7 +82,9 @@ def _issue(lay: BlockLayout, step: str, indent: str, release) -> str:
     with groups in flight, the previous step's (its groups are done once this step's calls return)."""
     i = indent
     call = wgmma_name(lay.n_wg, lay.view.b.layout, lay.in_flight, lay.view.operand_dtype, lay.view.b_dtype)
-    if lay.in_flight:
+    if lay.in_flight and lay.along_k:
+        done = f"if (kt >= 2) {release(lay, f'({step} - 2) % STAGES')}  // this warpgroup's step kt - 2 is done"
+    elif lay.in_flight:
         done = f"if (kt > 0) {release(lay, f'({step} - 1) % STAGES')}  // step kt - 1's groups are done"
     else:
         done = release(lay, "stage")

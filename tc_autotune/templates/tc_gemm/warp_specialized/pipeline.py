@@ -55,7 +55,7 @@ def init(lay: BlockLayout, pdl: bool = False) -> str:
     thread's arrival, or with multicast on each consumer warp's lane 0 of both blocks.  ``pdl``:
     then ``grid_dependency``'s waits (without it the text is the same as before the option)."""
     full_count = (PRODUCER_THREADS if lay.gather else 0) + (not lay.convert)  # thread 0's TMA bytes
-    empty_count = 2 * lay.consumers * 4 if lay.multicast else lay.consumers * 128
+    empty_count = 2 * lay.readers * 4 if lay.multicast else lay.readers * 128
     if lay.multicast:
         sync = "cluster_sync();  // both blocks' barriers are initialised before either multicasts into the other"
     else:
