@@ -103,7 +103,7 @@ FP8_PROBES: tuple[tuple[str, dict], ...] = (
 # swap_ab (a small-M dense computed as C^T = B^T A^T, the weight's rows the wgmma's M side): fp8 and
 # 16-bit operands, 8-64 tokens a block (a half-fragment wgmma at 8), the deep ring, split-K, persistent,
 # two consumers along the weight rows or along K (an odd count of k-steps), an e5m2 B, a batch, an odd
-# N, fused epilogues, a multicast pair of token tiles (an odd count of them) (sm_90a).
+# N, fused epilogues (sm_90a).
 _SWAP = dict(_WS_FP8, warp_col_tiles=4, swap_ab=8)
 SWAP_PROBES: tuple[tuple[str, dict], ...] = (
     ("dense:m=16,n=4096,k=4096,b=nk,dtype=float8_e4m3,out_dtype=bfloat16,epilogue=bias", _SWAP),
@@ -114,11 +114,9 @@ SWAP_PROBES: tuple[tuple[str, dict], ...] = (
      dict(_SWAP, swap_ab=64, block_col_warps=2, warp_row_tiles=2, consumers_along_m=1, stages=2)),
     ("dense:m=40,n=99,k=208,b=nk,dtype=float8_e4m3,out_dtype=float16,epilogue=scale_bias_relu",
      dict(_SWAP, swap_ab=16, wgmma_in_flight=0, stages=2)),
-    ("dense:m=40,n=1088,k=1024,b=nk,dtype=float8_e4m3,out_dtype=bfloat16,epilogue=bias",
-     dict(_SWAP, swap_ab=16, multicast_b=1)),
     ("dense:m=16,n=520,k=1040,b=nk,out_dtype=float16,epilogue=bias_gelu", dict(_SWAP, block_col_warps=2)),
     ("dense:m=40,n=1088,k=1024,b=nk,dtype=float8_e4m3,out_dtype=bfloat16,epilogue=scale_bias_relu",
-     dict(_SWAP, swap_ab=16, multicast_b=1, block_col_warps=2, stages=3)),
+     dict(_SWAP, swap_ab=16, block_col_warps=2, stages=3)),
 )
 
 

@@ -269,9 +269,11 @@ _SWAP_RULES = (
                            f"warp_col_tiles={cfg.warp_col_tiles}, block_col_warps={cfg.block_col_warps}, "
                            f"consumers_along_m={cfg.consumers_along_m}, warp_specialized={cfg.warp_specialized}, "
                            f"split_k={cfg.split_k}"),
-    Rule("swap_ab_variants", lambda v, c: (v["swap_ab"] == 0) | ((v["ping_pong"] == 0) & (v["tma_store"] == 0)),
-         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} stores C transposed from registers: it takes no ping_pong or "
-                           f"tma_store, not ping_pong={cfg.ping_pong}, tma_store={cfg.tma_store}"),
+    Rule("swap_ab_variants", lambda v, c: (v["swap_ab"] == 0) | ((v["ping_pong"] == 0) & (v["multicast_b"] == 0)
+                                                                 & (v["tma_store"] == 0)),
+         lambda cfg, v, c: f"swap_ab={cfg.swap_ab} stores C transposed from registers and pairs no blocks: it takes "
+                           f"no ping_pong, multicast_b or tma_store, not ping_pong={cfg.ping_pong}, "
+                           f"multicast_b={cfg.multicast_b}, tma_store={cfg.tma_store}"),
 )
 
 # wgmma: Hopper only; the four warps along M are one warpgroup; a k-step is one 128-byte

@@ -51,8 +51,7 @@ KNOBS: dict[str, tuple] = {
     "consumers_along_m": (0, 1),
     # 1 (warp_specialized=1): blocks run in clusters of 2 along M that share their B tile (the
     # weights' tile of a conv): each block loads half of it and TMA multicasts that half into both,
-    # so B crosses from L2 once per pair (cuBLAS's and cuDNN's 2x1 clusters).  With swap_ab the pair
-    # is two token tiles sharing their weight rows (cuBLAS's 1x2 clusters of small-M fp8 GEMMs).
+    # so B crosses from L2 once per pair (cuBLAS's and cuDNN's 2x1 clusters).
     "multicast_b": (0, 1),
     # 1 (warp_specialized=2): ping-pong: two consumer warpgroups, each computing whole tiles (one
     # wgmma spans block_n), take the block's tiles in turn, so one stores its tile while the other's

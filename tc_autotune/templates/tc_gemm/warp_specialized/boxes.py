@@ -135,12 +135,10 @@ def tma_boxes(view: GemmView, config: TcGemmConfig) -> tuple[TmaBox | Im2colBox 
     else:
         b = [_matrix_box(view.b, WGMMA_K, f"n0 + {j * WGMMA_ATOM}", "k0")
              for j in range(config.block_n // WGMMA_ATOM)]
-    if config.multicast_b and not view.swapped:  # each block of the pair loads half of each box's rows for both
+    if config.multicast_b:  # each block of the pair loads half of each box's rows for both
         b = [_half_box(box) for box in b]
     if a_is_matrix(view):
-        a_box = _matrix_box(view.a, config.block_m, "k0", "m0", size)
-        # swap_ab: A is the task's B, the weight a pair shares
-        return (_half_box(a_box) if config.multicast_b and view.swapped else a_box), b
+        return _matrix_box(view.a, config.block_m, "k0", "m0", size), b
     a = view.a.map
     n, h, w, c = view.a.shape
     (sh, sw), (dh, dw), (pad_top, pad_left) = a.stride, a.dilation, a.pad

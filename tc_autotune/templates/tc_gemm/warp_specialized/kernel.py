@@ -91,7 +91,6 @@ def _head(lay: BlockLayout) -> str:
         (lay.split > 1, f", split-K over a cluster of {lay.split}"), (lay.multicast, ", B multicast to a pair along M"),
         (lay.c_box, ", C by TMA stores"), (config.setmaxnreg, ", registers moved to the consumers (setmaxnreg)"),
         (lay.swapped, ", swap-AB: the task's C^T = B^T A^T, stored into C transposed"),
-        (lay.swapped and lay.multicast, " (the pair: 2 token tiles, the weight multicast)"),
         (fused, f", epilogue {fused}")) if on)
     along = " along M" if lay.along_m else " along K (k-steps in turn)" if lay.along_k else ""
     shares = f"{lay.consumers} consumer warpgroup(s){along} of {lay.slabs} slab(s) x {lay.n_wg} columns"

@@ -106,22 +106,15 @@ class BlockLayout:
 
     @property
     def multicast(self) -> bool:
-        """multicast_b: a cluster of 2 blocks along the task's M shares the task's B, each loading half
-        of it into both (swap_ab: the weight, the kernel's A, shared by 2 blocks along its N)."""
+        """multicast_b: a cluster of 2 blocks along M shares B, each loading half of it into both."""
         return bool(self.config.multicast_b)
-
-    @property
-    def shared_map(self) -> str:
-        """With multicast, the tensor map of the operand the pair shares: the task's B (``map_a``
-        once swapped)."""
-        return "map_a" if self.swapped else "map_b"
 
     @property
     def along_k(self) -> bool:
         """swap_ab with 2 consumer warpgroups not along M: they take the k-steps in turn (even ones
         warpgroup 0, odd ones 1), each into its own accumulators, summed before the store.  A tile of
-        64 weight rows x 8-64 tokens has nothing else to split, and the chain of dependent wgmmas on
-        one accumulator, not the weight stream, then sets a block's pace."""
+        64 weight rows x 8-64 tokens has nothing else to split; two chains of dependent wgmmas run
+        instead of one (a few % faster on some GEMV-like fp8 GEMMs on an H100, none on others)."""
         return self.swapped and self.consumers == 2 and not self.along_m
 
     @property
@@ -200,12 +193,12 @@ def block_layout(view: GemmView, config: TcGemmConfig) -> BlockLayout:
     ``swap.swapped``); ValueError where the kernel cannot run it."""
     if config.swap_ab:
         view = swapped(view)
-        if (config.ping_pong or config.tma_store
+        if (config.ping_pong or config.multicast_b or config.tma_store
                 or (config.block_col_warps > 1 and not config.consumers_along_m
                     and (config.split_k > 1 or config.warp_specialized != 1))):
-            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong or tma_store, and 2 consumer "
-                             f"warpgroups along M (consumers_along_m=1) or, unpersistent without split-K, "
-                             f"along K: {config}")
+            raise ValueError(f"swap_ab={config.swap_ab} takes no ping_pong, multicast_b or tma_store, and 2 "
+                             f"consumer warpgroups along M (consumers_along_m=1) or, unpersistent without "
+                             f"split-K, along K: {config}")
     ping_pong, along_m, split = bool(config.ping_pong), bool(config.consumers_along_m), config.split_k
     consumers = 1 if ping_pong else config.block_col_warps
     warpgroups = 2 if ping_pong else consumers

@@ -149,19 +149,17 @@ def _fill(lay: BlockLayout, first_k: str, indent: str) -> str:
 def _tma_issue(lay: BlockLayout, indent: str) -> str:
     """Thread 0 posts the stage's bytes on *full* and issues the boxes: B's land as [n][k] rows or
     64-column atoms, A's as its K-major rows, all 128-byte swizzled; with multicast, this block's
-    half of each shared box (the task's B) lands in both blocks, whose barriers count all of it.
-    Row boxes: the producer warp's lanes issue the output rows' boxes (a row past the last image
-    reads zeros; bytes landing before the expect_tx are allowed, the phase cannot complete until
-    thread 0 has arrived)."""
+    half of each B box lands in both blocks, whose barriers count the whole B.  Row boxes: the
+    producer warp's lanes issue the output rows' boxes (a row past the last image reads zeros;
+    bytes landing before the expect_tx are allowed, the phase cannot complete until thread 0 has
+    arrived)."""
     i = indent
-    boxes = [("map_b", f"b_s + {j * ATOM_BYTES}", box) for j, box in enumerate(lay.b_boxes)]
+    half = f" + cta_rank * {lay.b_boxes[0].box[1] * ROW_BYTES}" if lay.multicast else ""
+    boxes = [("map_b", f"b_s + {j * ATOM_BYTES}{half}", box) for j, box in enumerate(lay.b_boxes)]
     if lay.a_box is not None and not lay.row_boxes:
         boxes.insert(0, ("map_a", "a_s", lay.a_box))
-    if lay.multicast:  # this block's half of each shared box lands at its half's rows, in both blocks
-        boxes = [(tmap, f"{dst} + cta_rank * {box.box[1] * ROW_BYTES}" if tmap == lay.shared_map else dst, box)
-                 for tmap, dst, box in boxes]
     tx = (sum(box.bytes for _, _, box in boxes) + (lay.tile.rows * lay.a_box.bytes if lay.row_boxes else 0)
-          + sum(box.bytes for tmap, _, box in boxes if lay.multicast and tmap == lay.shared_map))  # the peer's halves
+          + (sum(box.bytes for box in lay.b_boxes) if lay.multicast else 0))  # the peer's half of B
     loads = "".join(f"\n{i}  {_tma_load(lay, *box)}" for box in boxes)
     text = f"""
 {i}if (tid == 0) {{
@@ -180,7 +178,7 @@ def _tma_issue(lay: BlockLayout, indent: str) -> str:
 def _tma_load(lay: BlockLayout, tmap: str, dst: str, box: TmaBox | Im2colBox) -> str:
     if isinstance(box, Im2colBox):
         return f"tma_load_im2col_4d({dst}, {tmap}, &full[stage], {', '.join(box.coords)}, {', '.join(box.offsets)});"
-    if lay.multicast and tmap == lay.shared_map:
+    if lay.multicast and tmap == "map_b":
         return f"tma_load_2d_multicast({dst}, {tmap}, &full[stage], {', '.join(box.coords)}, 0x3);"
     return f"tma_load_{len(box.box)}d({dst}, {tmap}, &full[stage], {', '.join(box.coords)});"
 

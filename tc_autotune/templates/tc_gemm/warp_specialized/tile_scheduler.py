@@ -15,25 +15,18 @@ RASTER_GROUP = 8  # M tiles per group of the block order (L2 reuse, as CUTLASS's
 
 
 def grid_tiles(lay: BlockLayout) -> tuple[int, int]:
-    """(M tiles, N tiles) of C; with multicast whole pairs along the task's M (swap_ab: the view's
-    N): an odd last tile gets a partner past the edge that loads its half of the shared tile and
-    stores nothing."""
+    """(M tiles, N tiles) of C; with multicast whole pairs: an odd last M tile gets a partner past
+    M that loads and stores nothing."""
     grid_m = lay.tile.grid_m if lay.tile else math.ceil(lay.view.m / lay.bm)
-    grid_n = math.ceil(lay.view.n / lay.bn)
-    if lay.multicast and lay.swapped:
-        grid_n += grid_n % 2
-    elif lay.multicast:
+    if lay.multicast:
         grid_m += grid_m % 2
-    return grid_m, grid_n
+    return grid_m, math.ceil(lay.view.n / lay.bn)
 
 
 def grid(lay: BlockLayout) -> tuple[int, int]:
     """The launch: a block per tile (split-K: per tile and K slice); persistent, the most blocks it
-    takes, one per tile: it launches at most one per SM of the GPU it runs on (``kernel.KernelPlan``).
-    A cluster is consecutive blocks along x: swap_ab's multicast pairs are N tiles, so x walks N."""
+    takes, one per tile: it launches at most one per SM of the GPU it runs on (``kernel.KernelPlan``)."""
     grid_m, grid_n = grid_tiles(lay)
-    if lay.multicast and lay.swapped:
-        return grid_n, grid_m
     return (grid_m * grid_n, 1) if lay.persistent else (grid_m * lay.split, grid_n)
 
 
@@ -54,11 +47,7 @@ def first_k(lay: BlockLayout) -> str:
 
 def block_tile(lay: BlockLayout) -> str:
     """A non-persistent block's tile, from its place in the grouped block order (split-K: the
-    place of its cluster, blockIdx.x / split along M).  swap_ab's multicast pairs: the N tile
-    blockIdx.x of the weight rows blockIdx.y (a GEMV-like grid of few N tiles needs no raster)."""
-    if lay.multicast and lay.swapped:
-        return "".join(f"\n  {line}" for line in ("const int m_tile = blockIdx.y, n_tile = blockIdx.x;",
-                                                    *_block_rows(lay), f"const int n0 = n_tile * {lay.bn};"))
+    place of its cluster, blockIdx.x / split along M)."""
     if lay.split == 1:
         linear, rows_m = "blockIdx.y * gridDim.x + blockIdx.x", "(int)gridDim.x"
     else:
