@@ -1,7 +1,8 @@
 """Where the tests find each command of a checkout (the product's in scripts/, the study's, a lab
 harness outside the package, in lab/), and running one as a user does: a process of its own
 (``run_python``: forked from a process that has the package and TVM imported already,
-``script_server``; a test of what a command imports runs an interpreter of its own instead)."""
+``script_server``; a test of what a command imports runs an interpreter of its own instead), or
+starting one that runs beside the test (``start_python``: a server, a writer to kill)."""
 
 import atexit
 import json
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +38,55 @@ def run_python(script, *args, cwd=None, env=None, timeout: float = 120) -> tuple
         request["stdout"], request["stderr"] = f"{tmp}/out", f"{tmp}/err"
         code = _serve(request, timeout)
         return code, Path(request["stdout"]).read_text(), Path(request["stderr"]).read_text()
+
+
+class Started:
+    """A command ``start_python`` started: like a ``subprocess.Popen(..., start_new_session=True)``
+    (its process group is its pid; ``poll``, ``wait``, ``send_signal``, ``kill``), but a fork of
+    ``script_server``, which reaps it."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            server = _the_server()
+            server.stdin.write(json.dumps({"poll": self.pid}) + "\n")
+            server.stdin.flush()
+            self.returncode = json.loads(_reply(server, 30))["code"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """``sig`` to its process group: it and what it started (a server's workers)."""
+        if self.returncode is None:  # not reaped: its pid is not anyone else's yet
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> int:
+        self.send_signal(signal.SIGKILL)
+        return self.wait(30)
+
+
+def start_python(script, *args, cwd=None, env=None, stdout=os.devnull, stderr=os.devnull) -> Started:
+    """``python script args`` started beside this process, as ``run_python`` runs it (forked from
+    ``script_server``), in a session of its own; its output goes to the files ``stdout``, ``stderr``."""
+    request = {"argv": [str(script), *map(str, args)], "cwd": str(cwd or os.getcwd()),
+               "env": {**os.environ, **{k: str(v) for k, v in (env or {}).items()}},
+               "stdout": str(stdout), "stderr": str(stderr), "background": True}
+    server = _the_server()
+    server.stdin.write(json.dumps(request) + "\n")
+    server.stdin.flush()
+    return Started(json.loads(_reply(server, 30))["pid"])
 
 
 def _serve(request: dict, timeout: float) -> int:

@@ -10,8 +10,11 @@ command imports runs its own interpreter instead.
 
 Protocol (one JSON object a line): a request on stdin {"argv", "cwd", "env", "stdout", "stderr"}
 (argv: a script and its arguments, or "-m", a module and its arguments);
-on stdout the child's pid ({"pid"}), then its exit code ({"code"}).  This process stays single
-threaded, so forking it is safe.
+on stdout the child's pid ({"pid"}), then its exit code ({"code"}).  With "background": true the
+child is started in a session of its own (as ``subprocess.Popen(..., start_new_session=True)``:
+its process group is its pid) and only its pid is answered; {"poll": pid} then answers its exit
+code, or null while it runs (``command_paths.start_python``: servers and writers a test runs
+beside itself).  This process stays single threaded, so forking it is safe.
 """
 
 import atexit
@@ -84,16 +87,31 @@ def _child(request: dict) -> None:
         os._exit(code)
 
 
+def _poll(pid: int):
+    """The exit code of background child ``pid`` (reaped), or None while it runs."""
+    done, status = os.waitpid(pid, os.WNOHANG)
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
 def main() -> int:
     _preload()
     reply = sys.stdout
     for line in sys.stdin:
         request = json.loads(line)
+        if "poll" in request:
+            reply.write(json.dumps({"code": _poll(request["poll"])}) + "\n")
+            reply.flush()
+            continue
+        background = request.get("background", False)
         pid = os.fork()
         if pid == 0:
+            if background:
+                os.setsid()
             _child(request)
         reply.write(json.dumps({"pid": pid}) + "\n")
         reply.flush()
+        if background:
+            continue
         _, status = os.waitpid(pid, 0)
         reply.write(json.dumps({"code": os.waitstatus_to_exitcode(status)}) + "\n")
         reply.flush()

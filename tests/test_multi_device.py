@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from command_paths import run_completed
+from command_paths import run_completed, start_python
 
 from tc_autotune.tuning import autotune
 from tc_autotune import conv2d_space
@@ -408,31 +407,28 @@ def _free_port():
 
 @pytest.fixture(scope="module")
 def rpc_servers():
-    """A TVM RPC tracker on localhost and ``start_server`` (skipped where they cannot start)."""
+    """A TVM RPC tracker on localhost and ``start_server`` (skipped where they cannot start).
+    Each runs as a command forked from the tests' ``script_server`` (``start_python``), which has
+    TVM imported: the tracker is TVM's, served in that process (``rpc_tracker.py``), each server
+    the package's command (whose worker, a fresh interpreter, TVM spawns itself)."""
     try:
         import tornado  # noqa: F401  (TVM's tracker needs it)
     except ImportError:
         pytest.skip("TVM's RPC tracker needs tornado (pip install tornado)")
     import tvm.rpc
 
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                               "--port", str(port), "--port-end", str(port + 1)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)]  # it serves from a child process
-
     here = Path(__file__).resolve().parent
+    port = _free_port()
+    procs = [start_python(here / "rpc_tracker.py", "127.0.0.1", port)]
     path = os.pathsep.join([str(here.parent), str(here), os.environ.get("PYTHONPATH", "")])
 
     def start_server(key="test", *options, bare=False):
         """The package's server, its timer on a host clock (``rpc_host_clock``); ``bare``: TVM's own."""
         program = (["tvm.exec.rpc_server"] if bare
                    else ["tc_autotune.measure.rpc_server", "--init", "rpc_host_clock:install"])
-        procs.append(subprocess.Popen([sys.executable, "-m", *program, "--host", "127.0.0.1",
-                                       "--tracker", f"127.0.0.1:{port}", "--key", key, *options],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      env={**os.environ, "PYTHONPATH": path},  # this checkout, rpc_host_clock
-                                      start_new_session=True))  # its listener is a child process
+        procs.append(start_python("-m", *program, "--host", "127.0.0.1", "--tracker", f"127.0.0.1:{port}",
+                                  "--key", key, *options,
+                                  env={"PYTHONPATH": path}))  # this checkout, rpc_host_clock
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
@@ -441,11 +437,21 @@ def rpc_servers():
                     return procs[-1]
             except Exception:
                 pass
-            time.sleep(0.3)
+            time.sleep(0.1)
         pytest.skip("the RPC tracker and server did not come up within 60 s")
 
-    time.sleep(1)
     try:
+        # listening before any client asks (TVM's connect_tracker retries a refused connection
+        # only every 5 s)
+        deadline = time.time() + 60
+        while procs[0].poll() is None and time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        else:
+            pytest.skip("the RPC tracker did not come up within 60 s")
         yield port, start_server
     finally:
         for proc in procs:
@@ -453,12 +459,9 @@ def rpc_servers():
 
 
 def _kill_group(proc):
-    """Kill a process we started and the children it forked (a server's listener and sessions)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # started with start_new_session: its own group
-    except ProcessLookupError:
-        pass
-    proc.wait(10)
+    """Kill a process we started and the children it forked (a server's listener and sessions):
+    ``start_python`` starts each in a process group of its own."""
+    proc.kill()
 
 
 def _cpu_conv(path, workload, wrong=False):
@@ -509,7 +512,7 @@ def test_rpc_runner_checks_and_times_on_the_remote_device(tmp_path, monkeypatch,
         # The server dies: the runner cannot get a session again, its candidate goes back to the
         # queue, and with no device left the batch ends with AllDevicesLost.
         _kill_group(server)
-        monkeypatch.setattr(rpc_runner, "CONNECT_TIMEOUT", 3.0)
+        monkeypatch.setattr(rpc_runner, "CONNECT_TIMEOUT", 1.0)  # no server to wait for
         runner.stop()
         kernels = iter([_cpu_conv(tmp_path / "d.so", SMALL)] * 3)
         with pytest.raises(AllDevicesLost):

@@ -6,13 +6,12 @@ import json
 import logging
 import math
 import os
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from command_paths import start_python
 
 from tc_autotune.database import journal
 from tc_autotune.backends.cuda import peaks
@@ -344,7 +343,8 @@ def test_invalid_utf8_line_is_skipped(tmp_path, caplog):
 
 
 # The writers import no module that imports tvm (tc_autotune.core.results, not .measure, holds
-# MeasureResult; tasks holds the templates, whose source hash reads files): they start in a fraction of a second.
+# MeasureResult; tasks holds the templates, whose source hash reads files): they start in a fraction
+# of a second, and forked from the tests' script server (``_writer``) in a few milliseconds.
 _WRITER = textwrap.dedent("""
     import os
     import sys
@@ -378,19 +378,24 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+def _writer(tmp_path, code: str) -> Path:
+    """A writer's script (started by ``command_paths.start_python``: a process of its own, forked
+    from the tests' script server, which has the package imported already)."""
+    script = tmp_path / "writer.py"
+    script.write_text(code)
+    return script
+
+
 def test_two_processes_append_concurrently(tmp_path):
     log = tmp_path / "shared.jsonl"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(log), tag], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for tag in ("1", "2")]
+    writer = _writer(tmp_path, _WRITER)
+    procs = [start_python(writer, log, tag, stderr=tmp_path / f"err{tag}") for tag in ("1", "2")]
     deadline = time.time() + 30
     while not all(Path(f"{log}.ready{t}").exists() for t in ("1", "2")) and time.time() < deadline:
         time.sleep(0.005)
     Path(f"{log}.go").touch()
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err.decode()
+    for p, tag in zip(procs, ("1", "2")):
+        assert p.wait(timeout=60) == 0, (tmp_path / f"err{tag}").read_text()
     lines = log.read_text().splitlines()
     assert len(lines) == 400
     loaded = [Record.from_json(line) for line in lines]  # every line parses
@@ -689,12 +694,12 @@ def test_kill_9_of_concurrent_writers_loses_no_record_and_leaves_no_torn_line(tm
     import signal
 
     log = tmp_path / "shared.jsonl"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    writer = _writer(tmp_path, _KILLABLE_WRITER)
     rng = random.Random(0)
     targets = {}  # tag -> appends it must have completed before it is killed
     for round_ in range(6):
         tags = [f"{round_}-{w}" for w in range(3)]
-        procs = [subprocess.Popen([sys.executable, "-c", _KILLABLE_WRITER, str(log), tag], env=env) for tag in tags]
+        procs = [start_python(writer, log, tag) for tag in tags]
         # Kill by counts, not seconds (a loaded CI machine may take seconds per append): once every
         # writer has completed 1-3 appends, each is killed a random moment into its next ones.
         targets.update({tag: 1 + rng.randrange(3) for tag in tags})

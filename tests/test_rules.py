@@ -11,17 +11,25 @@ from tc_autotune.backends.cuda.gpu import gpu_for_arch
 from tc_autotune.templates.tc_gemm.knobs import KNOBS, TcGemmConfig
 from tc_autotune.templates.tc_gemm.rules import derive, values_of_config
 from tc_autotune.templates.registry import ConfigSpace
-from tc_autotune.core.config_space import positions_from_configs, positions_from_indices, valid_mask
+from tc_autotune.core.config_space import positions_from_configs, positions_from_indices, radices, valid_mask
 
 SPACE = ConfigSpace(workloads.get("tutorial"), gpu_for_arch("sm_90"))
 
 
 def _valid_indices(space, chunk=1 << 18):
     """The index of every valid config of ``space``, in order: ``valid_mask`` over the whole
-    space, a slice of indices at a time (the mask is row by row; decoding all of a 17M-config
-    space at once would take gigabytes)."""
-    return np.concatenate([start + np.flatnonzero(valid_mask(space, positions_from_indices(
-        space, np.arange(start, min(start + chunk, len(space)))))) for start in range(0, len(space), chunk)])
+    space, a block of indices at a time (the mask is row by row; decoding all of a 17M-config
+    space at once would take gigabytes).  A block spans the first knobs' every value (the first
+    knob varies fastest) with the later ones fixed, so its rows are the first knobs' rows,
+    decoded once, plus the block's first index's: half the time of decoding every index."""
+    rad = radices(space).tolist()
+    knobs, block = 0, 1
+    while knobs < len(rad) and block * rad[knobs] <= chunk:
+        block, knobs = block * rad[knobs], knobs + 1
+    low = positions_from_indices(space, np.arange(block))  # the later knobs' columns are 0
+    starts = range(0, len(space), block)
+    return np.concatenate([start + np.flatnonzero(valid_mask(space, low + first)) for start, first in
+                           zip(starts, positions_from_indices(space, np.asarray(starts)))])
 
 
 def _path_table(name, **pinned):

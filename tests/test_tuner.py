@@ -8,6 +8,7 @@ seeded noise, so "the model-guided tuner beats random search" is a real claim.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import zlib
@@ -420,6 +421,32 @@ def test_xgb_tuner_beats_random_search(name):
     assert np.mean(xgb) < 0.9 * np.mean(rnd), (xgb, rnd)
 
 
+def _best_cost_curve(tuner, space, trials=32) -> list[float]:
+    """The best cost after each batch of ``tuner.tune(trials, ...)`` on the synthetic objective."""
+    curve = []
+    tuner.tune(trials, SyntheticMeasure(space), callbacks=[lambda t, c, r: curve.append(t.best_cost)])
+    return curve
+
+
+@functools.cache
+def _transfer_records() -> tuple:
+    """test_transfer_learning's transfer set: other workloads' random samples."""
+    sources = ("tutorial", "rfc-1x1-b32", "resnet50-res4-3x3-256-256-b8")
+    return tuple(r for i, name in enumerate(sources) for r in records_of(plain_space_of(name), 128, seed=i))
+
+
+@functools.cache
+def _cold_start(seed: int) -> tuple[float, float, float]:
+    """test_transfer_learning's baselines for ``seed``: random search's best of one batch, and a
+    cold XGBTuner's best after its first batch and after 32 trials.  The hedge acts only while
+    the model knows other workloads' records alone (``XGBTuner.next_batch``), so a cold start is
+    the same run with or without it: made once for both of the test's runs."""
+    target = plain_space_of("rfc-3x3-b32")
+    random_first = RandomTuner(target, seed=seed).tune(16, SyntheticMeasure(target))[1]
+    curve = _best_cost_curve(XGBTuner(target, seed=seed), target)
+    return random_first, curve[0], curve[-1]
+
+
 @pytest.mark.parametrize("hedge", [False, True])
 def test_transfer_learning_finds_good_configs_sooner(hedge):
     """The transfer model alone (no hedge) finds good configs sooner than a cold start.  The
@@ -428,20 +455,15 @@ def test_transfer_learning_finds_good_configs_sooner(hedge):
     histories and GPUs it gained, on the validation and the held-out shapes), so hedged runs
     only have to stay close."""
     target = plain_space_of("rfc-3x3-b32")
-    sources = ("tutorial", "rfc-1x1-b32", "resnet50-res4-3x3-256-256-b8")
-    transfer = [r for i, name in enumerate(sources) for r in records_of(plain_space_of(name), 128, seed=i)]
-    cold, warm, cold_first, warm_first, random_first = [], [], [], [], []
+    random_first, cold_first, cold = map(list, zip(*map(_cold_start, range(3))))
+    warm, warm_first = [], []
     for seed in range(3):
-        random_first.append(RandomTuner(target, seed=seed).tune(16, SyntheticMeasure(target))[1])
-        for pretrained, best, first in ((False, cold, cold_first), (True, warm, warm_first)):
-            tuner = XGBTuner(target, seed=seed, hedge=hedge)
-            if pretrained:
-                assert tuner.load_history(transfer) == 0  # other workloads: training data only
-                assert tuner.model.fitted and not tuner.history
-            curve = []
-            tuner.tune(32, SyntheticMeasure(target), callbacks=[lambda t, c, r: curve.append(t.best_cost)])
-            first.append(curve[0])
-            best.append(curve[-1])
+        tuner = XGBTuner(target, seed=seed, hedge=hedge)
+        assert tuner.load_history(_transfer_records()) == 0  # other workloads: training data only
+        assert tuner.model.fitted and not tuner.history
+        curve = _best_cost_curve(tuner, target)
+        warm_first.append(curve[0])
+        warm.append(curve[-1])
     # Without data the first batch follows the analytic prior; with transfer it follows a
     # model trained on other workloads: both must clearly beat an uninformed random batch.
     assert np.mean(warm_first) < 0.8 * np.mean(random_first), (warm_first, random_first)
