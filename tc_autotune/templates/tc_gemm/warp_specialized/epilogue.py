@@ -119,18 +119,19 @@ def k_sum(lay: BlockLayout) -> str:
     adds them to its own and stores the tile; warpgroup 1 is done."""
     if not lay.along_k:
         return ""
-    count = lay.slabs * lay.frags * 8
+    threads = lay.consumers * PRODUCER_THREADS
+    parked = _slot_major(lay, "k_partial", PRODUCER_THREADS, 2 * PRODUCER_THREADS)
     return f"""
   float* k_partial = reinterpret_cast<float*>(smem);  // [slot][thread of warpgroup 1]
-  asm volatile("bar.sync 1, 256;" ::: "memory");  // both consumers are done reading the stages
+  asm volatile("bar.sync 1, {threads};" ::: "memory");  // both consumers are done reading the stages
   if (wg == 1) {{
     #pragma unroll
-    for (int j = 0; j < {count}; ++j) k_partial[j * 128 + tid - {2 * PRODUCER_THREADS}] = acc[j / 8].x[j % 8];
+    for (int j = 0; j < {_slots(lay)}; ++j) {parked} = acc[j / 8].x[j % 8];
   }}
-  asm volatile("bar.sync 1, 256;" ::: "memory");  // warpgroup 1's sums are in shared memory
+  asm volatile("bar.sync 1, {threads};" ::: "memory");  // warpgroup 1's sums are in shared memory
   if (wg == 1) return;
   #pragma unroll
-  for (int j = 0; j < {count}; ++j) acc[j / 8].x[j % 8] += k_partial[j * 128 + tid - {PRODUCER_THREADS}];"""
+  for (int j = 0; j < {_slots(lay)}; ++j) acc[j / 8].x[j % 8] += {_slot_major(lay, "k_partial", PRODUCER_THREADS, PRODUCER_THREADS)};"""
 
 
 def split_partials(lay: BlockLayout) -> str:
@@ -144,8 +145,19 @@ def split_partials(lay: BlockLayout) -> str:
   float* partial = reinterpret_cast<float*>(smem);  // [slot][consumer thread]
   asm volatile("bar.sync 1, {threads};" ::: "memory");  // every consumer is done reading the stages
   #pragma unroll
-  for (int j = 0; j < {lay.slabs * lay.frags * 8}; ++j) partial[j * {threads} + tid - {PRODUCER_THREADS}] = acc[j / 8].x[j % 8];
+  for (int j = 0; j < {_slots(lay)}; ++j) {_slot_major(lay, "partial", threads, PRODUCER_THREADS)} = acc[j / 8].x[j % 8];
   cluster_sync();"""
+
+
+def _slots(lay: BlockLayout) -> int:
+    """A consumer thread's accumulator slots (8 per 16x16 fragment)."""
+    return lay.slabs * lay.frags * 8
+
+
+def _slot_major(lay: BlockLayout, array: str, threads: int, first_thread: int) -> str:
+    """Slot j of thread tid in ``array`` laid out [slot][thread] for ``threads`` threads from
+    ``first_thread`` on: a warp's 32 accesses of one slot are contiguous."""
+    return f"{array}[j * {threads} + tid - {first_thread}]"
 
 
 def _offsets(lay: BlockLayout) -> tuple[str, str]:

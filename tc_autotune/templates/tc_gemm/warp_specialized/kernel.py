@@ -146,7 +146,8 @@ def _consumer_start(lay: BlockLayout) -> str:
 
 def _consumer(lay: BlockLayout) -> str:
     """A consumer warpgroup of a block that computes one tile (split-K: one K slice of it)."""
-    store = epilogue.k_sum(lay) + epilogue.split_partials(lay) + epilogue.store(lay, "  ") + epilogue.end(lay) + pipeline.cluster_end(lay)
+    store = (epilogue.k_sum(lay) + epilogue.split_partials(lay) + epilogue.store(lay, "  ") + epilogue.end(lay)
+             + pipeline.cluster_end(lay))
     return f"""
   {mainloop.accumulators(lay)}{mainloop.zero(lay, "  ")}{epilogue.declare(lay)}{_k_loop(lay, "kt", "  ")}
 {mainloop.drain(lay, "  ")}

@@ -35,9 +35,10 @@ def zero(lay: BlockLayout, indent: str) -> str:
 
 
 def k_loop(lay: BlockLayout, step: str, indent: str, acquire, release) -> str:
-    """The k-loop of one tile (along K: warpgroup wg's k-steps wg, wg + 2, ...).  ``step``: the ring's count of the loop's k-step kt (kt itself, or
-    it, which a persistent block's ring runs on across tiles); ``acquire(step, indent)`` and
-    ``release(lay, stage)``: the stage ring's wait for a full stage and its release."""
+    """The k-loop of one tile (along K: warpgroup wg's k-steps wg, wg + 2, ...).  ``step``: the
+    ring's count of the loop's k-step kt (kt itself, or it, which a persistent block's ring runs on
+    across tiles); ``acquire(step, indent)`` and ``release(lay, stage)``: the stage ring's wait for
+    a full stage and its release."""
     i = indent
     count = "++kt" if step == "kt" else f"++kt, ++{step}"
     first = "0"
