@@ -119,6 +119,33 @@ def test_first_batch_measures_todays_pick_the_stale_best_and_the_default(tmp_pat
     assert {r.config["index"] for r in fresh} >= {space.index(stale_pick), space.index(default)}
 
 
+def test_a_best_found_stale_in_the_best_log_is_measured_again_though_its_history_copy_is_not_marked(
+        tmp_path, monkeypatch):
+    """A restamp of the shipped best log found the best's code changed (stale there); the shipped
+    history holds the same measurement unmarked (unverified: a history is not restamped).  The
+    tuner reads both: one check that found the code changed holds for every copy, so the config
+    is measured again in the first batch, before anything the search picks."""
+    space = conv2d_space(WL, GPU)
+    default = space.default_config()
+    best = next(c for c in space.sample(8, seed=5) if c != default)
+    today = tasks.of(WL).template.source_hash
+
+    def copy(**stamp):
+        return records.Record(f"cuda -arch={GPU.arch}", WL, space.to_entity(best),
+                              MeasureResult((6e-6,), timestamp=1.7e9), {"gpu": GPU.name},
+                              source_hash="0" * 64, code_hash="1" * 64, **stamp)
+
+    shipped = tmp_path / "shipped"
+    records.append(shipped / "synthetic-gpu.jsonl", [copy(stale_at=today)])
+    records.append(shipped / "history" / "synthetic-gpu-run.jsonl", [copy()])
+    assert [r.freshness for r in records.load(shipped / "synthetic-gpu.jsonl")] == [records.STALE]
+    assert [r.freshness for r in records.load(shipped / "history")] == [records.UNVERIFIED]
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", str(shipped))
+    tune(tmp_path / "tune.jsonl", 4)
+    measured = [i for _, i in SyntheticMeasurer.calls]
+    assert space.index(best) in measured[:2]  # after today's pick (zero-shot: its code changed)
+
+
 def test_first_batch_on_hopper_measures_the_warp_specialized_starting_tilings(tmp_path):
     """After today's pick and the default: 128x256 (and persistent), 128x128, 64x256, 64x64 and
     64x128 split-K warp-specialized tilings, then 128x256 with the consumers along M (plain,

@@ -595,6 +595,20 @@ def test_merge_replaces_only_with_a_faster_current_record_and_keeps_a_backup(tmp
     assert held.with_name("gpu.jsonl.bak").read_bytes() == before
 
 
+@pytest.mark.parametrize("order", ["best log first", "history first"])
+def test_one_measurement_read_from_two_logs_is_stale_if_either_copy_was_found_changed(order):
+    """A restamp rewrote one log (its copy: stale) and not the other (unverified): whichever is
+    read first, the measurement is kept once, stale, and no compaction keeps it as a best."""
+    changed, unmarked = make(1, costs=(5e-5,), stamp="changed"), make(1, costs=(5e-5,), stamp="unverified")
+    runner_up = make(2, costs=(9e-5,))
+    copies = [changed, unmarked] if order == "best log first" else [unmarked, changed]
+    kept = rec.unique(copies + [runner_up])
+    assert [(r.seconds, r.freshness) for r in kept] == sorted(
+        [(5e-5, rec.STALE), (9e-5, rec.FRESH)], key=lambda p: p[0] != kept[0].seconds)
+    assert [r.seconds for group in rec.best_records(copies + [runner_up]).values() for r in group] == [9e-5]
+    assert rec.best_record(copies + [runner_up], WL)[1].seconds == 9e-5
+
+
 def test_merge_replaces_a_stale_record_with_any_current_one(tmp_path):
     held = _best_log(tmp_path, make(1, costs=(8.5e-5,), stamp="old-version"))  # fast, but another kernel
     changes = rec.merge_best(held, [make(2, costs=(3e-4,))], PROV_H100["gpu"])

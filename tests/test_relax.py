@@ -239,7 +239,7 @@ def test_a_partitioned_model_builds_for_cuda_down_to_cubins(block_module):
 def test_warp_specialized_kernels_each_compile_in_their_own_module():
     """Two warp-specialized configs define the same device functions: one module each."""
     conv = get("n=32,h=14,w=14,c=1024,k=2048,r=1,s=1,stride=2,pad=0,dtype=float16,out_dtype=float16,epilogue=bias")
-    dense = get("dense:batch=1,m=1,n=1000,k=2048,b=nk,dtype=float16,out_dtype=float16,epilogue=bias")
+    dense = get("dense:batch=1,m=2048,n=4096,k=11008,b=nk,dtype=float16,out_dtype=float16,epilogue=bias")
     gpu = kernels.gpu_of("sm_90")
     choices = kernels.choose([conv, dense], gpu, im2col=True)  # the shipped records: both warp-specialized
     assert all(c.config.warp_specialized for c in choices.values()), choices

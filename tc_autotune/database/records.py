@@ -25,7 +25,7 @@ from .record import (FRESH, LEGACY_SOURCE_HASHES, LEGACY_VERSIONS, RECORD_VERSIO
                      UNVERIFIED, Record, inferred_timer, target_arch, tvm_version)
 from .restamp import RestampReport, restamp
 from . import selection
-from .selection import Verify, best_records, identity
+from .selection import Verify, best_records, identity, unique
 from .summary import LogSummary, summarize, summary_table
 from ..workloads.names import get as get_workload
 
@@ -50,7 +50,7 @@ def measured_indices(records, workload, gpu=None) -> set[int]:
 __all__ = [
     "RECORD_VERSION", "LEGACY_VERSIONS", "LEGACY_SOURCE_HASHES", "FRESH", "UNVERIFIED", "STALE",
     "RETIME_MSG", "Record", "append", "load", "log_files", "stat_log_files", "load_best", "best_record",
-    "faster", "noise_margin", "inferred_timer", "identity", "best_records", "pick_best", "merge_best",
+    "faster", "noise_margin", "inferred_timer", "identity", "unique", "best_records", "pick_best", "merge_best",
     "BestLogChange", "measured_indices", "summarize", "summary_table", "LogSummary", "restamp", "RestampReport",
     "make_provenance", "stamped", "target_arch", "tvm_version", "tc_autotune_version", "BAD_LINE_WARNINGS", "LOG_SUFFIXES",
     "SHIPPED_LOGS", "packaged_logs_dir", "shipped_logs_dir", "shipped_log_files",

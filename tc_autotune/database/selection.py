@@ -51,7 +51,7 @@ def best_record(logs, workload, target=None, include_stale: bool = False,
             return False
         return True
 
-    contenders = contenders_of(r for r in logs if wanted(r))
+    contenders = contenders_of(r for r in unique(logs) if wanted(r))  # a copy found changed: all are
     best = None
     skipped, first_reason = 0, ""
     while contenders and best is None:
@@ -105,7 +105,19 @@ def identity(record: Record) -> tuple:
     """What makes two records the same measurement (read twice from two logs)."""
     r = record.result
     return (record.target, record.workload, record.config.get("index"), r.costs,
-            int(r.error_no), r.timestamp)
+            int(r.error_no), r.timestamp, r.timer)
+
+
+def unique(records: Iterable[Record]) -> list[Record]:
+    """One record per measurement (the same one read from two logs: a best log repeats its
+    history's lines), in first-read order.  Where the copies disagree, a stale copy wins: a
+    restamp that found the code changed checked every copy's code, even if it rewrote only one log."""
+    kept: dict[tuple, Record] = {}
+    for record in records:
+        ident = identity(record)
+        if ident not in kept or (record.stale and not kept[ident].stale):
+            kept[ident] = record
+    return list(kept.values())
 
 
 def best_records(records: Iterable[Record], top_k: int = 1,
@@ -120,15 +132,9 @@ def best_records(records: Iterable[Record], top_k: int = 1,
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
     groups: dict[tuple, list[Record]] = {}
-    seen: set[tuple] = set()
-    for record in records:
-        if not record.ok or (record.stale and not include_stale):
-            continue
-        ident = identity(record)
-        if ident in seen:
-            continue
-        seen.add(ident)
-        groups.setdefault((record.workload, record.arch), []).append(record)
+    for record in unique(records):
+        if record.ok and (include_stale or not record.stale):
+            groups.setdefault((record.workload, record.arch), []).append(record)
     return {key: [r for config in ranked(contenders_of(group), top_k) for r in config]
             for key, group in groups.items()}
 

@@ -155,8 +155,7 @@ def _transfer_records(transfer_logs, shipped: bool, log_path: str, arch: str) ->
         files = [f for f in shipped_log_files() if f.resolve() != Path(log_path).resolve()]
         found += [r for r in records.load(files) if r.arch == arch]
     found += records.load(list(transfer_logs))
-    unique = {records.identity(r): r for r in found}
-    return list(unique.values())
+    return records.unique(found)
 
 
 def first_configs(space, earlier, gpu, zero_shot: bool = True) -> list[TcGemmConfig]:

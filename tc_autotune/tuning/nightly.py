@@ -246,8 +246,7 @@ def run_nightly(job: Job, gpu=None, report_only: bool = False, measurer_factory=
 
     sources = _sources(job, gpu)
     report.sources = [str(p) for p in sources]
-    all_records = list({records.identity(r): r for r in records.load(sources)}.values())  # a best
-    # log repeats records of the nightly log: count each measurement once
+    all_records = records.unique(records.load(sources))  # a best log repeats the nightly log's records
     gpus = [gpu.name] if gpu is not None else sorted({r.gpu for r in all_records if r.gpu}) or [None]
     rows, retimed = [], []
     for entry in job.entries:

@@ -5,11 +5,6 @@
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\n barrier.cluster.wait.acquire;" ::: "memory");
 }
-// The same, but arriving relaxed: for a sync that publishes no data (ptxas makes the release of the
-// arrive a MEMBAR.ALL.GPU, which waits for the thread's global stores to land).
-__device__ __forceinline__ void cluster_sync_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed;\n barrier.cluster.wait.acquire;" ::: "memory");
-}
 // A float at the same shared-memory offset in block `rank` of the cluster (distributed shared memory).
 __device__ __forceinline__ float peer_load(const float* p, unsigned rank) {
   unsigned addr;

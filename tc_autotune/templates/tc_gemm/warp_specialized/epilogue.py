@@ -109,7 +109,7 @@ def end(lay: BlockLayout) -> str:
         return """
   if (tid % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the stores have read the buffers"""
     if lay.split > 1:
-        return "\n  cluster_sync_relaxed();  // the cluster's partials stay in shared memory until every block has summed"
+        return "\n  cluster_sync();  // the cluster's partials stay in shared memory until every block has summed"
     return ""
 
 

@@ -57,7 +57,7 @@ def init(lay: BlockLayout, pdl: bool = False) -> str:
     full_count = (PRODUCER_THREADS if lay.gather else 0) + (not lay.convert)  # thread 0's TMA bytes
     empty_count = 2 * lay.readers * 4 if lay.multicast else lay.readers * 128
     if lay.multicast:
-        sync = "cluster_sync_relaxed();  // both blocks' barriers are initialised (fenced) before either multicasts into the other"
+        sync = "cluster_sync();  // both blocks' barriers are initialised before either multicasts into the other"
     else:
         sync = "__syncthreads();  // the only block-wide barrier: from here the roles meet on mbarriers"
     return f"""
@@ -131,7 +131,7 @@ def cluster_end(lay: BlockLayout) -> str:
     """With multicast, neither block of the pair exits while the other may still arrive on its barriers."""
     if not lay.multicast:
         return ""
-    return "\n  cluster_sync_relaxed();  // the peer may still arrive on this block's barriers until both are done"
+    return "\n  cluster_sync();  // the peer may still arrive on this block's barriers until both are done"
 
 
 def _fill(lay: BlockLayout, first_k: str, indent: str) -> str:
