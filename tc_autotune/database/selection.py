@@ -110,8 +110,8 @@ def identity(record: Record) -> tuple:
 
 def unique(records: Iterable[Record]) -> list[Record]:
     """One record per measurement (the same one read from two logs: a best log repeats its
-    history's lines), in first-read order.  Where the copies disagree, a stale copy wins: a
-    restamp that found the code changed checked every copy's code, even if it rewrote only one log."""
+    history's lines), in first-read order.  Where the copies disagree, a stale copy wins: the
+    check that found its code changed holds for every copy, though a restamp rewrote only one log."""
     kept: dict[tuple, Record] = {}
     for record in records:
         ident = identity(record)
