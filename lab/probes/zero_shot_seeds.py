@@ -1,12 +1,14 @@
 """How much the zero-shot pick depends on its search's seed: for the convs of the validation and
 held-out jobs, the best valid candidate (``zero_shot.candidates``, the stored model of the GPU)
-under annealing seeds 0, 1 and 2, and each differing pick's score gap to the best of the three.
-No GPU: the picks read only the stored model.
+under annealing seeds 0, 1 and 2, and each differing pick's score gap to the best of the three;
+then the time of one pick (``zero_shot_config``, seed 0, after a warm-up), median and max.  No GPU:
+the picks read only the stored model.
 
     python lab/probes/zero_shot_seeds.py ["NVIDIA H100 80GB HBM3"]
 """
 import logging
 import sys
+import time
 import warnings
 
 from tc_autotune.backends.cuda.gpu import GpuInfo
@@ -36,3 +38,13 @@ for workload, top in rows:
     if len({i for i, _ in top}) > 1:
         best = max(s for _, s in top)
         print(workload, "score gaps:", " ".join(f"{s - best:.3f}" for _, s in top))
+zs.SEED = 0
+workloads = [entry.workload for job in ["lab/validation.toml", "lab/heldout.toml"] for entry in load_job(job).entries]
+zs.zero_shot_config(workloads[0], gpu, model=model)
+times = []
+for workload in workloads:
+    start = time.perf_counter()
+    zs.zero_shot_config(workload, gpu, model=model)
+    times.append(time.perf_counter() - start)
+times.sort()
+print(f"one pick: median {times[len(times) // 2] * 1e3:.0f} ms, max {times[-1] * 1e3:.0f} ms")
