@@ -40,7 +40,7 @@ import numpy as np
 from ..database import journal
 from ..database.logs import load
 from ..database.paths import log_files, shipped_log_files, shipped_logs_dir
-from ..database.selection import identity
+from ..database.selection import unique
 from ..search import zero_shot
 from ..search.cost_model import XGBCostModel, features_from_positions, normalise_per_group, positions_from_indices
 from ..backends.cuda.gpu import GpuInfo, gpu_for_arch
@@ -112,15 +112,8 @@ def select_records(recs, gpu: GpuInfo, exclude=()) -> tuple[list, str]:
     (a best log repeats its history's lines) counts once.  Conv2d records only: the shape
     features and the distances are conv2d's."""
     exclude = frozenset(exclude)
-    ok, seen = [], set()
-    for record in recs:
-        if (not record.ok or record.arch != gpu.arch or record.workload in exclude
-                or not isinstance(record.workload, Conv2dWorkload)):
-            continue
-        ident = identity(record)  # the reader has rejected impossible times
-        if ident not in seen:
-            seen.add(ident)
-            ok.append(record)
+    ok = [r for r in unique(recs) if r.ok and r.arch == gpu.arch and r.workload not in exclude
+          and isinstance(r.workload, Conv2dWorkload)]  # the reader has rejected impossible times
     named = [r for r in ok if r.gpu == gpu.name]
     return (named, "gpu") if named else (ok, "arch")
 
