@@ -35,9 +35,10 @@ def main(job_file: str) -> None:
         for label, seconds in cells.items():
             if seconds and base:
                 ratios[label].append(base / seconds)
-        print(f"{entry.name[:72]:72s} plain {cells['plain'] * 1e6:7.1f} us  pdl {cells['pdl'] * 1e6:7.1f} us  "
-              f"baseline {base * 1e6:7.1f} us  ratio plain {base / cells['plain']:.2f} pdl {base / cells['pdl']:.2f}",
-              flush=True)
+        us = {k: f"{v * 1e6:7.1f} us" if v else "  wrong" for k, v in {**cells, "baseline": base}.items()}
+        ratio = {k: f"{base / v:.2f}" if v and base else "-" for k, v in cells.items()}
+        print(f"{entry.name[:72]:72s} plain {us['plain']}  pdl {us['pdl']}  baseline {us['baseline']}  "
+              f"ratio plain {ratio['plain']} pdl {ratio['pdl']}", flush=True)
     print(f"geomean baseline / ours by graph replay: plain {geomean(ratios['plain']):.3f}, "
           f"pdl {geomean(ratios['pdl']):.3f} (n={len(ratios['pdl'])}) on {gpu.name}")
 
