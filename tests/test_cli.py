@@ -127,6 +127,7 @@ def test_argument_errors_do_not_import_tvm(tmp_path):
     (["--sweep", "stages=9"], "[9] not among its values"),
     (["--sweep", "colour=1"], "expected KNOB=V1,V2"),
     (["--sweep", "stages=1", "--sweep", "stages=2"], "stages given twice"),
+    (["--pdl", "--sweep", "stages=1"], "--pdl: not with --sweep"),
     (["--json", "{tmp}"], "is a directory"),
     (["--plot-dir", "{tmp}/bad.toml"], "is not a directory"),
 ])

@@ -8,6 +8,7 @@ re-timing that nightly reports and merges (``autotune.time_configs``, ``retime_a
 import inspect
 import logging
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -178,7 +179,8 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_
                                          records.make_provenance(space.gpu))])
     built, inputs = [], []
 
-    def build(workload, config):
+    def build(workload, config, pdl=False):
+        assert not pdl
         built.append(config)
         return FakeKernel(3e-5 if config == default else 1e-5, config=config, cuda=no_torch)
 
@@ -202,6 +204,29 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_
     # timed once: a 20-launch graph sized the repeat, a 334-launch one filled it, 3 + 1 timed replays
     assert row.tuned_s == row.default_s == pytest.approx(3e-5) and no_torch.replays - replays == 2 + 3 + 1
     assert len(inputs) == 1 and np.array_equal(inputs[0][-1], checked_timing.task_arrays(WL)[-1])  # same reference
+
+
+def test_benchmark_with_pdl_times_pdl_builds_of_both_configs_and_says_so(no_torch, monkeypatch, tmp_path):
+    space = tasks.of(WL).space(WL, default_gpu())
+    default = space.default_config()
+    logged = next(c for c in space.sample(50, seed=1) if c != default)
+    log = tmp_path / "log.jsonl"
+    records.append(log, [records.stamped("cuda -arch=sm_90", space, logged, MeasureResult((1e-5,)),
+                                         records.make_provenance(space.gpu))])
+    built = []
+
+    def build(workload, config, pdl=False):
+        built.append((config, pdl))
+        return FakeKernel(3e-5 if config == default else 1e-5, config=config, cuda=no_torch)
+
+    monkeypatch.setattr(benchmark, "build", build)
+    monkeypatch.setenv("TC_AUTOTUNE_SHIPPED_LOGS", "")
+    (row,) = benchmark.benchmark([str(WL)], logs=[log], repeat=3, pdl=True)
+    assert built == [(default, True), (logged, True)] and row.pdl and row.tuned_s == pytest.approx(1e-5)
+    assert benchmark.BenchRow.from_dict(row.as_dict()).pdl
+    assert benchmark.markdown_table([row]).startswith("Ours built with PDL")
+    plain = replace(row, pdl=False)
+    assert "PDL" not in benchmark.markdown_table([plain])
 
 
 def _baselines_are(monkeypatch, timed) -> None:

@@ -57,6 +57,9 @@ def parse_args(argv, prog: str = PROG):
     p.add_argument("--profile", action="store_true",
                    help="also each side's kernel device time per call from the profiler (CUPTI via "
                         "torch.profiler; needs PyTorch on the GPU)")
+    p.add_argument("--pdl", action="store_true",
+                   help="build our kernels with Programmatic Dependent Launch, as torch calls and optimized "
+                        "models launch them (sm_90+; the graph view; --profile still times the plain builds)")
     p.add_argument("--repeat", type=cli.trial_count, default=50, help="timed repeats per kernel (median; 50)")
     p.add_argument("--min-repeat-ms", type=cli.repeat_ms, default=10,
                    help="each repeat runs back-to-back launches for at least this long (10; 0: no minimum)")
@@ -67,6 +70,8 @@ def parse_args(argv, prog: str = PROG):
             p.error(f"argument --sweep: knob {name} given twice")
         knobs[name] = values
     args.sweep = knobs
+    if args.pdl and knobs:
+        p.error("argument --pdl: not with --sweep (a sweep times the plain builds)")
     names = list(args.workload or [])
     if args.job:
         from ..tuning import jobs
@@ -108,7 +113,7 @@ def _main(argv, prog: str) -> int:
             rows = benchmark.sweep(args.names, args.sweep, **timing)
             print(benchmark.sweep_table(rows))
         else:
-            rows = benchmark.benchmark(args.names, profile=args.profile, **timing)
+            rows = benchmark.benchmark(args.names, profile=args.profile, pdl=args.pdl, **timing)
             print(benchmark.markdown_table(rows))
             if args.plot_dir:
                 written = benchmark.write_plots(rows, args.plot_dir, args.curve_log or args.log or [])
