@@ -171,12 +171,7 @@ def test_our_kernel_is_timed_as_the_baseline_is(cuda, monkeypatch):
 
 # ---- benchmark.benchmark: the rows of the table -------------------------------------------------
 def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_torch, monkeypatch, tmp_path):
-    space = tasks.of(WL).space(WL, default_gpu())
-    default = space.default_config()
-    logged = next(c for c in space.sample(50, seed=1) if c != default)
-    log = tmp_path / "log.jsonl"
-    records.append(log, [records.stamped("cuda -arch=sm_90", space, logged, MeasureResult((1e-5,)),
-                                         records.make_provenance(space.gpu))])
+    default, logged, log = _a_logged_config(tmp_path)
     built, inputs = [], []
 
     def build(workload, config, pdl=False):
@@ -207,12 +202,7 @@ def test_benchmark_rows_time_default_applied_and_baseline_on_the_same_inputs(no_
 
 
 def test_benchmark_with_pdl_times_pdl_builds_of_both_configs_and_says_so(no_torch, monkeypatch, tmp_path):
-    space = tasks.of(WL).space(WL, default_gpu())
-    default = space.default_config()
-    logged = next(c for c in space.sample(50, seed=1) if c != default)
-    log = tmp_path / "log.jsonl"
-    records.append(log, [records.stamped("cuda -arch=sm_90", space, logged, MeasureResult((1e-5,)),
-                                         records.make_provenance(space.gpu))])
+    default, logged, log = _a_logged_config(tmp_path)
     built = []
 
     def build(workload, config, pdl=False):
@@ -227,6 +217,17 @@ def test_benchmark_with_pdl_times_pdl_builds_of_both_configs_and_says_so(no_torc
     assert benchmark.markdown_table([row]).startswith("Ours built with PDL")
     plain = replace(row, pdl=False)
     assert "PDL" not in benchmark.markdown_table([plain])
+
+
+def _a_logged_config(tmp_path):
+    """(the default config, another config, a log holding one record of the other)."""
+    space = tasks.of(WL).space(WL, default_gpu())
+    default = space.default_config()
+    logged = next(c for c in space.sample(50, seed=1) if c != default)
+    log = tmp_path / "log.jsonl"
+    records.append(log, [records.stamped("cuda -arch=sm_90", space, logged, MeasureResult((1e-5,)),
+                                         records.make_provenance(space.gpu))])
+    return default, logged, log
 
 
 def _baselines_are(monkeypatch, timed) -> None:
