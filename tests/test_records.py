@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from command_paths import start_python
 
-from tc_autotune.database import journal
+from tc_autotune.database import compare, journal
 from tc_autotune.backends.cuda import peaks
 from tc_autotune.database import records as rec
 from tc_autotune.core.builtin_tasks import CONV2D
@@ -825,6 +825,32 @@ def test_todays_timer_round_trips_and_is_never_compared_with_the_old_ones(tmp_pa
             make(1, costs=(0.8e-4,), timer=CUDA_TIMER), make(2, costs=(0.9e-4,)),
             make(2, costs=(0.8e-4,), timer=CUDA_GRAPH), make(2, costs=(0.9e-4,), timer=CUDA_TIMER)]
     assert rec.load_best(both, WL)[0] == CONFIGS[1]
+
+
+def _predating(record, knobs=("swap_ab", "consumer_n", "deep_ring")):
+    """``record`` as a log line written before ``knobs`` existed (its entity lacks them)."""
+    obj = json.loads(record.to_json())
+    obj["config"]["entity"] = [e for e in obj["config"]["entity"] if e[0] not in knobs]
+    return Record.from_json(json.dumps(obj))
+
+
+def test_a_holder_written_before_a_knob_existed_is_the_config_measured_today(tmp_path):
+    """The best log's holder, written before swap_ab/consumer_n/deep_ring existed, and today's
+    re-time of the same config (the full entity) are one config: the re-time compares it like
+    with like with tonight's configs, so a faster one takes over and a slower one does not."""
+    assert (CONFIGS[1].swap_ab, CONFIGS[1].consumer_n, CONFIGS[1].deep_ring) == (0, 0, 0)  # their implied values
+    old = _predating(make(1, costs=(1.2e-4,)))  # time_evaluator, before the knobs
+    assert len(old.config["entity"]) == len(make(1).config["entity"]) - 3
+    assert compare.config_key(old) == compare.config_key(make(1, timer=CUDA_TIMER))
+    assert compare.config_key(old) != compare.config_key(make(2))
+    retime = make(1, costs=(1.0e-4,), timer=CUDA_TIMER, error_msg="nightly re-time")
+    held = _best_log(tmp_path, old)
+    changes = rec.merge_best(held, [retime, make(2, costs=(0.9e-4,), timer=CUDA_TIMER)], PROV_H100["gpu"])
+    assert [(c.action, c.before_s, c.after_s, c.timer) for c in changes] == [("faster", 1e-4, 0.9e-4, CUDA_TIMER)]
+    assert rec.load_best(held, WL)[0] == CONFIGS[2]
+    held = _best_log(tmp_path / "b", old)  # tonight's best within the holder's noise: the holder stays
+    changes = rec.merge_best(held, [retime, make(2, costs=(0.99e-4,), timer=CUDA_TIMER)], PROV_H100["gpu"])
+    assert [c.action for c in changes] == ["kept"] and rec.load_best(held, WL)[0] == CONFIGS[1]
 
 
 def test_load_best_compares_configs_by_a_timer_that_measured_both():

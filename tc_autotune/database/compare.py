@@ -63,8 +63,22 @@ def faster(new, old) -> bool:
 
 def config_key(record) -> tuple:
     """A config's identity in selection: its arch and knob values (indices change meaning
-    when candidate lists do; values do not)."""
-    return record.arch, tuple(tuple(e) for e in record.config["entity"])
+    when candidate lists do; values do not).  A knob the record predates counts as the value
+    its template says it implies (``knob_defaults``): a best log's holder written before a knob
+    existed is the same config as today's measurement of it, so that measurement (a tuner's
+    first batch, nightly's re-time) compares it like with like with tonight's configs."""
+    values = dict(_implied_knobs(record))
+    values.update((name, value) for name, _kind, value in record.config["entity"])
+    return record.arch, tuple(sorted(values.items()))
+
+
+def _implied_knobs(record) -> dict:
+    """The values of knobs a record may lack, from its task's template; none for a record that
+    names no task (compare works on anything record-shaped)."""
+    try:
+        return dict(record.task.template.knob_defaults)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return {}
 
 
 def contenders_of(records: Iterable) -> Contenders:
