@@ -15,7 +15,7 @@ Works on anything with ``timer``, ``seconds``, ``arch``, ``config`` and ``result
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from ..core.results import CUDA_GRAPH, CUDA_TIMER, TIME_EVALUATOR
 
@@ -72,13 +72,11 @@ def config_key(record) -> tuple:
     return record.arch, tuple(sorted(values.items()))
 
 
-def _implied_knobs(record) -> dict:
-    """The values of knobs a record may lack, from its task's template; none for a record that
-    names no task (compare works on anything record-shaped)."""
-    try:
-        return dict(record.task.template.knob_defaults)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return {}
+def _implied_knobs(record) -> Mapping:
+    """The values of knobs a record may lack, from its task's template; none for an object
+    without a task (compare works on anything record-shaped)."""
+    task = getattr(record, "task", None)
+    return {} if task is None else task.template.knob_defaults
 
 
 def contenders_of(records: Iterable) -> Contenders:
