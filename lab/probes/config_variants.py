@@ -1,7 +1,9 @@
 """Kernel device time (profiler) of variants of a workload's applied config, each checked against the
-fp32 reference first, and the baseline's.  A variant the space refuses is said in one line.  GPU machine.
+fp32 reference first, and the baseline's.  A variant the space refuses is said in one line.
+``--build-only`` compiles the configs into the disk cache and times nothing, so several processes can
+build at once and the timing runs, one at a time, find their kernels built.  GPU machine.
 
-    python lab/probes/config_variants.py "dense:m=2048,n=4096,k=11008,b=nk" '[{"setmaxnreg": 1}, {"stages": 3}]'
+    python lab/probes/config_variants.py "dense:m=2048,n=4096,k=11008,b=nk" '[{"setmaxnreg": 1}, {"stages": 3}]' [--build-only]
 """
 import sys, json
 from dataclasses import replace
@@ -20,6 +22,13 @@ gpu = default_gpu()
 wl = get(spec)
 with apply_history_best(["tuning_logs"]):
     best = best_or_default_config(wl, gpu)
+if "--build-only" in sys.argv[3:]:
+    for change in [{}] + variants:
+        try:
+            compile_kernel(wl, resolve_config(wl, replace(best, **change), gpu), gpu)
+        except Exception as e:  # the timing run says which variant is refused and why
+            print(f"- {change}: {str(e)[:120]}")
+    sys.exit(0)
 *inputs, ref = task_arrays(wl)
 tensors = [baseline.device_tensor(a, getattr(torch, a.dtype.name)) for a in inputs]
 odt = getattr(torch, wl.out_dtype)
